@@ -1,0 +1,51 @@
+//! Builds the eBPF programs (the `swiftlet-ebpf` crate) for `bpfel-unknown-none` and leaves the
+//! object in OUT_DIR, where `kernel::loader` embeds it.
+//!
+//! The programs are built with the same toolchain as the agent: `-Z build-std=core` is enabled
+//! for that one nested build with RUSTC_BOOTSTRAP, so no nightly toolchain is needed. The linker is
+//! `bpf-linker`, which `cargo xtask build` installs into `<workspace>/.tools/bin`.
+
+use std::{env, path::PathBuf};
+
+fn main() -> anyhow::Result<()> {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?);
+    let workspace = manifest_dir
+        .parent()
+        .ok_or_else(|| anyhow::anyhow!("the agent crate has no parent directory"))?
+        .to_path_buf();
+    let tools = workspace.join(".tools").join("bin");
+    let common = workspace.join("common");
+    println!("cargo:rerun-if-changed={}", common.display());
+    println!("cargo:rerun-if-changed={}", tools.display());
+
+    let path = env::var_os("PATH").unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = vec![tools.clone()];
+    dirs.extend(env::split_paths(&path));
+    if !dirs.iter().any(|d| d.join("bpf-linker").is_file()) {
+        anyhow::bail!(
+            "bpf-linker not found in {} or PATH: run `cargo xtask build` once, which installs it \
+             (and the rest of what building swiftlet needs)",
+            tools.display()
+        );
+    }
+    let toolchain = env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "stable".to_owned());
+    // SAFETY: build scripts are single-threaded; these only shape the nested cargo's environment.
+    unsafe {
+        env::set_var("PATH", env::join_paths(dirs)?);
+        env::set_var("RUSTC_BOOTSTRAP", "1");
+        // aya-build relays every line the nested cargo prints as a warning; keep it to errors.
+        env::set_var("CARGO_TERM_QUIET", "true");
+    }
+    let ebpf = workspace.join("ebpf");
+    let ebpf_dir = ebpf
+        .to_str()
+        .ok_or_else(|| anyhow::anyhow!("non-UTF-8 path {}", ebpf.display()))?;
+    aya_build::build_ebpf(
+        [aya_build::Package {
+            name: "swiftlet-ebpf",
+            root_dir: ebpf_dir,
+            ..Default::default()
+        }],
+        aya_build::Toolchain::Custom(&toolchain),
+    )
+}

@@ -1,0 +1,109 @@
+//! Why the kernel side could not be set up, each with a hint for the person running swiftlet.
+
+use std::{io, path::PathBuf};
+
+use crate::cm::LayoutError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("loading eBPF programs needs privileges this process lacks: {missing}")]
+    NotPrivileged { missing: String },
+    #[error("kernel BTF not found at {}", path.display())]
+    NoBtf { path: PathBuf },
+    #[error("reading kernel BTF from {}: {reason}", path.display())]
+    Btf { path: PathBuf, reason: String },
+    #[error("kernel BTF has no member `{member}` in struct {strukt}")]
+    BtfMember { strukt: String, member: String },
+    #[error("tracefs is not mounted at {} and mounting it failed: {source}", path.display())]
+    Tracefs {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tracepoint {tracepoint} is not available (reading {}: {source})", path.display())]
+    Tracepoint {
+        tracepoint: String,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("tracepoint {tracepoint} has no field `{field}`")]
+    TracepointField { tracepoint: String, field: String },
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    #[error("--cgroup {}: {reason}", path.display())]
+    Watch { path: PathBuf, reason: String },
+    #[error("{given} cgroup subtrees given, at most {max} can be watched")]
+    TooManyWatched { given: usize, max: usize },
+    #[error(
+        "ring buffer size {bytes} is not a power of two multiple of the page size ({page} bytes)"
+    )]
+    RingSize { bytes: u32, page: u64 },
+    #[error("loading the eBPF object: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("eBPF program `{program}`: {source}")]
+    Program {
+        program: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("the eBPF object has no {what} named `{name}` (agent and programs built apart?)")]
+    Missing {
+        what: &'static str,
+        name: &'static str,
+    },
+    #[error("eBPF map `{map}`: {source}")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error("waiting on the events ring buffer: {0}")]
+    Io(#[source] io::Error),
+}
+
+impl Error {
+    /// What the person running swiftlet can do about it.
+    pub fn hint(&self) -> Option<String> {
+        let hint = match self {
+            Error::NotPrivileged { .. } => {
+                "run as root, e.g. `sudo swiftlet ...` or `cargo xtask run -- ...`".into()
+            }
+            Error::NoBtf { .. } | Error::Btf { .. } => {
+                "swiftlet needs a kernel built with CONFIG_DEBUG_INFO_BTF=y (most distribution \
+                 kernels since 5.8 have it)"
+                    .into()
+            }
+            Error::BtfMember { .. } | Error::TracepointField { .. } | Error::Tracepoint { .. } => {
+                "this kernel is older or configured differently than swiftlet supports (Linux 6.1 \
+                 or newer with BTF); see the README's kernel table"
+                    .into()
+            }
+            Error::Tracefs { .. } => {
+                "run as root, or mount it yourself: mount -t tracefs tracefs /sys/kernel/tracing"
+                    .into()
+            }
+            Error::Layout(_) => "mount the cgroup2 hierarchy (e.g. mount -t cgroup2 none \
+                                 /sys/fs/cgroup/unified) or boot with cgroup v2"
+                .into(),
+            Error::Watch { .. } => {
+                "give a cgroup directory, absolute or relative to the cgroup2 mount".into()
+            }
+            Error::TooManyWatched { .. } => "watch a common parent cgroup instead".into(),
+            Error::RingSize { .. } => "use e.g. 4096, 262144 or 1048576".into(),
+            Error::Load(aya::EbpfError::MapError(aya::maps::MapError::CreateError {
+                io_error,
+                ..
+            })) if io_error.raw_os_error() == Some(libc::EINVAL) => {
+                "the kernel may lack BPF ring buffers (Linux 5.8 or newer needed)".into()
+            }
+            Error::Load(_) | Error::Program { .. } => {
+                "run as root on Linux 6.1 or newer; the verifier's log above says what it rejected"
+                    .into()
+            }
+            Error::Missing { .. } => "rebuild with `cargo xtask build`".into(),
+            Error::Map { .. } | Error::Io(_) => return None,
+        };
+        Some(hint)
+    }
+}

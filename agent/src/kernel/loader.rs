@@ -1,0 +1,321 @@
+//! Loading: privileges and kernel checks with a clear error each, the per-kernel configuration
+//! (tracepoint formats + BTF offsets), the object itself, the filter, then attaching.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+};
+use swiftlet_common::{FIELD_ABSENT, KindCounters, ProgramConfig, names};
+
+use super::{
+    Error, FilterHandle, TaskLayout, Watch, counters::CounterReader, stream::RingReader, tracefs,
+    tracefs::Format,
+};
+use crate::cm::CgroupLayout;
+
+/// The programs, built by `build.rs` from the `ebpf` crate.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet"));
+
+/// What to load and how.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Size of the events ring buffer: a power-of-two multiple of the page size.
+    pub ring_bytes: u32,
+    /// Subtrees to watch (paths on, or relative to, the cgroup2 mount); empty = whole machine.
+    pub watch: Vec<PathBuf>,
+    pub tracefs: PathBuf,
+    pub btf: PathBuf,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            ring_bytes: swiftlet_common::DEFAULT_RING_BYTES,
+            watch: Vec::new(),
+            tracefs: PathBuf::from(tracefs::TRACEFS),
+            btf: PathBuf::from("/sys/kernel/btf/vmlinux"),
+        }
+    }
+}
+
+/// What was found out while loading, for logs, `/healthz` and tests.
+#[derive(Clone, Debug)]
+pub struct LoadInfo {
+    pub layout: CgroupLayout,
+    pub cgroup2_root: PathBuf,
+    /// Whether the exit tracepoint has `group_dead` (6.16+) or the program falls back to
+    /// `signal->live`.
+    pub exit_group_dead_field: bool,
+    /// Whether `oom:mark_victim` carries memory figures (6.8+).
+    pub oom_memory_fields: bool,
+    pub config: ProgramConfig,
+    pub ring_bytes: u32,
+}
+
+/// The loaded programs and the stream of their events. Dropping it detaches everything.
+pub struct KernelEvents {
+    // Field order is drop order: stop reading before the programs go.
+    pub(super) ring: RingReader,
+    pub(super) counters: CounterReader,
+    pub(super) filter: FilterHandle,
+    pub(super) info: LoadInfo,
+    _logger: Option<tokio::task::JoinHandle<()>>,
+    _ebpf: Ebpf,
+}
+
+impl Drop for KernelEvents {
+    fn drop(&mut self) {
+        if let Some(logger) = &self._logger {
+            logger.abort();
+        }
+    }
+}
+
+impl KernelEvents {
+    /// Loads and attaches the programs. Needs a tokio runtime (the ring buffer is polled through
+    /// it).
+    pub fn load(options: &LoadOptions) -> Result<KernelEvents, Error> {
+        check_privileges()?;
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64;
+        let bytes = u64::from(options.ring_bytes);
+        if bytes < page || !bytes.is_power_of_two() || bytes % page != 0 {
+            return Err(Error::RingSize {
+                bytes: options.ring_bytes,
+                page,
+            });
+        }
+        let task = TaskLayout::from_btf_file(&options.btf)?;
+        tracefs::ensure_mounted(&options.tracefs)?;
+        let config = program_config(&options.tracefs, &task)?;
+        let layout = CgroupLayout::detect()?;
+        let cgroup2_root = layout.cgroup2_root()?.to_owned();
+        let watches = options
+            .watch
+            .iter()
+            .map(|p| Watch::resolve(p, &cgroup2_root))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        raise_memlock_limit();
+        let log_level = log::max_level() as u8;
+        let mut ebpf = EbpfLoader::new()
+            .override_global(names::CONFIG, &config, true)
+            .override_global("AYA_LOG_LEVEL", &log_level, false)
+            .map_max_entries(names::EVENTS, options.ring_bytes)
+            .load(OBJECT)
+            .map_err(Error::Load)?;
+
+        let logger = start_logger(&mut ebpf);
+        let filter = FilterHandle::new(
+            take_map::<Array<MapData, _>>(&mut ebpf, names::WATCHED)?,
+            take_map::<Array<MapData, _>>(&mut ebpf, names::WATCH_COUNT)?,
+        );
+        // The filter is in place before the first program runs.
+        filter.set(&watches)?;
+        let counters: PerCpuArray<MapData, KindCounters> = take_map(&mut ebpf, names::COUNTERS)?;
+        let ring: RingBuf<MapData> = take_map(&mut ebpf, names::EVENTS)?;
+        let ring = crate::sys::register_readable(ring).map_err(Error::Io)?;
+
+        for (program, category, name) in names::PROGRAMS {
+            attach(&mut ebpf, program, category, name)?;
+        }
+        let info = LoadInfo {
+            layout,
+            cgroup2_root,
+            exit_group_dead_field: config.exit_group_dead != FIELD_ABSENT,
+            oom_memory_fields: config.oom_total_vm != FIELD_ABSENT,
+            config,
+            ring_bytes: options.ring_bytes,
+        };
+        tracing::info!(
+            cgroup_layout = info.layout.name(),
+            cgroup2 = %info.cgroup2_root.display(),
+            watched = watches.len(),
+            ring_bytes = options.ring_bytes,
+            exit_group_dead_field = info.exit_group_dead_field,
+            "kernel event programs attached"
+        );
+        Ok(KernelEvents {
+            ring: RingReader::new(ring),
+            counters: CounterReader::new(Arc::new(counters)),
+            filter,
+            info,
+            _logger: logger,
+            _ebpf: ebpf,
+        })
+    }
+
+    pub fn info(&self) -> &LoadInfo {
+        &self.info
+    }
+
+    /// A handle to change the watched subtrees while events flow.
+    pub fn filter(&self) -> FilterHandle {
+        self.filter.clone()
+    }
+
+    /// A handle to read the kernel's per-kind counters from elsewhere (e.g. a metrics scrape).
+    pub fn counters(&self) -> CounterReader {
+        self.counters.clone()
+    }
+}
+
+/// Resolves every tracepoint field and struct offset the programs read.
+pub fn program_config(tracefs_root: &Path, task: &TaskLayout) -> Result<ProgramConfig, Error> {
+    let exit = Format::read(tracefs_root, "sched", "sched_process_exit")?;
+    let exec = Format::read(tracefs_root, "sched", "sched_process_exec")?;
+    let oom = Format::read(tracefs_root, "oom", "mark_victim")?;
+    let mkdir = Format::read(tracefs_root, "cgroup", "cgroup_mkdir")?;
+    let rmdir = Format::read(tracefs_root, "cgroup", "cgroup_rmdir")?;
+    if mkdir.fields != rmdir.fields {
+        // One program reads both; they are one event class in the kernel.
+        return Err(Error::TracepointField {
+            tracepoint: "cgroup/cgroup_rmdir".into(),
+            field: "layout equal to cgroup_mkdir's".into(),
+        });
+    }
+    let id_size = mkdir.field("id").map_or(0, |f| f.size);
+    if id_size != 4 && id_size != 8 {
+        return Err(Error::TracepointField {
+            tracepoint: "cgroup/cgroup_mkdir".into(),
+            field: "id (4 or 8 bytes)".into(),
+        });
+    }
+    Ok(ProgramConfig {
+        task_signal: task.task_signal,
+        task_exit_code: task.task_exit_code,
+        signal_flags: task.signal_flags,
+        signal_group_exit_code: task.signal_group_exit_code,
+        signal_live: task.signal_live,
+        exit_group_dead: exit.optional("group_dead"),
+        exec_filename: exec.required("filename")?,
+        exec_pid: exec.required("pid")?,
+        exec_old_pid: exec.optional("old_pid"),
+        oom_pid: oom.required("pid")?,
+        oom_comm: oom.optional("comm"),
+        oom_total_vm: oom.optional("total_vm"),
+        oom_anon_rss: oom.optional("anon_rss"),
+        oom_file_rss: oom.optional("file_rss"),
+        oom_shmem_rss: oom.optional("shmem_rss"),
+        oom_uid: oom.optional("uid"),
+        oom_pgtables: oom.optional("pgtables"),
+        oom_score_adj: oom.optional("oom_score_adj"),
+        cgroup_root: mkdir.required("root")?,
+        cgroup_level: mkdir.required("level")?,
+        cgroup_id: mkdir.required("id")?,
+        cgroup_id_size: id_size,
+        cgroup_path: mkdir.required("path")?,
+        cgroup2_hierarchy_id: 0,
+    })
+}
+
+/// Root, or CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (Linux 5.8+).
+fn check_privileges() -> Result<(), Error> {
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_BPF: u32 = 39;
+    let effective = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    let has = |cap: u32| effective & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [
+        (CAP_BPF, "CAP_BPF"),
+        (CAP_PERFMON, "CAP_PERFMON"),
+        (CAP_SYS_ADMIN, "CAP_SYS_ADMIN"),
+    ]
+    .into_iter()
+    .filter(|(cap, _)| !has(*cap))
+    .map(|(_, name)| name)
+    .collect();
+    let who = if nix::unistd::geteuid().is_root() {
+        "root without"
+    } else {
+        "not root, no"
+    };
+    Err(Error::NotPrivileged {
+        missing: format!("{who} {}", missing.join(", ")),
+    })
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones ignore it.
+fn raise_memlock_limit() {
+    use nix::sys::resource::{RLIM_INFINITY, Resource, setrlimit};
+    if let Err(errno) = setrlimit(Resource::RLIMIT_MEMLOCK, RLIM_INFINITY, RLIM_INFINITY) {
+        tracing::debug!(%errno, "could not raise RLIMIT_MEMLOCK (only matters before Linux 5.11)");
+    }
+}
+
+fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, Error>
+where
+    M: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf
+        .take_map(name)
+        .ok_or(Error::Missing { what: "map", name })?;
+    M::try_from(map).map_err(|source| Error::Map { map: name, source })
+}
+
+fn attach(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    category: &str,
+    tracepoint: &str,
+) -> Result<(), Error> {
+    let prog: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or(Error::Missing {
+            what: "program",
+            name: program,
+        })?
+        .try_into()
+        .map_err(|source| Error::Program { program, source })?;
+    prog.load()
+        .map_err(|source| Error::Program { program, source })?;
+    prog.attach(category, tracepoint)
+        .map_err(|source| Error::Program { program, source })?;
+    Ok(())
+}
+
+/// Forwards the programs' aya-log records to `log`, which `tracing` picks up.
+fn start_logger(ebpf: &mut Ebpf) -> Option<tokio::task::JoinHandle<()>> {
+    let logger = match aya_log::EbpfLogger::init(ebpf) {
+        Ok(logger) => logger,
+        Err(error) => {
+            tracing::debug!(%error, "eBPF programs log nothing this build");
+            return None;
+        }
+    };
+    let mut logger = match crate::sys::register_readable(logger) {
+        Ok(fd) => fd,
+        Err(error) => {
+            tracing::warn!(%error, "cannot poll the eBPF log buffer; program logs are dropped");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = logger.readable_mut().await else {
+                return;
+            };
+            guard.get_inner_mut().flush();
+            guard.clear_ready();
+        }
+    }))
+}

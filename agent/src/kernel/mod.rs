@@ -1,0 +1,31 @@
+//! The only module that talks to aya: it loads swiftlet's eBPF object (embedded in the binary),
+//! resolves the running kernel's layouts for it, attaches the programs, and turns the events ring
+//! buffer into one typed async stream ([`KernelEvents::next`]) with every loss accounted for.
+//!
+//! Not here: what events mean for pods (the PLEG), or who consumes them (`app`, `commands`).
+//! Upstream counterpart: none in the kubelet; it replaces the runtime relist as the source of
+//! container state changes (kubelet `pkg/kubelet/pleg`).
+
+mod btf;
+mod counters;
+mod error;
+pub mod event;
+pub mod filter;
+mod loader;
+mod stream;
+pub mod tracefs;
+
+pub use btf::TaskLayout;
+pub use counters::{CounterReader, KernelCounters};
+pub use error::Error;
+pub use event::{CgroupChange, EventBody, KernelEvent, OomKill, ProcessExec, ProcessExit};
+pub use filter::{FilterHandle, Watch};
+pub use loader::{KernelEvents, LoadInfo, LoadOptions};
+pub use stream::StreamItem;
+
+/// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns` reads, so the two compare directly.
+pub fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
+}

@@ -1,0 +1,28 @@
+//! The `swiftlet` binary: parse arguments, start telemetry, run the command.
+
+use std::process::ExitCode;
+
+use clap::Parser as _;
+use swiftlet::{commands, config::Args, telemetry};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    telemetry::init(&args.log_level, args.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(args.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            commands::report(&error);
+            ExitCode::FAILURE
+        }
+    }
+}

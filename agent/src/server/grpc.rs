@@ -1,0 +1,212 @@
+//! `swiftlet.v1.Events`: every watcher gets its own subscription to the agent's event bus; a
+//! watcher that falls behind is told how many events it missed instead of slowing anyone down.
+
+use std::sync::Arc;
+
+use swiftlet_common::EventKind;
+use swiftlet_proto::v1::{self, events_server::Events};
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::kernel::{EventBody, KernelEvent, StreamItem};
+
+/// Per-watcher queue between the bus and the client's HTTP/2 stream.
+const WATCH_QUEUE: usize = 1024;
+
+pub struct EventsService {
+    bus: broadcast::Sender<Arc<StreamItem>>,
+}
+
+impl EventsService {
+    pub fn new(bus: broadcast::Sender<Arc<StreamItem>>) -> Self {
+        EventsService { bus }
+    }
+}
+
+#[tonic::async_trait]
+impl Events for EventsService {
+    type WatchStream = ReceiverStream<Result<v1::Event, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let request = request.into_inner();
+        let kinds = parse_kinds(&request.kinds)?;
+        let cgroups = request.cgroup_ids;
+        let mut rx = self.bus.subscribe();
+        let (tx, out) = mpsc::channel(WATCH_QUEUE);
+        tokio::spawn(async move {
+            loop {
+                let message = match rx.recv().await {
+                    Ok(item) => match item.as_ref() {
+                        StreamItem::Event(event) => {
+                            let kind = event.body.kind();
+                            let cgroup = event.body.cgroup_id();
+                            if (!kinds.is_empty() && !kinds.contains(&kind))
+                                || (!cgroups.is_empty() && !cgroups.contains(&cgroup))
+                            {
+                                continue;
+                            }
+                            to_proto(event)
+                        }
+                        StreamItem::Lost { count } => lost(*count, "kernel"),
+                    },
+                    Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
+                    Err(broadcast::error::RecvError::Closed) => break,
+                };
+                if tx.send(Ok(message)).await.is_err() {
+                    break; // the client went away
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(out)))
+    }
+}
+
+fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, Status> {
+    kinds
+        .iter()
+        .map(|name| {
+            EventKind::ALL
+                .into_iter()
+                .find(|k| k.as_str() == name)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                    Status::invalid_argument(format!(
+                        "kinds: unknown kind {name:?}; expected one of {}",
+                        known.join(", ")
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn lost(count: u64, place: &str) -> v1::Event {
+    v1::Event {
+        ts_ns: crate::kernel::monotonic_ns(),
+        cgroup_id: 0,
+        kind: Some(v1::event::Kind::Lost(v1::EventsLost {
+            count,
+            r#where: place.to_owned(),
+        })),
+    }
+}
+
+pub fn to_proto(event: &KernelEvent) -> v1::Event {
+    use v1::event::Kind;
+    let kind = match &event.body {
+        EventBody::Exit(e) => Kind::Exit(v1::ProcessExit {
+            pid: e.pid,
+            tid: e.tid,
+            comm: e.comm.clone(),
+            exit_code: e.exit_code,
+            signal: e.signal,
+            core_dumped: e.core_dumped,
+            wait_status: e.wait_status,
+        }),
+        EventBody::Exec(e) => Kind::Exec(v1::ProcessExec {
+            pid: e.pid,
+            tid: e.tid,
+            old_pid: e.old_pid,
+            comm: e.comm.clone(),
+            filename: e.filename.clone(),
+        }),
+        EventBody::Oom(e) => Kind::Oom(v1::OomKill {
+            pid: e.pid,
+            comm: e.comm.clone(),
+            exit_ts_ns: e.exit_ts_ns,
+            total_vm_kb: e.total_vm_kb,
+            anon_rss_kb: e.anon_rss_kb,
+            file_rss_kb: e.file_rss_kb,
+            shmem_rss_kb: e.shmem_rss_kb,
+            pgtables_kb: e.pgtables_kb,
+            uid: e.uid,
+            oom_score_adj: e.oom_score_adj,
+        }),
+        EventBody::CgroupMkdir(c) => Kind::CgroupMkdir(cgroup_change(c)),
+        EventBody::CgroupRmdir(c) => Kind::CgroupRmdir(cgroup_change(c)),
+    };
+    v1::Event {
+        ts_ns: event.ts_ns,
+        cgroup_id: event.body.cgroup_id(),
+        kind: Some(kind),
+    }
+}
+
+fn cgroup_change(c: &crate::kernel::CgroupChange) -> v1::CgroupChange {
+    v1::CgroupChange {
+        level: c.level,
+        path: c.path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::ProcessExit;
+    use tokio_stream::StreamExt as _;
+
+    fn exit(cgroup_id: u64, pid: u32) -> Arc<StreamItem> {
+        Arc::new(StreamItem::Event(KernelEvent {
+            ts_ns: 5,
+            received_ns: 6,
+            cpu: 0,
+            body: EventBody::Exit(ProcessExit {
+                cgroup_id,
+                pid,
+                tid: pid,
+                comm: "x".into(),
+                exit_code: Some(0),
+                signal: None,
+                core_dumped: false,
+                wait_status: 0,
+            }),
+        }))
+    }
+
+    #[tokio::test]
+    async fn watch_filters_by_cgroup_and_reports_losses() {
+        let (bus, _keep) = broadcast::channel(16);
+        let service = EventsService::new(bus.clone());
+        let response = service
+            .watch(Request::new(v1::WatchRequest {
+                kinds: vec!["exit".into()],
+                cgroup_ids: vec![2],
+            }))
+            .await
+            .expect("watch starts");
+        let mut stream = response.into_inner();
+        bus.send(exit(1, 10)).expect("send");
+        bus.send(exit(2, 20)).expect("send");
+        bus.send(Arc::new(StreamItem::Lost { count: 3 }))
+            .expect("send");
+        let first = stream.next().await.expect("item").expect("ok");
+        assert_eq!(first.cgroup_id, 2);
+        assert!(matches!(first.kind, Some(v1::event::Kind::Exit(ref e)) if e.pid == 20));
+        let second = stream.next().await.expect("item").expect("ok");
+        assert!(
+            matches!(second.kind, Some(v1::event::Kind::Lost(ref l)) if l.count == 3 && l.r#where == "kernel")
+        );
+    }
+
+    #[tokio::test]
+    async fn unknown_kinds_are_rejected_by_name() {
+        let (bus, _keep) = broadcast::channel(1);
+        let status = EventsService::new(bus)
+            .watch(Request::new(v1::WatchRequest {
+                kinds: vec!["exits".into()],
+                cgroup_ids: vec![],
+            }))
+            .await
+            .err()
+            .expect("rejected");
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().contains("\"exits\""),
+            "{}",
+            status.message()
+        );
+    }
+}

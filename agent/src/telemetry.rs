@@ -1,0 +1,42 @@
+//! Logs and traces: `tracing` to stderr, text or JSON, filtered by `RUST_LOG` or `--log-level`.
+//! `log` records (aya, and the eBPF programs' aya-log output) are bridged into `tracing`.
+
+use tracing_subscriber::{EnvFilter, fmt};
+
+use crate::config::LogFormat;
+
+/// Installs the global subscriber. An invalid filter falls back to `info` and says so.
+pub fn init(level: &str, format: LogFormat) {
+    let (filter, bad) = match std::env::var("RUST_LOG") {
+        Ok(env) if !env.is_empty() => match EnvFilter::try_new(&env) {
+            Ok(filter) => (filter, None),
+            Err(e) => (
+                EnvFilter::new("info"),
+                Some(format!("RUST_LOG={env:?}: {e}")),
+            ),
+        },
+        _ => match EnvFilter::try_new(level) {
+            Ok(filter) => (filter, None),
+            Err(e) => (
+                EnvFilter::new("info"),
+                Some(format!("--log-level {level:?}: {e}")),
+            ),
+        },
+    };
+    let builder = fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(true);
+    let installed = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+    if installed.is_err() {
+        // A subscriber is already installed (tests); keep it.
+        return;
+    }
+    if let Some(bad) = bad {
+        tracing::warn!("ignoring invalid log filter {bad}; using info");
+    }
+}

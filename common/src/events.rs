@@ -1,0 +1,172 @@
+//! Ring-buffer records. Each starts with an [`EventHeader`]; userspace reads the header, checks
+//! `size`, then reads the whole record of that kind.
+
+/// Length of a task's `comm` in the kernel (`TASK_COMM_LEN`).
+pub const COMM_LEN: usize = 16;
+/// Bytes kept of a path (exec filename, cgroup path); longer ones are cut and flagged.
+pub const PATH_LEN: usize = 256;
+
+/// Event kinds. The numbers are part of the kernel/user contract: never reuse or renumber one.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    Exit = 1,
+    Exec = 2,
+    Oom = 3,
+    CgroupMkdir = 4,
+    CgroupRmdir = 5,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 5] = [
+        EventKind::Exit,
+        EventKind::Exec,
+        EventKind::Oom,
+        EventKind::CgroupMkdir,
+        EventKind::CgroupRmdir,
+    ];
+
+    /// The kind for a raw header value, or `None` for a kind this build does not know.
+    pub const fn from_raw(raw: u32) -> Option<EventKind> {
+        match raw {
+            1 => Some(EventKind::Exit),
+            2 => Some(EventKind::Exec),
+            3 => Some(EventKind::Oom),
+            4 => Some(EventKind::CgroupMkdir),
+            5 => Some(EventKind::CgroupRmdir),
+            _ => None,
+        }
+    }
+
+    /// The name used in JSON output, metrics labels and the gRPC API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Exit => "exit",
+            EventKind::Exec => "exec",
+            EventKind::Oom => "oom",
+            EventKind::CgroupMkdir => "cgroup_mkdir",
+            EventKind::CgroupRmdir => "cgroup_rmdir",
+        }
+    }
+
+    /// Size of this kind's record, which the header's `size` must equal.
+    pub const fn record_size(self) -> usize {
+        match self {
+            EventKind::Exit => size_of::<ExitEvent>(),
+            EventKind::Exec => size_of::<ExecEvent>(),
+            EventKind::Oom => size_of::<OomEvent>(),
+            EventKind::CgroupMkdir | EventKind::CgroupRmdir => size_of::<CgroupEvent>(),
+        }
+    }
+}
+
+/// The first 24 bytes of every record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct EventHeader {
+    /// An [`EventKind`] as `u32`.
+    pub kind: u32,
+    /// Size in bytes of the whole record, header included.
+    pub size: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, comparable with userspace `clock_gettime`.
+    pub ts_ns: u64,
+    /// Events this CPU failed to reserve since its previous successful record: a non-zero value
+    /// tells the consumer at once that it missed something.
+    pub lost_before: u32,
+    /// The CPU the program ran on.
+    pub cpu: u32,
+}
+
+/// A whole process (thread group) is gone.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExitEvent {
+    pub header: EventHeader,
+    /// cgroup2 id of the exiting task (the inode number of its cgroup directory).
+    pub cgroup_id: u64,
+    /// Thread id of the last thread to exit (the one that made the group dead).
+    pub pid: u32,
+    /// The process id.
+    pub tgid: u32,
+    /// The wait status as the parent will see it: `(code << 8)` for an exit, the signal number
+    /// (with 0x80 when a core was dumped) for a fatal signal.
+    pub exit_code: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// A task replaced its program image.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecEvent {
+    pub header: EventHeader,
+    pub cgroup_id: u64,
+    pub pid: u32,
+    pub tgid: u32,
+    /// The pid before exec (differs from `pid` when a non-leader thread execs).
+    pub old_pid: u32,
+    /// Bytes of `filename` used, NUL excluded.
+    pub filename_len: u32,
+    pub comm: [u8; COMM_LEN],
+    pub filename: [u8; PATH_LEN],
+}
+
+/// Which optional fields of an [`OomEvent`] the running kernel supplied (the `mark_victim`
+/// tracepoint gained them in 6.8; older kernels only give the pid).
+#[derive(Clone, Copy, Debug)]
+pub struct OomFields;
+
+impl OomFields {
+    pub const COMM: u32 = 1 << 0;
+    pub const MEMORY: u32 = 1 << 1;
+    pub const UID: u32 = 1 << 2;
+    pub const OOM_SCORE_ADJ: u32 = 1 << 3;
+}
+
+/// The OOM killer chose this process. Recorded at `oom:mark_victim` (the header's timestamp) and
+/// emitted when the victim's task exits, in the victim's own context, which is how its cgroup is
+/// known without a race; the emission always precedes the victim's [`ExitEvent`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct OomEvent {
+    pub header: EventHeader,
+    pub cgroup_id: u64,
+    /// The victim task's pid as the tracepoint gives it.
+    pub pid: u32,
+    pub tgid: u32,
+    /// When the victim task exited (CLOCK_MONOTONIC), i.e. when this record was emitted.
+    pub exit_ts_ns: u64,
+    pub total_vm_kb: u64,
+    pub anon_rss_kb: u64,
+    pub file_rss_kb: u64,
+    pub shmem_rss_kb: u64,
+    pub pgtables_kb: u64,
+    pub uid: u32,
+    pub oom_score_adj: i32,
+    /// [`OomFields`] bits.
+    pub fields: u32,
+    pub _pad: u32,
+    pub comm: [u8; COMM_LEN],
+}
+
+/// A cgroup was created or removed on the cgroup2 hierarchy.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CgroupEvent {
+    pub header: EventHeader,
+    /// The cgroup's id (the inode number of its directory).
+    pub id: u64,
+    /// Depth below the hierarchy's root (the root is level 0).
+    pub level: u32,
+    /// Bytes of `path` used, NUL excluded.
+    pub path_len: u32,
+    /// The path relative to the cgroup2 mount, starting with `/`.
+    pub path: [u8; PATH_LEN],
+}
+
+const _: () = assert!(size_of::<EventHeader>() == 24);
+const _: () = assert!(size_of::<ExitEvent>() == 64);
+const _: () = assert!(size_of::<ExecEvent>() == 320);
+const _: () = assert!(size_of::<OomEvent>() == 120);
+const _: () = assert!(size_of::<CgroupEvent>() == 296);
+const _: () = assert!(align_of::<ExecEvent>() <= 8 && align_of::<CgroupEvent>() <= 8);

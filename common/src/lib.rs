@@ -1,0 +1,79 @@
+//! The one definition of everything that crosses the kernel/user boundary: the ring-buffer records
+//! the eBPF programs emit, the map names and value types, and the load-time configuration the agent
+//! writes into the programs' read-only globals.
+//!
+//! Rules that keep the two sides in agreement: every record is `#[repr(C)]`, `Copy`, has explicit
+//! padding and no `bool`; every record starts with an [`EventHeader`] naming its kind and size; kind
+//! numbers are never reused; sizes are asserted at compile time below. The userspace side gets
+//! `aya::Pod` impls through the `user` feature.
+#![no_std]
+
+mod config;
+mod counters;
+mod events;
+mod filter;
+
+pub use config::{FIELD_ABSENT, ProgramConfig, SIGNAL_GROUP_EXIT};
+pub use counters::{KindCounters, MAX_KIND};
+pub use events::{
+    COMM_LEN, CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, OomEvent, OomFields,
+    PATH_LEN,
+};
+pub use filter::{FILTER_ACTIVE, MAX_WATCHED, WatchedCgroup};
+
+/// Names of the maps and globals in the eBPF object. The programs declare statics with exactly
+/// these names; the agent looks them up by these constants.
+pub mod names {
+    /// The ring buffer every event goes through (one buffer keeps the kernel's order across kinds:
+    /// a cgroup's mkdir precedes the exec in it, an OOM kill precedes the victim's exit).
+    pub const EVENTS: &str = "EVENTS";
+    /// Per-CPU [`crate::KindCounters`], indexed by [`crate::EventKind`].
+    pub const COUNTERS: &str = "COUNTERS";
+    /// Per-CPU count of reserve failures not yet reported in an [`crate::EventHeader`].
+    pub const PENDING_LOST: &str = "PENDING_LOST";
+    /// [`crate::WatchedCgroup`] entries; the first `WATCH_COUNT[0] & !FILTER_ACTIVE` are live.
+    pub const WATCHED: &str = "WATCHED";
+    /// One `u32`: [`crate::FILTER_ACTIVE`] and how many entries of `WATCHED` are live; zero means
+    /// the whole machine.
+    pub const WATCH_COUNT: &str = "WATCH_COUNT";
+    /// OOM victims (by pid) whose exit has not been seen yet.
+    pub const OOM_PENDING: &str = "OOM_PENDING";
+    /// Exits already reported, for kernels whose exit tracepoint lacks `group_dead`.
+    pub const EXIT_SEEN: &str = "EXIT_SEEN";
+    /// The [`crate::ProgramConfig`] global.
+    pub const CONFIG: &str = "CONFIG";
+
+    /// Program names (the function names in `ebpf/src/main.rs`) with their tracepoints.
+    pub const PROGRAMS: [(&str, &str, &str); 5] = [
+        ("sched_process_exit", "sched", "sched_process_exit"),
+        ("sched_process_exec", "sched", "sched_process_exec"),
+        ("oom_mark_victim", "oom", "mark_victim"),
+        ("cgroup_mkdir", "cgroup", "cgroup_mkdir"),
+        ("cgroup_rmdir", "cgroup", "cgroup_rmdir"),
+    ];
+}
+
+/// Default size of the events ring buffer: 1 MiB holds about 16k exit records, several seconds of
+/// the fastest spawn storm these machines produce.
+pub const DEFAULT_RING_BYTES: u32 = 1 << 20;
+
+#[cfg(feature = "user")]
+mod pod_impls {
+    // SAFETY: every type below is `#[repr(C)]`, `Copy`, made only of integers and integer arrays,
+    // with all padding explicit, so any bit pattern is a valid value.
+    unsafe impl aya::Pod for crate::EventHeader {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::ExitEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::ExecEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::OomEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::CgroupEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::KindCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::WatchedCgroup {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::ProgramConfig {}
+}

@@ -1,0 +1,73 @@
+//! swiftlet's kernel side: tracepoint programs that turn process exits and execs, OOM kills and
+//! cgroup creation/removal into records in one BPF ring buffer, filtered to the cgroup subtrees the
+//! agent watches. Every entry point is a one-line wrapper around a `try_*` function; failures are
+//! counted per CPU in `COUNTERS`, never panicked on.
+#![no_std]
+#![no_main]
+
+mod cgroup;
+mod emit;
+mod exec;
+mod exit;
+mod filter;
+mod oom;
+
+use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use swiftlet_common::{EventKind, ProgramConfig};
+
+/// Offsets for the running kernel, written by the agent at load time (see `common::config`).
+#[unsafe(no_mangle)]
+static CONFIG: ProgramConfig = ProgramConfig::UNSET;
+
+/// Reads one field of [`CONFIG`]. The volatile read keeps the compiler from folding the default
+/// value in: the loader rewrites the global's bytes before the verifier sees the program.
+macro_rules! config {
+    ($field:ident) => {
+        // SAFETY: CONFIG is a plain static of integers that nothing writes at run time.
+        unsafe { core::ptr::read_volatile(&raw const $crate::CONFIG.$field) }
+    };
+}
+pub(crate) use config;
+
+#[tracepoint]
+pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+    emit::finish(EventKind::Exit, exit::try_exit(&ctx))
+}
+
+#[tracepoint]
+pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+    emit::finish(EventKind::Exec, exec::try_exec(&ctx))
+}
+
+#[tracepoint]
+pub fn oom_mark_victim(ctx: TracePointContext) -> u32 {
+    emit::finish(EventKind::Oom, oom::try_mark_victim(&ctx))
+}
+
+#[tracepoint]
+pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
+    emit::finish(
+        EventKind::CgroupMkdir,
+        cgroup::try_cgroup(&ctx, EventKind::CgroupMkdir),
+    )
+}
+
+#[tracepoint]
+pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
+    emit::finish(
+        EventKind::CgroupRmdir,
+        cgroup::try_cgroup(&ctx, EventKind::CgroupRmdir),
+    )
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // The programs are written without panicking paths; the verifier would reject any left.
+    // SAFETY: unreachable by construction (no indexing without a bound, no unwrap).
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 4] = *b"GPL\0";
