@@ -31,6 +31,9 @@ pub mod names {
     pub const COUNTERS: &str = "COUNTERS";
     /// Per-CPU count of reserve failures not yet reported in an [`crate::EventHeader`].
     pub const PENDING_LOST: &str = "PENDING_LOST";
+    /// Per-CPU `u64`: every reserve failure, all kinds together, so a reader can learn of losses
+    /// with one lookup.
+    pub const LOST_TOTAL: &str = "LOST_TOTAL";
     /// [`crate::WatchedCgroup`] entries; the first `WATCH_COUNT[0] & !FILTER_ACTIVE` are live.
     pub const WATCHED: &str = "WATCHED";
     /// One `u32`: [`crate::FILTER_ACTIVE`] and how many entries of `WATCHED` are live; zero means

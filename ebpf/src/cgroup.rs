@@ -2,6 +2,7 @@
 //! a hybrid layout are skipped in the kernel).
 
 use aya_ebpf::{macros::map, maps::PerCpuArray, programs::TracePointContext};
+use aya_log_ebpf::debug;
 use swiftlet_common::{CgroupEvent, EventKind, PATH_LEN};
 
 use crate::{
@@ -56,5 +57,9 @@ pub fn try_cgroup(ctx: &TracePointContext, kind: EventKind) -> Result<()> {
         (*record).path_len = path_len;
     }
     emit::submit(kind, entry);
+    debug!(
+        ctx,
+        "cgroup event kind={} id={} level={}", kind as u32, id, level
+    );
     Ok(())
 }

@@ -19,6 +19,9 @@ static COUNTERS: PerCpuArray<KindCounters> = PerCpuArray::with_max_entries(MAX_K
 #[map]
 static PENDING_LOST: PerCpuArray<u32> = PerCpuArray::with_max_entries(1, 0);
 
+#[map]
+static LOST_TOTAL: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 /// Why a program gave up on an event.
 #[derive(Clone, Copy)]
 pub enum Error {
@@ -69,6 +72,10 @@ pub fn reserve<T: 'static>(kind: EventKind) -> Result<RingBufEntry<T>> {
             if let Some(pending) = PENDING_LOST.get_ptr_mut(0) {
                 // SAFETY: per-CPU slot, as above.
                 unsafe { *pending = (*pending).saturating_add(1) };
+            }
+            if let Some(total) = LOST_TOTAL.get_ptr_mut(0) {
+                // SAFETY: per-CPU slot, as above.
+                unsafe { *total += 1 };
             }
             Err(Error::Full)
         }

@@ -1,1 +1,80 @@
+//! Helpers for swiftlet's system tests and benchmarks: the privilege gate, cgroups that clean up
+//! after themselves, processes placed into them, and the paths of the binaries under test.
+#![expect(clippy::print_stderr, reason = "tests say why they skip")]
 
+pub mod cgroup;
+
+use std::{path::PathBuf, time::Duration};
+
+pub use cgroup::TestCgroup;
+use swiftlet::kernel::{KernelEvent, KernelEvents, StreamItem};
+
+/// Whether this test may touch the kernel. Outside CI, a test that is not root skips, saying why;
+/// in CI (`CI` set) a privileged test that cannot run fails instead.
+pub fn privileged(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: privileged test cannot run: not root (CI is set, so this is a failure)");
+    }
+    eprintln!("skipped {test}: needs root to load eBPF programs and manage cgroups");
+    false
+}
+
+/// The scripted helper process (see `src/bin/swiftlet-testproc.rs`).
+pub fn testproc() -> PathBuf {
+    sibling_binary("swiftlet-testproc")
+}
+
+/// The `swiftlet` binary: `SWIFTLET_BIN`, or the one built next to the running test.
+pub fn swiftlet_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("SWIFTLET_BIN") {
+        return PathBuf::from(path);
+    }
+    sibling_binary("swiftlet")
+}
+
+fn sibling_binary(name: &str) -> PathBuf {
+    // Tests run from target/<profile>/deps/; binaries live in target/<profile>/.
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(PathBuf::from).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo xtask test` (or `cargo build --workspace --bins`) first",
+        path.display()
+    );
+    path
+}
+
+/// How long a test waits for an event before failing. Not a performance assertion: only a bound
+/// so that a missing event fails the test instead of hanging it.
+pub const EVENT_WAIT: Duration = Duration::from_secs(30);
+
+/// Reads events until `want` matches one, returning it with everything read before it.
+pub async fn read_until(
+    events: &mut KernelEvents,
+    mut want: impl FnMut(&KernelEvent) -> bool,
+) -> (KernelEvent, Vec<StreamItem>) {
+    let mut before = Vec::new();
+    let found = tokio::time::timeout(EVENT_WAIT, async {
+        loop {
+            match events.next().await.expect("the event stream keeps working") {
+                StreamItem::Event(event) if want(&event) => return event,
+                item => before.push(item),
+            }
+        }
+    })
+    .await;
+    match found {
+        Ok(event) => (event, before),
+        Err(_) => panic!(
+            "no matching event within {EVENT_WAIT:?}; saw {} other items: {before:#?}",
+            before.len()
+        ),
+    }
+}

@@ -20,7 +20,7 @@ use super::{
 use crate::cm::CgroupLayout;
 
 /// The programs, built by `build.rs` from the `ebpf` crate.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet"));
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet-ebpf"));
 
 /// What to load and how.
 #[derive(Clone, Debug)]
@@ -121,6 +121,7 @@ impl KernelEvents {
         // The filter is in place before the first program runs.
         filter.set(&watches)?;
         let counters: PerCpuArray<MapData, KindCounters> = take_map(&mut ebpf, names::COUNTERS)?;
+        let lost_total: PerCpuArray<MapData, u64> = take_map(&mut ebpf, names::LOST_TOTAL)?;
         let ring: RingBuf<MapData> = take_map(&mut ebpf, names::EVENTS)?;
         let ring = crate::sys::register_readable(ring).map_err(Error::Io)?;
 
@@ -144,7 +145,7 @@ impl KernelEvents {
             "kernel event programs attached"
         );
         Ok(KernelEvents {
-            ring: RingReader::new(ring),
+            ring: RingReader::new(ring, lost_total),
             counters: CounterReader::new(Arc::new(counters)),
             filter,
             info,

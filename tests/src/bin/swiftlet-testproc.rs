@@ -1,0 +1,115 @@
+//! A process with scripted behaviour for the system tests and benchmarks, so that what the kernel
+//! sees (exit codes, threads, allocations, fork storms) is exactly what a test asserts on.
+//!
+//! ```text
+//! swiftlet-testproc exit CODE              exit with CODE
+//! swiftlet-testproc sleep                  sleep until killed
+//! swiftlet-testproc threads N              start N threads that exit, join them, exit 0
+//! swiftlet-testproc leader-first CODE      the main thread exits first; another thread later
+//!                                          ends the process with CODE
+//! swiftlet-testproc alloc MIB              allocate and touch MIB MiB, then sleep
+//! swiftlet-testproc storm N [PARALLEL]     PARALLEL workers fork N children in all; each child
+//!                                          exits at once; prints "forked N" when all are reaped
+//! swiftlet-testproc paced N                fork N children one after another (fork, exit, reap)
+//! ```
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a test helper's CLI"
+)]
+
+use std::{process::ExitCode, thread, time::Duration};
+
+use nix::{
+    sys::wait::waitpid,
+    unistd::{ForkResult, fork},
+};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let number = |i: usize| -> u64 {
+        args.get(i).and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+            eprintln!("swiftlet-testproc: argument {i} must be a number: {args:?}");
+            std::process::exit(100)
+        })
+    };
+    match args.first().map(String::as_str) {
+        Some("exit") => std::process::exit(number(1) as i32),
+        Some("sleep") => loop {
+            thread::sleep(Duration::from_secs(3600));
+        },
+        Some("threads") => {
+            let handles: Vec<_> = (0..number(1))
+                .map(|_| thread::spawn(|| thread::sleep(Duration::from_millis(10))))
+                .collect();
+            for handle in handles {
+                let _ = handle.join();
+            }
+            ExitCode::SUCCESS
+        }
+        Some("leader-first") => {
+            let code = number(1) as i32;
+            thread::spawn(move || {
+                thread::sleep(Duration::from_millis(50));
+                std::process::exit(code);
+            });
+            // The raw exit(2) syscall ends only the calling (main) thread, without unwinding
+            // (pthread_exit would force-unwind through Rust frames and abort).
+            // SAFETY: nothing of this thread is used again; the process lives on in the other.
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+            unreachable!("exit(2) returned")
+        }
+        Some("alloc") => {
+            let mib = number(1) as usize;
+            let mut blocks = Vec::with_capacity(mib);
+            for _ in 0..mib {
+                // Touch every page so the memory is really charged to the cgroup.
+                blocks.push(vec![1u8; 1 << 20]);
+            }
+            println!("allocated {} MiB", blocks.len());
+            loop {
+                thread::sleep(Duration::from_secs(3600));
+            }
+        }
+        Some("storm") => {
+            let total = number(1);
+            let parallel = if args.len() > 2 { number(2).max(1) } else { 1 };
+            let workers: Vec<_> = (0..parallel)
+                .map(|w| {
+                    let share = total / parallel + u64::from(w < total % parallel);
+                    thread::spawn(move || fork_sequentially(share))
+                })
+                .collect();
+            let forked: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
+            println!("forked {forked}");
+            ExitCode::SUCCESS
+        }
+        Some("paced") => {
+            println!("forked {}", fork_sequentially(number(1)));
+            ExitCode::SUCCESS
+        }
+        _ => {
+            eprintln!("swiftlet-testproc: unknown command {args:?}");
+            ExitCode::from(100)
+        }
+    }
+}
+
+/// Forks `n` children one at a time, each exiting at once, reaping each before the next.
+fn fork_sequentially(n: u64) -> u64 {
+    let mut forked = 0;
+    for _ in 0..n {
+        // SAFETY: the child only calls `_exit`, which is async-signal-safe, so forking from a
+        // multi-threaded process is sound here.
+        match unsafe { fork() } {
+            // SAFETY: `_exit` is async-signal-safe and ends the child at once.
+            Ok(ForkResult::Child) => unsafe { libc::_exit(0) },
+            Ok(ForkResult::Parent { child }) => {
+                let _ = waitpid(child, None);
+                forked += 1;
+            }
+            Err(_) => thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    forked
+}
