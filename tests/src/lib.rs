@@ -3,6 +3,7 @@
 #![expect(clippy::print_stderr, reason = "tests say why they skip")]
 
 pub mod cgroup;
+pub mod process;
 
 use std::{path::PathBuf, time::Duration};
 

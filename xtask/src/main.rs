@@ -1,1 +1,62 @@
-fn main() {}
+//! `cargo xtask <task>`: everything a new machine needs to build, run, test and benchmark swiftlet,
+//! each task first making sure the machine has what it needs (`setup`).
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "xtask talks to the person at the terminal"
+)]
+
+mod bench;
+mod setup;
+mod sh;
+mod tasks;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Build, run, test and benchmark swiftlet")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building swiftlet needs (Debian packages, rust-src, bpf-linker); idempotent.
+    Setup,
+    /// Set up, then build every crate and the eBPF programs.
+    Build {
+        #[arg(long)]
+        release: bool,
+    },
+    /// Build, then run `swiftlet` as root (the privileged loader). Arguments after `--` go to
+    /// swiftlet, e.g. `cargo xtask run -- events --json`.
+    Run {
+        #[arg(long)]
+        release: bool,
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// The whole suite: formatting, clippy, unit tests and the privileged system tests.
+    Test,
+    /// Benchmarks, run as root; results go to target/bench/.
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::ensure(),
+        Task::Build { release } => tasks::build(release),
+        Task::Run { release, args } => tasks::run(release, &args),
+        Task::Test => tasks::test(),
+        Task::Bench { which } => bench::run(which),
+    };
+    if let Err(error) = result {
+        eprintln!("xtask: error: {error:#}");
+        std::process::exit(1);
+    }
+}

@@ -33,6 +33,12 @@ impl Watch {
         };
         let dir = if given.starts_with(cgroup2_root) {
             given.to_owned()
+        } else if given.is_absolute() && given.is_dir() && given.starts_with("/sys") {
+            return Err(bad(format!(
+                "this directory is not on the cgroup2 hierarchy (mounted at {}); kernel events \
+                 identify cgroups by their cgroup2 id",
+                cgroup2_root.display()
+            )));
         } else {
             let relative: PathBuf = given
                 .components()

@@ -81,7 +81,7 @@ impl KernelEvents {
     /// Loads and attaches the programs. Needs a tokio runtime (the ring buffer is polled through
     /// it).
     pub fn load(options: &LoadOptions) -> Result<KernelEvents, Error> {
-        check_privileges()?;
+        // What the user gave is checked first: a typo is reported as such, root or not.
         let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
             .ok()
             .flatten()
@@ -93,9 +93,6 @@ impl KernelEvents {
                 page,
             });
         }
-        let task = TaskLayout::from_btf_file(&options.btf)?;
-        tracefs::ensure_mounted(&options.tracefs)?;
-        let config = program_config(&options.tracefs, &task)?;
         let layout = CgroupLayout::detect()?;
         let cgroup2_root = layout.cgroup2_root()?.to_owned();
         let watches = options
@@ -103,6 +100,17 @@ impl KernelEvents {
             .iter()
             .map(|p| Watch::resolve(p, &cgroup2_root))
             .collect::<Result<Vec<_>, _>>()?;
+        if watches.len() > swiftlet_common::MAX_WATCHED as usize {
+            return Err(Error::TooManyWatched {
+                given: watches.len(),
+                max: swiftlet_common::MAX_WATCHED as usize,
+            });
+        }
+
+        check_privileges()?;
+        let task = TaskLayout::from_btf_file(&options.btf)?;
+        tracefs::ensure_mounted(&options.tracefs)?;
+        let config = program_config(&options.tracefs, &task)?;
 
         raise_memlock_limit();
         let log_level = log::max_level() as u8;

@@ -1,0 +1,226 @@
+//! The `swiftlet` binary as a user runs it: `events` (text and JSON, bad input, no privileges,
+//! program logs) and `run` (the gRPC event stream, /metrics checked by promtool, /healthz).
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    os::unix::process::CommandExt as _,
+    path::PathBuf,
+    process::Command,
+};
+
+use swiftlet_proto::v1::{self, events_client::EventsClient};
+use swiftlet_tests::{TestCgroup, privileged, process::Running, swiftlet_bin, testproc};
+
+#[test]
+fn events_rejects_a_missing_cgroup_naming_it() {
+    // Bad input is reported before anything privileged happens, so this runs as anyone.
+    let out = Command::new(swiftlet_bin())
+        .args(["events", "--cgroup", "/does/not/exist"])
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.iter().any(|l| l.starts_with("error: --cgroup /does/not/exist: no such cgroup")),
+        "{stderr}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("hint: ")), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn events_rejects_a_bad_ring_size() {
+    let out = Command::new(swiftlet_bin())
+        .args(["events", "--ring-buffer-bytes", "5000"])
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("ring buffer size 5000 is not a power of two"), "{stderr}");
+}
+
+#[test]
+fn events_without_privileges_says_why_and_how() {
+    if !privileged("events_without_privileges_says_why_and_how") {
+        return;
+    }
+    // As root, drop to the `nobody` user to see what an unprivileged user sees.
+    let out = Command::new(swiftlet_bin())
+        .arg("events")
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("error: loading eBPF programs needs privileges"), "{stderr}");
+    assert!(stderr.contains("hint: run as root"), "{stderr}");
+}
+
+#[test]
+fn events_json_prints_one_object_per_event() {
+    if !privileged("events_json_prints_one_object_per_event") {
+        return;
+    }
+    let cgroup = TestCgroup::new("cli-json");
+    let swiftlet = Running::start(Command::new(swiftlet_bin()).args([
+        "events",
+        "--json",
+        "--cgroup",
+        &cgroup.path,
+    ]));
+    swiftlet.wait_stderr("kernel event programs attached");
+    let mut child = cgroup.spawn(Command::new(testproc()).args(["exit", "7"]));
+    let _ = child.wait();
+    let pid = child.id();
+
+    let exec = swiftlet.wait_stdout(|l| l.contains(r#""kind":"exec""#));
+    let exec: serde_json::Value = serde_json::from_str(&exec).expect("JSON line");
+    assert_eq!(exec["pid"], pid);
+    assert_eq!(exec["cgroup_id"], cgroup.id());
+    assert!(exec["filename"].as_str().is_some_and(|f| f.ends_with("swiftlet-testproc")));
+    let exit = swiftlet.wait_stdout(|l| l.contains(r#""kind":"exit""#));
+    let exit: serde_json::Value = serde_json::from_str(&exit).expect("JSON line");
+    assert_eq!(exit["pid"], pid);
+    assert_eq!(exit["exit_code"], 7);
+    assert_eq!(exit["signal"], serde_json::Value::Null);
+    assert!(exit["ts_ns"].as_u64().is_some_and(|t| t > 0));
+    assert!(exit["comm"].as_str().is_some_and(|c| c.starts_with("swiftlet-testpr")));
+}
+
+#[test]
+fn program_logs_reach_the_agent_log() {
+    if !privileged("program_logs_reach_the_agent_log") {
+        return;
+    }
+    let cgroup = TestCgroup::new("cli-logs");
+    let swiftlet = Running::start(Command::new(swiftlet_bin()).args([
+        "events",
+        "--log-level",
+        "debug",
+        "--cgroup",
+        &cgroup.path,
+    ]));
+    swiftlet.wait_stderr("kernel event programs attached");
+    let child = cgroup.child("logged");
+    let id = child.id();
+    swiftlet.wait_stdout(|l| l.starts_with("cgroup_mkdir"));
+    // aya-log records from the cgroup program, forwarded through `log` into `tracing`.
+    let line = swiftlet.wait_stderr(&format!("cgroup event kind=4 id={id}"));
+    assert!(line.contains("DEBUG"), "{line}");
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+async fn grpc_client(socket: PathBuf) -> EventsClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Endpoint::try_from("http://swiftlet.invalid")
+        .expect("endpoint")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("connect to the gRPC socket");
+    EventsClient::new(channel)
+}
+
+#[tokio::test]
+async fn run_streams_events_over_grpc_and_serves_metrics() {
+    if !privileged("run_streams_events_over_grpc_and_serves_metrics") {
+        return;
+    }
+    let cgroup = TestCgroup::new("cli-run");
+    let dir = std::env::temp_dir().join(format!("swiftlet-test-run-{}", std::process::id()));
+    let socket = dir.join("swiftlet.sock");
+    let port = free_port();
+    let swiftlet = Running::start(Command::new(swiftlet_bin()).args([
+        "run",
+        "--cgroup",
+        &cgroup.path,
+        "--grpc-socket",
+        &socket.display().to_string(),
+        "--http-address",
+        &format!("127.0.0.1:{port}"),
+    ]));
+    swiftlet.wait_stderr("swiftlet is running");
+
+    let mut client = grpc_client(socket.clone()).await;
+    let mut stream = client
+        .watch(v1::WatchRequest {
+            kinds: vec!["exit".into()],
+            cgroup_ids: vec![],
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    let mut child = cgroup.spawn(Command::new(testproc()).args(["exit", "7"]));
+    let _ = child.wait();
+    let event = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, stream.message())
+        .await
+        .expect("an event in time")
+        .expect("stream ok")
+        .expect("stream open");
+    assert_eq!(event.cgroup_id, cgroup.id());
+    let Some(v1::event::Kind::Exit(exit)) = event.kind else {
+        panic!("only exits were asked for: {event:?}")
+    };
+    assert_eq!(exit.pid, child.id());
+    assert_eq!(exit.exit_code, Some(7));
+
+    let (status, health) = http_get(port, "/healthz");
+    assert_eq!((status, health.as_str()), (200, "ok\n"));
+    let (status, metrics) = http_get(port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(r#"swiftlet_kernel_events_received_total{kind="exit"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"swiftlet_kernel_events_lost_total{kind="exit"} 0"#), "{metrics}");
+    assert!(metrics.contains("swiftlet_kernel_event_delivery_seconds_bucket"), "{metrics}");
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed by `cargo xtask setup`");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(metrics.as_bytes())
+        .expect("write metrics");
+    let checked = promtool.wait_with_output().expect("promtool runs");
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    drop(swiftlet);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,68 @@
+//! Running commands: each is echoed before it runs, and a failure names the command.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+/// The workspace root (xtask lives one level below it).
+pub fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map_or(manifest.clone(), Path::to_path_buf)
+}
+
+/// Where `setup` puts the tools it builds (bpf-linker).
+pub fn tools_dir() -> PathBuf {
+    root().join(".tools")
+}
+
+/// PATH with the project's tools first.
+pub fn path_with_tools() -> std::ffi::OsString {
+    let mut dirs = vec![tools_dir().join("bin")];
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    std::env::join_paths(dirs).unwrap_or_default()
+}
+
+/// A command in the workspace root with the tools on PATH.
+pub fn cmd(program: &str) -> Command {
+    let mut command = Command::new(program);
+    command.current_dir(root()).env("PATH", path_with_tools());
+    command
+}
+
+/// Runs `command`, echoing it; fails naming it if it fails.
+pub fn run(command: &mut Command) -> anyhow::Result<()> {
+    println!("xtask: $ {}", display(command));
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {}", display(command)))?;
+    if !status.success() {
+        bail!("{} failed ({status})", display(command));
+    }
+    Ok(())
+}
+
+/// Runs `command` quietly and returns its stdout, or `None` if it fails or cannot start.
+pub fn output(command: &mut Command) -> Option<String> {
+    let out = command.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+pub fn display(command: &Command) -> String {
+    let mut text = command.get_program().to_string_lossy().into_owned();
+    for arg in command.get_args() {
+        text.push(' ');
+        text.push_str(&arg.to_string_lossy());
+    }
+    text
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
