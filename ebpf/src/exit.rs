@@ -83,7 +83,7 @@ fn group_dead(ctx: &TracePointContext, signal: *const u8, tgid: u32) -> Result<b
         tgid,
         _pad: 0,
     };
-    Ok(EXIT_SEEN.insert(&key, &1, BPF_NOEXIST).is_ok())
+    Ok(EXIT_SEEN.insert(key, 1, BPF_NOEXIST).is_ok())
 }
 
 /// The status the parent's wait() will see: the group's code once a group exit began (exit_group,

@@ -80,11 +80,11 @@ fn prefix_matches(watched: &WatchedCgroup, path: &[u8; PATH_LEN], len: usize) ->
         // The hierarchy root "/" contains everything.
         return true;
     }
-    for j in 0..PATH_LEN {
+    for (j, (want, have)) in watched.path.iter().zip(path.iter()).enumerate() {
         if j >= prefix_len {
             break;
         }
-        if watched.path[j] != path[j] {
+        if want != have {
             return false;
         }
     }

@@ -68,7 +68,7 @@ pub fn try_mark_victim(ctx: &TracePointContext) -> Result<()> {
         record.fields |= OomFields::OOM_SCORE_ADJ;
     }
     OOM_PENDING
-        .insert(&record.pid, &record, 0)
+        .insert(record.pid, record, 0)
         .map_err(emit::Error::from)
 }
 
@@ -82,28 +82,28 @@ fn read_optional(ctx: &TracePointContext, field: u32) -> Result<u64> {
 /// Emits the pending OOM record of task `pid`, if it has one, now that it exits.
 #[inline(always)]
 pub fn settle_victim(pid: u32, tgid: u32) {
-    let Some(pending) = OOM_PENDING.get_ptr(&pid) else {
+    let Some(pending) = OOM_PENDING.get_ptr(pid) else {
         return;
     };
-    if let Some(cgroup_id) = filter::current_watched() {
-        if let Ok(mut entry) = emit::reserve::<OomEvent>(EventKind::Oom) {
-            let record = entry.as_mut_ptr();
-            // SAFETY: `pending` points at a live map value of the same type (the map entry is
-            // only removed below); `record` is a reserved, exclusively owned slot.
-            unsafe {
-                core::ptr::copy_nonoverlapping(pending, record, 1);
-                let killed_at = (*record).header.ts_ns;
-                (*record).header = emit::header(EventKind::Oom, killed_at);
-                (*record).cgroup_id = cgroup_id;
-                (*record).tgid = tgid;
-                (*record).exit_ts_ns = emit::now();
-                if (*record).fields & OomFields::COMM == 0 {
-                    (*record).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
-                    (*record).fields |= OomFields::COMM;
-                }
+    if let Some(cgroup_id) = filter::current_watched()
+        && let Ok(mut entry) = emit::reserve::<OomEvent>(EventKind::Oom)
+    {
+        let record = entry.as_mut_ptr();
+        // SAFETY: `pending` points at a live map value of the same type (the map entry is
+        // only removed below); `record` is a reserved, exclusively owned slot.
+        unsafe {
+            core::ptr::copy_nonoverlapping(pending, record, 1);
+            let killed_at = (*record).header.ts_ns;
+            (*record).header = emit::header(EventKind::Oom, killed_at);
+            (*record).cgroup_id = cgroup_id;
+            (*record).tgid = tgid;
+            (*record).exit_ts_ns = emit::now();
+            if (*record).fields & OomFields::COMM == 0 {
+                (*record).comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+                (*record).fields |= OomFields::COMM;
             }
-            emit::submit(EventKind::Oom, entry);
         }
+        emit::submit(EventKind::Oom, entry);
     }
-    let _ = OOM_PENDING.remove(&pid);
+    let _ = OOM_PENDING.remove(pid);
 }

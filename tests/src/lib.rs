@@ -1,7 +1,12 @@
 //! Helpers for swiftlet's system tests and benchmarks: the privilege gate, cgroups that clean up
 //! after themselves, processes placed into them, and the paths of the binaries under test.
 #![expect(clippy::print_stderr, reason = "tests say why they skip")]
+#![expect(
+    clippy::expect_used,
+    reason = "test support: a setup step that fails must fail the test, loudly"
+)]
 
+pub mod bench;
 pub mod cgroup;
 pub mod process;
 

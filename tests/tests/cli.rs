@@ -1,5 +1,9 @@
 //! The `swiftlet` binary as a user runs it: `events` (text and JSON, bad input, no privileges,
 //! program logs) and `run` (the gRPC event stream, /metrics checked by promtool, /healthz).
+#![expect(
+    clippy::expect_used,
+    reason = "helpers of tests: a failed step fails the test"
+)]
 
 use std::{
     io::{Read as _, Write as _},
@@ -23,7 +27,9 @@ fn events_rejects_a_missing_cgroup_naming_it() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert!(
-        lines.iter().any(|l| l.starts_with("error: --cgroup /does/not/exist: no such cgroup")),
+        lines
+            .iter()
+            .any(|l| l.starts_with("error: --cgroup /does/not/exist: no such cgroup")),
         "{stderr}"
     );
     assert!(lines.iter().any(|l| l.starts_with("hint: ")), "{stderr}");
@@ -38,7 +44,10 @@ fn events_rejects_a_bad_ring_size() {
         .expect("run swiftlet");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr.contains("ring buffer size 5000 is not a power of two"), "{stderr}");
+    assert!(
+        stderr.contains("ring buffer size 5000 is not a power of two"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -46,8 +55,17 @@ fn events_without_privileges_says_why_and_how() {
     if !privileged("events_without_privileges_says_why_and_how") {
         return;
     }
-    // As root, drop to the `nobody` user to see what an unprivileged user sees.
-    let out = Command::new(swiftlet_bin())
+    // As root, drop to the `nobody` user to see what an unprivileged user sees. The binary is
+    // copied where `nobody` may execute it (a checkout under /root is not traversable).
+    let dir = std::env::temp_dir().join(format!("swiftlet-test-nobody-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let binary = dir.join("swiftlet");
+    std::fs::copy(swiftlet_bin(), &binary).expect("copy the binary");
+    for path in [&dir, &binary] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .expect("chmod");
+    }
+    let out = Command::new(&binary)
         .arg("events")
         .uid(65534)
         .gid(65534)
@@ -55,8 +73,12 @@ fn events_without_privileges_says_why_and_how() {
         .expect("run swiftlet");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("error: loading eBPF programs needs privileges"), "{stderr}");
+    assert!(
+        stderr.contains("error: loading eBPF programs needs privileges"),
+        "{stderr}"
+    );
     assert!(stderr.contains("hint: run as root"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -80,14 +102,22 @@ fn events_json_prints_one_object_per_event() {
     let exec: serde_json::Value = serde_json::from_str(&exec).expect("JSON line");
     assert_eq!(exec["pid"], pid);
     assert_eq!(exec["cgroup_id"], cgroup.id());
-    assert!(exec["filename"].as_str().is_some_and(|f| f.ends_with("swiftlet-testproc")));
+    assert!(
+        exec["filename"]
+            .as_str()
+            .is_some_and(|f| f.ends_with("swiftlet-testproc"))
+    );
     let exit = swiftlet.wait_stdout(|l| l.contains(r#""kind":"exit""#));
     let exit: serde_json::Value = serde_json::from_str(&exit).expect("JSON line");
     assert_eq!(exit["pid"], pid);
     assert_eq!(exit["exit_code"], 7);
     assert_eq!(exit["signal"], serde_json::Value::Null);
     assert!(exit["ts_ns"].as_u64().is_some_and(|t| t > 0));
-    assert!(exit["comm"].as_str().is_some_and(|c| c.starts_with("swiftlet-testpr")));
+    assert!(
+        exit["comm"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("swiftlet-testpr"))
+    );
 }
 
 #[test]
@@ -129,7 +159,10 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
     (status, body)
 }
 
@@ -199,8 +232,14 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         metrics.contains(r#"swiftlet_kernel_events_received_total{kind="exit"} 1"#),
         "{metrics}"
     );
-    assert!(metrics.contains(r#"swiftlet_kernel_events_lost_total{kind="exit"} 0"#), "{metrics}");
-    assert!(metrics.contains("swiftlet_kernel_event_delivery_seconds_bucket"), "{metrics}");
+    assert!(
+        metrics.contains(r#"swiftlet_kernel_events_lost_total{kind="exit"} 0"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("swiftlet_kernel_event_delivery_seconds_bucket"),
+        "{metrics}"
+    );
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())

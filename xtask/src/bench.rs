@@ -24,7 +24,10 @@ pub fn run(which: Which) -> anyhow::Result<()> {
     tasks::build(true)?;
     let out_dir = sh::root().join("target").join("bench");
     std::fs::create_dir_all(&out_dir)?;
-    let driver = sh::root().join("target").join("release").join("swiftlet-bench");
+    let driver = sh::root()
+        .join("target")
+        .join("release")
+        .join("swiftlet-bench");
     match which {
         Which::Events { json, exits } => {
             let json = json.unwrap_or_else(|| out_dir.join("events.json"));

@@ -14,7 +14,10 @@ mod tasks;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "Build, run, test and benchmark swiftlet")]
+#[command(
+    name = "cargo xtask",
+    about = "Build, run, test and benchmark swiftlet"
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,

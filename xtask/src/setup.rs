@@ -13,7 +13,11 @@ use crate::sh;
 pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
     // (package, a command it provides, why)
     ("protobuf-compiler", "protoc", "generating the gRPC code"),
-    ("prometheus", "promtool", "checking the /metrics exposition in the tests"),
+    (
+        "prometheus",
+        "promtool",
+        "checking the /metrics exposition in the tests",
+    ),
 ];
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -27,12 +31,8 @@ pub fn ensure() -> anyhow::Result<()> {
 
 fn debian_packages() -> anyhow::Result<()> {
     let installed = |package: &str| {
-        sh::output(std::process::Command::new("dpkg-query").args([
-            "-W",
-            "-f=${Status}",
-            package,
-        ]))
-        .is_some_and(|status| status.contains("install ok installed"))
+        sh::output(std::process::Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+            .is_some_and(|status| status.contains("install ok installed"))
     };
     let has_dpkg = sh::output(std::process::Command::new("dpkg-query").arg("--version")).is_some();
     let missing: Vec<&(&str, &str, &str)> = DEBIAN_PACKAGES
@@ -77,12 +77,9 @@ fn debian_packages() -> anyhow::Result<()> {
 }
 
 fn rust_src() -> anyhow::Result<()> {
-    let installed = sh::output(std::process::Command::new("rustup").args([
-        "component",
-        "list",
-        "--installed",
-    ]))
-    .context("rustup is needed (the eBPF build uses the toolchain's rust-src)")?;
+    let installed =
+        sh::output(std::process::Command::new("rustup").args(["component", "list", "--installed"]))
+            .context("rustup is needed (the eBPF build uses the toolchain's rust-src)")?;
     if installed.lines().any(|l| l.starts_with("rust-src")) {
         println!("xtask: setup: rust-src present");
         return Ok(());
@@ -100,10 +97,13 @@ fn bpf_linker() -> anyhow::Result<()> {
     let rustc = sh::output(std::process::Command::new("rustc").arg("-vV"))
         .context("cannot run rustc -vV")?;
     let stamp = format!("bpf-linker {BPF_LINKER_VERSION}\n{rustc}");
-    let works = sh::output(&mut std::process::Command::new(&linker).arg("--version"))
+    let works = sh::output(std::process::Command::new(&linker).arg("--version"))
         .is_some_and(|v| v.contains(BPF_LINKER_VERSION));
     if works && fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp.as_str()) {
-        println!("xtask: setup: bpf-linker {BPF_LINKER_VERSION} present in {}", tools.display());
+        println!(
+            "xtask: setup: bpf-linker {BPF_LINKER_VERSION} present in {}",
+            tools.display()
+        );
         return Ok(());
     }
     let llvm_major = rustc

@@ -10,7 +10,9 @@ use anyhow::{Context as _, bail};
 /// The workspace root (xtask lives one level below it).
 pub fn root() -> PathBuf {
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().map_or(manifest.clone(), Path::to_path_buf)
+    manifest
+        .parent()
+        .map_or(manifest.clone(), Path::to_path_buf)
 }
 
 /// Where `setup` puts the tools it builds (bpf-linker).

@@ -107,6 +107,9 @@ fn clippy_ebpf() -> anyhow::Result<()> {
             .arg(&target_dir)
             .args(["--", "-D", "warnings"])
             .env("RUSTC_BOOTSTRAP", "1")
-            .env("CARGO_ENCODED_RUSTFLAGS", "--cfg=bpf_target_arch=\"x86_64\""),
+            .env(
+                "CARGO_ENCODED_RUSTFLAGS",
+                "--cfg=bpf_target_arch=\"x86_64\"",
+            ),
     )
 }

@@ -194,14 +194,15 @@ mod tests {
     #[tokio::test]
     async fn unknown_kinds_are_rejected_by_name() {
         let (bus, _keep) = broadcast::channel(1);
-        let status = EventsService::new(bus)
+        let Err(status) = EventsService::new(bus)
             .watch(Request::new(v1::WatchRequest {
                 kinds: vec!["exits".into()],
                 cgroup_ids: vec![],
             }))
             .await
-            .err()
-            .expect("rejected");
+        else {
+            panic!("an unknown kind is rejected");
+        };
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(
             status.message().contains("\"exits\""),

@@ -8,8 +8,10 @@
 //! swiftlet-testproc leader-first CODE      the main thread exits first; another thread later
 //!                                          ends the process with CODE
 //! swiftlet-testproc alloc MIB              allocate and touch MIB MiB, then sleep
-//! swiftlet-testproc storm N [PARALLEL]     PARALLEL workers fork N children in all; each child
-//!                                          exits at once; prints "forked N" when all are reaped
+//! swiftlet-testproc storm N [PARALLEL]     N children forked as fast as possible, each exiting at
+//!                                          once; with PARALLEL > 1 by that many worker processes
+//!                                          (forking from a multi-threaded process is slower);
+//!                                          prints "forked N workers W" when all are reaped
 //! swiftlet-testproc paced N                fork N children one after another (fork, exit, reap)
 //! ```
 #![expect(
@@ -74,18 +76,42 @@ fn main() -> ExitCode {
         Some("storm") => {
             let total = number(1);
             let parallel = if args.len() > 2 { number(2).max(1) } else { 1 };
-            let workers: Vec<_> = (0..parallel)
-                .map(|w| {
-                    let share = total / parallel + u64::from(w < total % parallel);
-                    thread::spawn(move || fork_sequentially(share))
-                })
-                .collect();
-            let forked: u64 = workers.into_iter().map(|w| w.join().unwrap_or(0)).sum();
-            println!("forked {forked}");
+            if parallel == 1 {
+                println!("forked {} workers 0", fork_sequentially(total));
+                return ExitCode::SUCCESS;
+            }
+            let mut workers = Vec::new();
+            for w in 0..parallel {
+                let share = total / parallel + u64::from(w < total % parallel);
+                // SAFETY: single-threaded here; the child runs plain code and exits.
+                match unsafe { fork() } {
+                    Ok(ForkResult::Child) => {
+                        let forked = fork_sequentially(share);
+                        // SAFETY: ends the worker without running the parent's exit handlers.
+                        unsafe { libc::_exit(i32::from(forked != share)) }
+                    }
+                    Ok(ForkResult::Parent { child }) => workers.push(child),
+                    Err(e) => {
+                        eprintln!("swiftlet-testproc: fork: {e}");
+                        return ExitCode::from(101);
+                    }
+                }
+            }
+            let all_forked = workers.into_iter().all(|w| {
+                matches!(
+                    waitpid(w, None),
+                    Ok(nix::sys::wait::WaitStatus::Exited(_, 0))
+                )
+            });
+            if !all_forked {
+                eprintln!("swiftlet-testproc: a worker could not fork all its children");
+                return ExitCode::from(101);
+            }
+            println!("forked {total} workers {parallel}");
             ExitCode::SUCCESS
         }
         Some("paced") => {
-            println!("forked {}", fork_sequentially(number(1)));
+            println!("forked {} workers 0", fork_sequentially(number(1)));
             ExitCode::SUCCESS
         }
         _ => {
@@ -95,10 +121,12 @@ fn main() -> ExitCode {
     }
 }
 
-/// Forks `n` children one at a time, each exiting at once, reaping each before the next.
+/// Forks `n` children one at a time, each exiting at once, reaping each before the next; a fork
+/// that fails for lack of resources is retried.
 fn fork_sequentially(n: u64) -> u64 {
     let mut forked = 0;
-    for _ in 0..n {
+    let mut failures = 0;
+    while forked < n && failures < 1000 {
         // SAFETY: the child only calls `_exit`, which is async-signal-safe, so forking from a
         // multi-threaded process is sound here.
         match unsafe { fork() } {
@@ -108,7 +136,10 @@ fn fork_sequentially(n: u64) -> u64 {
                 let _ = waitpid(child, None);
                 forked += 1;
             }
-            Err(_) => thread::sleep(Duration::from_millis(1)),
+            Err(_) => {
+                failures += 1;
+                thread::sleep(Duration::from_millis(1));
+            }
         }
     }
     forked

@@ -1,0 +1,9 @@
+//! Building blocks of `swiftlet-bench` (`src/bin/swiftlet-bench.rs`): scenarios run against the
+//! real kernel, the statistics taken from them, and how they are reported (Markdown, JSON, SVG).
+//! They live in the library so that the arithmetic is unit-tested without root.
+
+pub mod events;
+pub mod machine;
+pub mod plot;
+pub mod report;
+pub mod stats;

@@ -1,0 +1,152 @@
+//! swiftlet's benchmark driver, run as root by `cargo xtask bench <which>`.
+//!
+//! ```text
+//! swiftlet-bench events [--exits N] [--json FILE] [--out-dir DIR] [--ring-buffer-bytes B]
+//! ```
+//!
+//! `events` measures, on the running kernel, how long a process-exit event takes from the
+//! kernel's tracepoint to swiftlet's reader, for exits one at a time (`paced`) and at the highest
+//! rate the machine produces (`storm`, one forking worker per CPU), and whether the ring buffer
+//! loses any at that rate. It prints a Markdown table and writes JSON and an SVG latency plot.
+#![expect(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a benchmark driver reports on the terminal"
+)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    time::SystemTime,
+};
+
+use anyhow::{Context as _, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use swiftlet_tests::bench::{
+    events::{self, Outcome, Scenario},
+    machine::{self, Machine},
+    plot::{self, Curve},
+    report::{Report, ScenarioReport},
+};
+
+#[derive(Parser)]
+#[command(name = "swiftlet-bench", about = "swiftlet's benchmarks (run as root)")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Kernel-to-userspace latency of exit events, and the spawn-storm rate and losses.
+    Events(EventsArgs),
+}
+
+#[derive(Args)]
+struct EventsArgs {
+    /// Exits per scenario (10,000 or more, for a meaningful p99.9).
+    #[arg(long, default_value_t = 20_000)]
+    exits: u64,
+    /// Where to write the JSON results (default <out-dir>/events.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the JSON (by default) and the plot go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+    /// Size of the events ring buffer: a power-of-two multiple of the page size.
+    #[arg(long, default_value_t = swiftlet_common::DEFAULT_RING_BYTES)]
+    ring_buffer_bytes: u32,
+}
+
+/// Below this, p99.9 rests on fewer than ten samples.
+const MEANINGFUL_EXITS: u64 = 10_000;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let result = match Cli::parse().bench {
+        Bench::Events(args) => events_bench(args).await,
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("swiftlet-bench: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn events_bench(args: EventsArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "loading eBPF programs and creating cgroups needs root: run `cargo xtask bench events`"
+        );
+    }
+    if args.exits < MEANINGFUL_EXITS {
+        eprintln!(
+            "note: {} exits per scenario; use at least {MEANINGFUL_EXITS} for a meaningful p99.9",
+            args.exits
+        );
+    }
+    let testproc = swiftlet_tests::testproc();
+    let scenarios = [
+        Scenario::paced(args.exits),
+        Scenario::storm(args.exits, machine::cpus()),
+    ];
+    let mut outcomes = Vec::with_capacity(scenarios.len());
+    for scenario in &scenarios {
+        eprintln!(
+            "running {}: swiftlet-testproc {} (ring buffer {} bytes)",
+            scenario.name,
+            scenario.args.join(" "),
+            args.ring_buffer_bytes
+        );
+        let outcome = events::run(scenario, &testproc, args.ring_buffer_bytes)
+            .await
+            .with_context(|| format!("scenario {}", scenario.name))?;
+        outcomes.push(outcome);
+    }
+
+    let reports = outcomes
+        .iter()
+        .map(|o| ScenarioReport::new(o, args.ring_buffer_bytes))
+        .collect();
+    let report = Report::new(Machine::detect(), reports, SystemTime::now());
+    println!("{}", report.markdown());
+    for scenario in &report.scenarios {
+        for problem in &scenario.inconsistencies {
+            println!("WARNING: {problem}");
+        }
+    }
+
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let json = args
+        .json
+        .unwrap_or_else(|| args.out_dir.join("events.json"));
+    write_json(&json, &report)?;
+    let svg = args.out_dir.join("events-latency.svg");
+    write_plot(&svg, &report.machine, &outcomes)?;
+    eprintln!("wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+fn write_json(path: &Path, report: &Report) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(report).context("serialising the results")?;
+    text.push('\n');
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn write_plot(path: &Path, machine: &Machine, outcomes: &[Outcome]) -> Result<()> {
+    let curves: Vec<Curve<'_>> = outcomes
+        .iter()
+        .map(|o| Curve {
+            name: &o.scenario.name,
+            sorted_ns: &o.latencies_ns,
+        })
+        .collect();
+    let title = format!(
+        "Exit event latency, kernel to swiftlet (Linux {}, {} CPUs)",
+        machine.kernel_release, machine.cpus
+    );
+    plot::latency_cdf(path, &title, &curves).with_context(|| format!("plotting {}", path.display()))
+}
