@@ -5,6 +5,7 @@ pub mod app;
 pub mod cm;
 pub mod commands;
 pub mod config;
+pub mod container;
 pub mod kernel;
 pub mod metrics;
 pub mod server;
