@@ -8,6 +8,7 @@ pub mod config;
 pub mod container;
 pub mod kernel;
 pub mod metrics;
+pub mod pleg;
 pub mod server;
 pub mod sys;
 pub mod telemetry;

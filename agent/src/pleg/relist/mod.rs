@@ -1,0 +1,384 @@
+//! The relist PLEG (upstream `GenericPLEG`): every period, list every pod and container from the
+//! runtime, diff container states against the previous list, fetch a full status for each pod that
+//! changed, put it in the cache, and send one event per change. Plus upstream's on-demand per-pod
+//! relist: after a pod worker acted, that pod is relisted at once instead of at the next period.
+//!
+//! This is the polling baseline the kernel-event PLEG is measured against.
+
+use std::{
+    collections::{BTreeSet, HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
+
+use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, Registry};
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::{EventType, Health, Pleg, PlegConfig, PodCache, PodLifecycleEvent, RuntimeView};
+use crate::container::{ContainerId, ContainerState, PodStatus, PodUid, RunningPod, SandboxState};
+
+/// A container's state as the PLEG compares it (upstream `plegContainerState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PlegState {
+    Running,
+    Exited,
+    Unknown,
+    NonExistent,
+}
+
+impl From<ContainerState> for PlegState {
+    fn from(state: ContainerState) -> Self {
+        match state {
+            ContainerState::Running => PlegState::Running,
+            ContainerState::Exited => PlegState::Exited,
+            // The kubelet does not act on "created"; upstream maps it to unknown as well.
+            ContainerState::Created | ContainerState::Unknown => PlegState::Unknown,
+        }
+    }
+}
+
+/// Every container and sandbox of a pod with its state.
+fn states(pod: &RunningPod, runtime: &str) -> HashMap<ContainerId, PlegState> {
+    let mut map: HashMap<ContainerId, PlegState> = pod
+        .containers
+        .iter()
+        .map(|(id, _, state)| (id.clone(), PlegState::from(*state)))
+        .collect();
+    for (id, state) in &pod.sandboxes {
+        let state = match state {
+            SandboxState::Ready => PlegState::Running,
+            SandboxState::NotReady => PlegState::Exited,
+        };
+        map.insert(ContainerId::new(runtime, id), state);
+    }
+    map
+}
+
+/// The events between two observations of one pod (upstream `computeEvents` +
+/// `generateEvents`), unknown-state changes left out as upstream does.
+pub fn compute_events(
+    uid: &PodUid,
+    old: Option<&RunningPod>,
+    new: Option<&RunningPod>,
+    runtime: &str,
+) -> Vec<PodLifecycleEvent> {
+    let old = old.map(|p| states(p, runtime)).unwrap_or_default();
+    let new = new.map(|p| states(p, runtime)).unwrap_or_default();
+    let ids: BTreeSet<&ContainerId> = old.keys().chain(new.keys()).collect();
+    let mut events = Vec::new();
+    for id in ids {
+        let before = old.get(id).copied().unwrap_or(PlegState::NonExistent);
+        let after = new.get(id).copied().unwrap_or(PlegState::NonExistent);
+        if before == after {
+            continue;
+        }
+        let event = |kind| PodLifecycleEvent {
+            pod: uid.clone(),
+            kind,
+            container: Some(id.clone()),
+        };
+        match after {
+            PlegState::Running => events.push(event(EventType::ContainerStarted)),
+            PlegState::Exited => events.push(event(EventType::ContainerDied)),
+            PlegState::Unknown => {}
+            PlegState::NonExistent => {
+                if before != PlegState::Exited {
+                    events.push(event(EventType::ContainerDied));
+                }
+                events.push(event(EventType::ContainerRemoved));
+            }
+        }
+    }
+    events
+}
+
+/// A `RunningPod` view of a full status, for on-demand relists (which fetch one pod's status).
+pub fn running_pod_of(status: &PodStatus) -> RunningPod {
+    RunningPod {
+        uid: status.uid.clone(),
+        name: status.name.clone(),
+        namespace: status.namespace.clone(),
+        sandboxes: status
+            .sandboxes
+            .iter()
+            .map(|s| (s.id.clone(), s.state))
+            .collect(),
+        containers: status
+            .containers
+            .iter()
+            .map(|c| (c.id.clone(), c.name.clone(), c.state))
+            .collect(),
+    }
+}
+
+#[derive(Clone)]
+pub struct PlegMetrics {
+    pub relist_duration: Histogram,
+    pub relist_interval: Histogram,
+    pub discard_events: IntCounter,
+    pub last_seen: Gauge,
+}
+
+impl PlegMetrics {
+    /// The kubelet's PLEG metrics, registered in `registry`.
+    pub fn register(registry: &Registry) -> Result<PlegMetrics, prometheus::Error> {
+        let relist_duration = Histogram::with_opts(HistogramOpts::new(
+            "kubelet_pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG.",
+        ))?;
+        let relist_interval = Histogram::with_opts(HistogramOpts::new(
+            "kubelet_pleg_relist_interval_seconds",
+            "Interval in seconds between relisting in PLEG.",
+        ))?;
+        let discard_events = IntCounter::new(
+            "kubelet_pleg_discard_events",
+            "The number of discard events in PLEG.",
+        )?;
+        let last_seen = Gauge::new(
+            "kubelet_pleg_last_seen_seconds",
+            "Timestamp in seconds when PLEG was last seen active.",
+        )?;
+        registry.register(Box::new(relist_duration.clone()))?;
+        registry.register(Box::new(relist_interval.clone()))?;
+        registry.register(Box::new(discard_events.clone()))?;
+        registry.register(Box::new(last_seen.clone()))?;
+        Ok(PlegMetrics {
+            relist_duration,
+            relist_interval,
+            discard_events,
+            last_seen,
+        })
+    }
+}
+
+#[derive(Default)]
+struct Records {
+    /// The last list, by pod.
+    pods: HashMap<PodUid, RunningPod>,
+    /// Pods whose status fetch failed: fetched again on the next relist even without events.
+    reinspect: HashSet<PodUid>,
+    last_relist: Option<Instant>,
+    last_relist_end: Option<Instant>,
+}
+
+pub struct RelistPleg {
+    runtime: Arc<dyn RuntimeView>,
+    /// The runtime's name, for container ids of sandboxes ("containerd").
+    runtime_name: String,
+    cache: Arc<PodCache>,
+    events: mpsc::Sender<PodLifecycleEvent>,
+    config: PlegConfig,
+    metrics: PlegMetrics,
+    records: Mutex<Records>,
+    on_demand: Mutex<HashSet<PodUid>>,
+    wake: Notify,
+    started: Instant,
+}
+
+impl RelistPleg {
+    pub fn new(
+        runtime: Arc<dyn RuntimeView>,
+        runtime_name: &str,
+        config: PlegConfig,
+        metrics: PlegMetrics,
+    ) -> (Arc<RelistPleg>, mpsc::Receiver<PodLifecycleEvent>) {
+        let (tx, rx) = mpsc::channel(super::CHANNEL_CAPACITY);
+        let pleg = Arc::new(RelistPleg {
+            runtime,
+            runtime_name: runtime_name.to_owned(),
+            cache: Arc::new(PodCache::default()),
+            events: tx,
+            config,
+            metrics,
+            records: Mutex::new(Records::default()),
+            on_demand: Mutex::new(HashSet::new()),
+            wake: Notify::new(),
+            started: Instant::now(),
+        });
+        (pleg, rx)
+    }
+
+    /// Relists every period, and single pods on demand in between, until shut down.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut next = tokio::time::Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {
+                    self.relist().await;
+                    next = tokio::time::Instant::now() + self.config.relist_period;
+                }
+                () = self.wake.notified() => {
+                    let pods: Vec<PodUid> = lock(&self.on_demand).drain().collect();
+                    for uid in pods {
+                        self.relist_pod(&uid).await;
+                    }
+                }
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// One full relist (upstream `Relist`).
+    pub async fn relist(&self) {
+        let start = Instant::now();
+        let observed = SystemTime::now();
+        if let Some(last) = lock(&self.records).last_relist {
+            self.metrics
+                .relist_interval
+                .observe(start.duration_since(last).as_secs_f64());
+        }
+        let pods = match self.runtime.list_pods().await {
+            Ok(pods) => pods,
+            Err(error) => {
+                tracing::warn!(%error, "PLEG: relist failed; will retry");
+                return;
+            }
+        };
+        let current: HashMap<PodUid, RunningPod> =
+            pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
+        let (mut events, mut to_inspect) = {
+            let mut records = lock(&self.records);
+            records.last_relist = Some(start);
+            let uids: BTreeSet<&PodUid> = records.pods.keys().chain(current.keys()).collect();
+            let mut events = Vec::new();
+            let mut to_inspect = Vec::new();
+            for uid in uids {
+                let pod_events = compute_events(
+                    uid,
+                    records.pods.get(uid),
+                    current.get(uid),
+                    &self.runtime_name,
+                );
+                if !pod_events.is_empty() || records.reinspect.contains(uid) {
+                    if let Some(pod) = current.get(uid).or_else(|| records.pods.get(uid)) {
+                        to_inspect.push((uid.clone(), pod.name.clone(), pod.namespace.clone()));
+                    }
+                }
+                events.extend(pod_events);
+            }
+            records.pods = current;
+            records.reinspect.clear();
+            (events, to_inspect)
+        };
+        // Statuses before events: a worker woken by an event must find the status in the cache.
+        for (uid, name, namespace) in to_inspect.drain(..) {
+            self.update_cache(&uid, &name, &namespace).await;
+        }
+        self.cache.update_time(observed);
+        for event in events.drain(..) {
+            self.send(event);
+        }
+        let end = Instant::now();
+        lock(&self.records).last_relist_end = Some(end);
+        self.metrics
+            .relist_duration
+            .observe(end.duration_since(start).as_secs_f64());
+        self.metrics.last_seen.set(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+    }
+
+    /// Relists one pod now: a fresh status in the cache and events for what changed.
+    pub async fn relist_pod(&self, uid: &PodUid) {
+        let Some((name, namespace)) = self.identity(uid) else {
+            // Not seen by a relist yet: the pod worker created it; the full status comes from
+            // the runtime by uid alone.
+            self.update_cache(uid, "", "").await;
+            return;
+        };
+        self.update_cache(uid, &name, &namespace).await;
+    }
+
+    fn identity(&self, uid: &PodUid) -> Option<(String, String)> {
+        lock(&self.records)
+            .pods
+            .get(uid)
+            .map(|p| (p.name.clone(), p.namespace.clone()))
+    }
+
+    /// Fetches one pod's status into the cache; with an on-demand fetch, also diffs it against
+    /// the last record and sends its events.
+    async fn update_cache(&self, uid: &PodUid, name: &str, namespace: &str) {
+        let observed = SystemTime::now();
+        match self.runtime.pod_status(uid, name, namespace).await {
+            Ok(status) => {
+                let running = running_pod_of(&status);
+                let events = {
+                    let mut records = lock(&self.records);
+                    let events = compute_events(
+                        uid,
+                        records.pods.get(uid),
+                        Some(&running),
+                        &self.runtime_name,
+                    );
+                    if running.sandboxes.is_empty() && running.containers.is_empty() {
+                        records.pods.remove(uid);
+                    } else {
+                        records.pods.insert(uid.clone(), running);
+                    }
+                    events
+                };
+                self.cache.set(uid, status, observed);
+                for event in events {
+                    self.send(event);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(pod = %uid, %error, "PLEG: cannot get pod status; will retry");
+                self.cache.set_error(uid, error.to_string(), observed);
+                lock(&self.records).reinspect.insert(uid.clone());
+            }
+        }
+    }
+
+    fn send(&self, event: PodLifecycleEvent) {
+        if event.kind == EventType::ContainerChanged {
+            return;
+        }
+        if self.events.try_send(event).is_err() {
+            self.metrics.discard_events.inc();
+            tracing::warn!("PLEG: event channel is full, discarding an event");
+        }
+    }
+}
+
+impl Pleg for RelistPleg {
+    fn health(&self) -> Health {
+        let records = lock(&self.records);
+        let last = records.last_relist_end.unwrap_or(self.started);
+        let age = last.elapsed();
+        if age > self.config.relist_threshold {
+            return Health::Unhealthy(format!(
+                "pleg was last seen active {age:?} ago; threshold is {:?}",
+                self.config.relist_threshold
+            ));
+        }
+        Health::Healthy
+    }
+
+    fn cache(&self) -> Arc<PodCache> {
+        self.cache.clone()
+    }
+
+    fn request_relist(&self, pod: &PodUid) {
+        lock(&self.on_demand).insert(pod.clone());
+        self.wake.notify_one();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long ago the last relist finished (for tests and health reporting).
+impl RelistPleg {
+    pub fn since_last_relist(&self) -> Option<Duration> {
+        lock(&self.records).last_relist_end.map(|t| t.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod tests;
