@@ -9,6 +9,7 @@ pub mod container;
 pub mod kernel;
 pub mod metrics;
 pub mod pleg;
+pub mod pod_workers;
 pub mod server;
 pub mod sys;
 pub mod telemetry;

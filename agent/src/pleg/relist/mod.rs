@@ -250,10 +250,10 @@ impl RelistPleg {
                     current.get(uid),
                     &self.runtime_name,
                 );
-                if !pod_events.is_empty() || records.reinspect.contains(uid) {
-                    if let Some(pod) = current.get(uid).or_else(|| records.pods.get(uid)) {
-                        to_inspect.push((uid.clone(), pod.name.clone(), pod.namespace.clone()));
-                    }
+                if (!pod_events.is_empty() || records.reinspect.contains(uid))
+                    && let Some(pod) = current.get(uid).or_else(|| records.pods.get(uid))
+                {
+                    to_inspect.push((uid.clone(), pod.name.clone(), pod.namespace.clone()));
                 }
                 events.extend(pod_events);
             }

@@ -1,0 +1,239 @@
+//! The loop each pod's worker runs: take the pending update, wait for a fresh enough status, call
+//! the syncer for the worker's phase, then move the phase and schedule the next look.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+use super::{
+    PodWorkers, UpdateType, WorkerPhase,
+    state::{self, Transition},
+};
+use crate::container::{PodStatus, PodUid, RunningPod};
+
+/// What one iteration works on, copied out of the shared state.
+struct Work {
+    phase: WorkerPhase,
+    update_type: UpdateType,
+    pod: Option<Arc<Pod>>,
+    running_pod: Option<RunningPod>,
+    synced_at: Option<SystemTime>,
+    grace: Duration,
+    cancel: CancellationToken,
+}
+
+impl PodWorkers {
+    pub(super) async fn worker_loop(self: Arc<Self>, uid: PodUid, wake: Arc<Notify>) {
+        loop {
+            wake.notified().await;
+            while let Some(work) = self.take_work(&uid) {
+                let outcome = self.run(&uid, &work).await;
+                self.complete(&uid, &work, outcome);
+                if let Some(on_synced) = &self.on_synced {
+                    on_synced(&uid);
+                }
+            }
+        }
+    }
+
+    /// Takes the pending update, if the worker may act on it now.
+    fn take_work(&self, uid: &PodUid) -> Option<Work> {
+        let mut inner = self.lock();
+        let (phase, full_name, is_static) = {
+            let status = inner.pods.get(uid)?;
+            (status.phase, status.full_name.clone(), status.is_static)
+        };
+        if phase == WorkerPhase::Finished {
+            if let Some(status) = inner.pods.get_mut(uid) {
+                status.pending = None;
+            }
+            return None;
+        }
+        // A static pod starts only once no other UID of the same full name runs.
+        if phase == WorkerPhase::Syncing && is_static {
+            match inner.started_static.get(&full_name) {
+                Some(other) if other != uid => {
+                    tracing::info!(pod = %uid, full_name, "waiting for the previous static pod of this name to terminate");
+                    return None;
+                }
+                Some(_) => {}
+                None => {
+                    inner.started_static.insert(full_name, uid.clone());
+                }
+            }
+        }
+        let status = inner.pods.get_mut(uid)?;
+        let update = status.pending.take()?;
+        if status.phase == WorkerPhase::Syncing && status.cancel.is_cancelled() {
+            status.cancel = CancellationToken::new();
+        }
+        Some(Work {
+            phase: status.phase,
+            update_type: update.update_type,
+            pod: update.pod.or_else(|| status.pod.clone()),
+            running_pod: update.running_pod.or_else(|| status.running_pod.clone()),
+            synced_at: status.synced_at,
+            grace: Duration::from_secs(status.grace_period_secs.unwrap_or(0).max(0) as u64),
+            cancel: status.cancel.clone(),
+        })
+    }
+
+    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Option<Transition>, super::SyncError> {
+        let since = work.synced_at.unwrap_or(SystemTime::UNIX_EPOCH);
+        let cached = if work.synced_at.is_some() {
+            self.cache
+                .get_newer_than(uid, since, self.config.status_wait_limit)
+                .await
+        } else {
+            self.cache.get(uid)
+        };
+        let status = |pod: &Pod| {
+            cached.status.clone().unwrap_or_else(|| {
+                PodStatus::empty(
+                    uid.clone(),
+                    pod.metadata.name.as_deref().unwrap_or_default(),
+                    pod.metadata.namespace.as_deref().unwrap_or("default"),
+                )
+            })
+        };
+        let span = tracing::info_span!("pod_sync", pod = %uid, phase = ?work.phase);
+        self.dispatch(work, status).instrument(span).await
+    }
+
+    async fn dispatch(
+        &self,
+        work: &Work,
+        status: impl Fn(&Pod) -> PodStatus,
+    ) -> Result<Option<Transition>, super::SyncError> {
+        match (work.phase, work.pod.as_deref()) {
+            (WorkerPhase::Syncing, Some(pod)) => {
+                let terminal = self
+                    .syncer
+                    .sync_pod(work.update_type, pod, &status(pod), &work.cancel)
+                    .await?;
+                Ok(terminal.then_some(Transition::SyncedToTerminal))
+            }
+            (WorkerPhase::Terminating, Some(pod)) => {
+                self.syncer
+                    .sync_terminating_pod(pod, &status(pod), work.grace)
+                    .await?;
+                Ok(Some(Transition::TerminatingDone))
+            }
+            (WorkerPhase::Terminating, None) => {
+                if let Some(running) = &work.running_pod {
+                    self.syncer.sync_terminating_runtime_pod(running).await?;
+                }
+                Ok(Some(Transition::TerminatingDone))
+            }
+            (WorkerPhase::Terminated, Some(pod)) => {
+                self.syncer.sync_terminated_pod(pod, &status(pod)).await?;
+                Ok(Some(Transition::TerminatedDone))
+            }
+            (WorkerPhase::Terminated, None) => Ok(Some(Transition::TerminatedDone)),
+            (WorkerPhase::Syncing | WorkerPhase::Finished, _) => Ok(None),
+        }
+    }
+
+    /// Applies a sync's outcome: the next phase, waiters told, the next look scheduled.
+    fn complete(
+        &self,
+        uid: &PodUid,
+        work: &Work,
+        outcome: Result<Option<Transition>, super::SyncError>,
+    ) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Some(status) = inner.pods.get_mut(uid) else {
+            return;
+        };
+        status.synced_at = Some(SystemTime::now());
+        match outcome {
+            Err(error) => {
+                if work.cancel.is_cancelled() && status.phase != work.phase {
+                    // The sync was cut short by a termination: go on with terminating at once.
+                    tracing::debug!(pod = %uid, %error, "sync interrupted by termination");
+                    requeue_now(status);
+                    return;
+                }
+                tracing::warn!(pod = %uid, phase = ?work.phase, %error, "error syncing pod; will retry");
+                self.queue.enqueue(uid, now, self.config.backoff_period);
+            }
+            Ok(transition) => {
+                let before = status.phase;
+                if let Some(transition) = transition {
+                    // A termination requested during the sync already moved the phase.
+                    if before == work.phase {
+                        status.phase = state::next(before, transition);
+                        if status.phase == WorkerPhase::Terminating
+                            && status.terminating_at.is_none()
+                        {
+                            status.terminating_at = Some(now);
+                            let pod = status.pod.as_deref();
+                            status.grace_period_secs = Some(super::effective_grace_period(
+                                pod,
+                                None,
+                                status.grace_period_secs,
+                            ));
+                        }
+                    }
+                }
+                let after = status.phase;
+                if after == WorkerPhase::Terminated && before != WorkerPhase::Terminated {
+                    for waiter in status.kill_waiters.drain(..) {
+                        let _ = waiter.send(());
+                    }
+                }
+                let mut freed_static_name = None;
+                match after {
+                    WorkerPhase::Syncing if before == WorkerPhase::Syncing => {
+                        self.queue.enqueue(uid, now, self.config.resync_interval);
+                    }
+                    WorkerPhase::Finished => freed_static_name = Some(status.full_name.clone()),
+                    // A phase change, or a termination that came in: continue at once.
+                    _ => {
+                        if before != after || after != work.phase {
+                            requeue_now(status);
+                        }
+                    }
+                }
+                if let Some(full_name) = freed_static_name
+                    && inner.started_static.get(&full_name) == Some(uid)
+                {
+                    inner.started_static.remove(&full_name);
+                    wake_static_successors(&inner, &full_name, uid);
+                }
+            }
+        }
+    }
+}
+
+/// Makes the worker run again at once (the loop sees a pending update).
+fn requeue_now(status: &mut super::PodSyncStatus) {
+    if status.pending.is_none() {
+        status.pending = Some(super::UpdatePodOptions {
+            update_type: UpdateType::Sync,
+            pod: status.pod.clone(),
+            running_pod: status.running_pod.clone(),
+            kill: None,
+        });
+    }
+}
+
+/// Wakes the workers of static pods waiting for `full_name` to be free.
+fn wake_static_successors(inner: &super::Inner, full_name: &str, finished: &PodUid) {
+    for (uid, status) in inner.pods.iter() {
+        if uid != finished
+            && status.full_name == full_name
+            && status.phase == WorkerPhase::Syncing
+            && status.pending.is_some()
+        {
+            status.wake.notify_one();
+        }
+    }
+}
