@@ -120,11 +120,12 @@ fn events_for_each_state_transition() {
     use ContainerState::*;
     use EventType::*;
     let uid = PodUid::from("p");
-    let cases: Vec<(
+    type Case = (
         Option<RunningPod>,
         Option<RunningPod>,
-        Vec<(EventType, &str)>,
-    )> = vec![
+        Vec<(EventType, &'static str)>,
+    );
+    let cases: Vec<Case> = vec![
         // A new pod: its sandbox and running container started.
         (
             None,
