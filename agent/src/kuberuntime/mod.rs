@@ -4,13 +4,19 @@
 //! Everything here is pure: no I/O, no clock; the pod workers call it and carry the plan out
 //! through the CRI.
 //!
+//! Also the translation of a pod into CRI configs (`sandbox_config`, `container_config`, `env`)
+//! and, over the CRI, carrying a plan out (`manager`, `images`).
+//!
 //! Not here: probing itself (its results come in through [`ContainerProbeResults`]), pod status
 //! (`status`), cgroups and OOM scores (`cm`).
 
 mod actions;
 mod backoff;
+pub mod container_config;
+pub mod env;
 mod init;
 mod sandbox;
+pub mod sandbox_config;
 pub mod spec;
 
 #[cfg(test)]

@@ -1,0 +1,381 @@
+//! The CRI config of one container (upstream `generateContainerConfig` and
+//! `generateLinuxContainerResources`): image, command and args expanded, environment, labels and
+//! annotations that tie it to its pod, log path, resources (CPU shares/quota, memory limit,
+//! oom_score_adj) and security context.
+
+use std::collections::HashMap;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::env::{self, EnvContext, EnvError};
+use crate::{
+    cm::quantity,
+    container::{
+        ANNOTATION_CONTAINER_HASH, ANNOTATION_CONTAINER_TYPE, ANNOTATION_RESTART_COUNT,
+        ANNOTATION_TERMINATION_GRACE_PERIOD, ANNOTATION_TERMINATION_MESSAGE_PATH,
+        LABEL_CONTAINER_NAME, LABEL_MANAGED, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
+        container_hash,
+    },
+};
+
+/// The CFS period the kubelet uses (100 ms).
+pub const CPU_PERIOD_US: i64 = 100_000;
+/// The smallest CPU shares value (upstream `MinShares`).
+pub const MIN_SHARES: i64 = 2;
+/// The smallest CFS quota (upstream `MinQuotaPeriod`, 1 ms).
+pub const MIN_QUOTA_US: i64 = 1_000;
+
+/// Which list of the spec a container comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerKind {
+    Init,
+    /// An init container with `restartPolicy: Always`.
+    Sidecar,
+    Regular,
+}
+
+impl ContainerKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerKind::Init => "init",
+            ContainerKind::Sidecar => "sidecar",
+            ContainerKind::Regular => "regular",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ContainerParams<'a> {
+    pub kind: ContainerKind,
+    pub restart_count: u32,
+    /// What the image resolved to in the runtime (`sha256:…`).
+    pub image_ref: &'a str,
+    pub env: EnvContext<'a>,
+    /// The value to write, already clamped for an unprivileged agent.
+    pub oom_score_adj: i64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    #[error("container {container}: resources: {reason}")]
+    Resources { container: String, reason: String },
+}
+
+pub fn container_config(
+    pod: &Pod,
+    container: &Container,
+    params: &ContainerParams<'_>,
+) -> Result<cri::ContainerConfig, ConfigError> {
+    let env = env::environment(pod, container, &params.env)?;
+    let (command, args) = env::expand_command(container, &env);
+    let meta = &pod.metadata;
+    let mut labels = HashMap::new();
+    labels.insert(
+        LABEL_POD_NAME.to_owned(),
+        meta.name.clone().unwrap_or_default(),
+    );
+    labels.insert(
+        LABEL_POD_NAMESPACE.to_owned(),
+        meta.namespace.clone().unwrap_or_else(|| "default".into()),
+    );
+    labels.insert(
+        LABEL_POD_UID.to_owned(),
+        meta.uid.clone().unwrap_or_default(),
+    );
+    labels.insert(LABEL_CONTAINER_NAME.to_owned(), container.name.clone());
+    labels.insert(LABEL_MANAGED.to_owned(), "true".to_owned());
+    let grace = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(30);
+    let mut annotations = HashMap::new();
+    annotations.insert(
+        ANNOTATION_CONTAINER_HASH.to_owned(),
+        format!("{:x}", container_hash(container)),
+    );
+    annotations.insert(
+        ANNOTATION_RESTART_COUNT.to_owned(),
+        params.restart_count.to_string(),
+    );
+    annotations.insert(
+        ANNOTATION_TERMINATION_MESSAGE_PATH.to_owned(),
+        container
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| "/dev/termination-log".into()),
+    );
+    annotations.insert(
+        ANNOTATION_TERMINATION_GRACE_PERIOD.to_owned(),
+        grace.to_string(),
+    );
+    annotations.insert(
+        ANNOTATION_CONTAINER_TYPE.to_owned(),
+        params.kind.as_str().to_owned(),
+    );
+    let security = container.security_context.clone().unwrap_or_default();
+    let pod_security = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.clone())
+        .unwrap_or_default();
+    let run_as_user = security.run_as_user.or(pod_security.run_as_user);
+    let run_as_group = security.run_as_group.or(pod_security.run_as_group);
+    let host_pid = pod.spec.as_ref().and_then(|s| s.host_pid).unwrap_or(false);
+    let share_pid = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.share_process_namespace)
+        .unwrap_or(false);
+    Ok(cri::ContainerConfig {
+        metadata: Some(cri::ContainerMetadata {
+            name: container.name.clone(),
+            attempt: params.restart_count,
+        }),
+        image: Some(cri::ImageSpec {
+            image: params.image_ref.to_owned(),
+            user_specified_image: container.image.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        command,
+        args,
+        working_dir: container.working_dir.clone().unwrap_or_default(),
+        envs: env
+            .into_iter()
+            .map(|(key, value)| cri::KeyValue { key, value })
+            .collect(),
+        labels,
+        annotations,
+        log_path: format!("{}/{}.log", container.name, params.restart_count),
+        stdin: container.stdin.unwrap_or(false),
+        stdin_once: container.stdin_once.unwrap_or(false),
+        tty: container.tty.unwrap_or(false),
+        linux: Some(cri::LinuxContainerConfig {
+            resources: Some(linux_resources(container, params.oom_score_adj)?),
+            security_context: Some(cri::LinuxContainerSecurityContext {
+                privileged: security.privileged.unwrap_or(false),
+                readonly_rootfs: security.read_only_root_filesystem.unwrap_or(false),
+                run_as_user: run_as_user.map(|value| cri::Int64Value { value }),
+                run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
+                namespace_options: Some(cri::NamespaceOption {
+                    network: if pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.host_network)
+                        .unwrap_or(false)
+                    {
+                        cri::NamespaceMode::Node as i32
+                    } else {
+                        cri::NamespaceMode::Pod as i32
+                    },
+                    pid: if host_pid {
+                        cri::NamespaceMode::Node as i32
+                    } else if share_pid {
+                        cri::NamespaceMode::Pod as i32
+                    } else {
+                        cri::NamespaceMode::Container as i32
+                    },
+                    ipc: if pod.spec.as_ref().and_then(|s| s.host_ipc).unwrap_or(false) {
+                        cri::NamespaceMode::Node as i32
+                    } else {
+                        cri::NamespaceMode::Pod as i32
+                    },
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+        }),
+        ..Default::default()
+    })
+}
+
+/// CPU shares from the request, CFS quota from the limit, memory limit, oom_score_adj (upstream
+/// `milliCPUToShares`, `milliCPUToQuota`).
+pub fn linux_resources(
+    container: &Container,
+    oom_score_adj: i64,
+) -> Result<cri::LinuxContainerResources, ConfigError> {
+    let resources = container.resources.clone().unwrap_or_default();
+    let bad = |e: quantity::QuantityError| ConfigError::Resources {
+        container: container.name.clone(),
+        reason: e.to_string(),
+    };
+    let quantity_of = |list: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >,
+                       key: &str| {
+        list.as_ref().and_then(|l| l.get(key)).map(|q| q.0.clone())
+    };
+    let cpu_limit = quantity_of(&resources.limits, "cpu")
+        .map(|q| quantity::cpu_millis(&q))
+        .transpose()
+        .map_err(bad)?;
+    // A request defaults to the limit, as the API server defaults it.
+    let cpu_request = quantity_of(&resources.requests, "cpu")
+        .map(|q| quantity::cpu_millis(&q))
+        .transpose()
+        .map_err(bad)?
+        .or(cpu_limit);
+    let memory_limit = quantity_of(&resources.limits, "memory")
+        .map(|q| quantity::memory_bytes(&q))
+        .transpose()
+        .map_err(bad)?;
+    Ok(cri::LinuxContainerResources {
+        cpu_period: if cpu_limit.is_some() {
+            CPU_PERIOD_US
+        } else {
+            0
+        },
+        cpu_quota: cpu_limit.map_or(0, milli_cpu_to_quota),
+        cpu_shares: milli_cpu_to_shares(cpu_request.unwrap_or(0)),
+        memory_limit_in_bytes: memory_limit.unwrap_or(0),
+        oom_score_adj,
+        ..Default::default()
+    })
+}
+
+/// 1024 shares per CPU, at least 2.
+pub fn milli_cpu_to_shares(millis: i64) -> i64 {
+    if millis == 0 {
+        return MIN_SHARES;
+    }
+    (millis * 1024 / 1000).max(MIN_SHARES)
+}
+
+/// The CFS quota for a limit, at least 1 ms.
+pub fn milli_cpu_to_quota(millis: i64) -> i64 {
+    if millis == 0 {
+        return 0;
+    }
+    (millis * CPU_PERIOD_US / 1000).max(MIN_QUOTA_US)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::{
+        api::core::v1::{PodSpec, ResourceRequirements},
+        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    };
+
+    fn resources(requests: &[(&str, &str)], limits: &[(&str, &str)]) -> ResourceRequirements {
+        let map = |kv: &[(&str, &str)]| {
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                    .collect()
+            })
+        };
+        ResourceRequirements {
+            requests: map(requests),
+            limits: map(limits),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpu_and_memory_become_shares_quota_and_limit() {
+        let cases = [
+            (resources(&[], &[]), (2, 0, 0, 0)),
+            (resources(&[("cpu", "250m")], &[]), (256, 0, 0, 0)),
+            (
+                resources(&[("cpu", "500m")], &[("cpu", "1"), ("memory", "64Mi")]),
+                (512, 100_000, 100_000, 64 << 20),
+            ),
+            // The request defaults to the limit.
+            (resources(&[], &[("cpu", "2")]), (2048, 200_000, 100_000, 0)),
+            (resources(&[], &[("cpu", "1m")]), (2, 1_000, 100_000, 0)),
+        ];
+        for (r, (shares, quota, period, memory)) in cases {
+            let c = Container {
+                name: "c".into(),
+                resources: Some(r.clone()),
+                ..Default::default()
+            };
+            let got = linux_resources(&c, 5).expect("valid");
+            assert_eq!(
+                (
+                    got.cpu_shares,
+                    got.cpu_quota,
+                    got.cpu_period,
+                    got.memory_limit_in_bytes
+                ),
+                (shares, quota, period, memory),
+                "{r:?}"
+            );
+            assert_eq!(got.oom_score_adj, 5);
+        }
+    }
+
+    #[test]
+    fn a_bad_quantity_names_the_container() {
+        let c = Container {
+            name: "web".into(),
+            resources: Some(resources(&[("cpu", "lots")], &[])),
+            ..Default::default()
+        };
+        let err = linux_resources(&c, 0)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("container web"), "{err}");
+    }
+
+    #[test]
+    fn the_config_carries_labels_annotations_and_the_expanded_command() {
+        let pod = Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("prod".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                termination_grace_period_seconds: Some(5),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let container = Container {
+            name: "app".into(),
+            image: Some("localhost/swiftlet/busybox:latest".into()),
+            command: Some(vec!["sh".into(), "-c".into()]),
+            args: Some(vec!["echo $(WHO)".into()]),
+            env: Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                name: "WHO".into(),
+                value: Some("me".into()),
+                value_from: None,
+            }]),
+            ..Default::default()
+        };
+        let params = ContainerParams {
+            kind: ContainerKind::Regular,
+            restart_count: 3,
+            image_ref: "sha256:abc",
+            env: EnvContext::default(),
+            oom_score_adj: 1000,
+        };
+        let c = container_config(&pod, &container, &params).expect("config");
+        assert_eq!(c.args, vec!["echo me".to_owned()]);
+        assert_eq!(c.log_path, "app/3.log");
+        assert_eq!(c.metadata.map(|m| m.attempt), Some(3));
+        assert_eq!(c.image.map(|i| i.image), Some("sha256:abc".to_owned()));
+        assert_eq!(
+            c.labels.get(LABEL_CONTAINER_NAME).map(String::as_str),
+            Some("app")
+        );
+        assert_eq!(
+            c.annotations
+                .get(ANNOTATION_RESTART_COUNT)
+                .map(String::as_str),
+            Some("3")
+        );
+        assert_eq!(
+            c.annotations.get(ANNOTATION_CONTAINER_HASH),
+            Some(&format!("{:x}", container_hash(&container)))
+        );
+    }
+}
