@@ -3,6 +3,7 @@
 //! cgroups and the CPU manager here.
 
 pub mod layout;
+pub mod pod_cgroups;
 pub mod qos;
 pub mod quantity;
 

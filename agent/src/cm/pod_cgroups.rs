@@ -1,0 +1,439 @@
+//! The QoS cgroup hierarchy and per-pod cgroups (upstream `pkg/kubelet/cm`
+//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) with the cgroupfs driver:
+//!
+//! ```text
+//! kubepods/                         Guaranteed pods directly below
+//! kubepods/burstable/pod<uid>/      one per Burstable pod
+//! kubepods/besteffort/pod<uid>/     cpu shares 2
+//! ```
+//!
+//! Pod cgroups carry the pod-level limits (CPU shares from requests, CPU quota and memory limit
+//! when every container sets one, pids.max from `podPidsLimit`); the runtime creates the
+//! container cgroups below them (the sandbox's `cgroup_parent`). On a hybrid layout the same
+//! paths are also made on the cgroup2 mount, where the kernel event programs watch them.
+//! Written through cgroups-rs for the cpu, memory and pids controllers.
+
+use std::path::PathBuf;
+
+use cgroups_rs::fs::{
+    Cgroup, MaxValue, cpu::CpuController, hierarchies, memory::MemController, pid::PidController,
+};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{
+    CgroupLayout,
+    qos::{QosClass, pod_qos},
+    quantity,
+};
+use crate::container::PodUid;
+
+/// The controllers swiftlet writes pod-level limits to.
+const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("cgroup {path}: {reason}")]
+    Cgroup { path: String, reason: String },
+    #[error("pod {pod}: {reason}")]
+    Pod { pod: String, reason: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct PodCgroupConfig {
+    /// `cgroupsPerQOS`: without it pods run directly under the runtime's default parent.
+    pub per_qos: bool,
+    /// The top of the hierarchy, relative to the cgroup root (`kubepods`).
+    pub root: String,
+    /// `podPidsLimit`; -1 means none.
+    pub pod_pids_limit: i64,
+}
+
+impl Default for PodCgroupConfig {
+    fn default() -> Self {
+        PodCgroupConfig {
+            per_qos: true,
+            root: "kubepods".into(),
+            pod_pids_limit: -1,
+        }
+    }
+}
+
+pub struct PodCgroups {
+    config: PodCgroupConfig,
+    layout: CgroupLayout,
+}
+
+impl PodCgroups {
+    pub fn new(config: PodCgroupConfig, layout: CgroupLayout) -> Self {
+        PodCgroups { config, layout }
+    }
+
+    /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent).
+    pub fn ensure_qos_hierarchy(&self) -> Result<(), CgroupError> {
+        if !self.config.per_qos {
+            return Ok(());
+        }
+        for path in [
+            self.config.root.clone(),
+            format!("{}/burstable", self.config.root),
+            format!("{}/besteffort", self.config.root),
+        ] {
+            let cg = self.create(&path)?;
+            if path.ends_with("besteffort") {
+                set(&path, cpu(&cg)?.set_shares(2))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pod's cgroup relative to the root, e.g. `kubepods/burstable/pod<uid>`.
+    pub fn pod_path(&self, pod: &Pod) -> Result<String, CgroupError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if !self.config.per_qos {
+            return Ok(format!("pod{uid}"));
+        }
+        let class = pod_qos(pod).map_err(|e| CgroupError::Pod {
+            pod: uid.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(match class {
+            QosClass::Guaranteed => format!("{}/pod{uid}", self.config.root),
+            QosClass::Burstable => format!("{}/burstable/pod{uid}", self.config.root),
+            QosClass::BestEffort => format!("{}/besteffort/pod{uid}", self.config.root),
+        })
+    }
+
+    /// The sandbox's `cgroup_parent` (cgroupfs driver: an absolute cgroup path).
+    pub fn cgroup_parent(&self, pod: &Pod) -> Result<String, CgroupError> {
+        Ok(format!("/{}", self.pod_path(pod)?))
+    }
+
+    /// Creates the pod's cgroup with its pod-level limits (idempotent; limits are rewritten).
+    pub fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
+        if !self.config.per_qos {
+            return Ok(());
+        }
+        let path = self.pod_path(pod)?;
+        let cg = self.create(&path)?;
+        let limits = PodLimits::of(pod).map_err(|reason| CgroupError::Pod {
+            pod: path.clone(),
+            reason,
+        })?;
+        let cpu = cpu(&cg)?;
+        set(&path, cpu.set_shares(limits.cpu_shares))?;
+        if let Some(quota) = limits.cpu_quota_us {
+            set(
+                &path,
+                cpu.set_cfs_quota_and_period(Some(quota), Some(100_000)),
+            )?;
+        }
+        if let Some(memory) = limits.memory_bytes {
+            let mem: &MemController = cg.controller_of().ok_or_else(|| missing(&path, "memory"))?;
+            set(&path, mem.set_limit(memory))?;
+        }
+        if self.config.pod_pids_limit > 0 {
+            let pids: &PidController = cg.controller_of().ok_or_else(|| missing(&path, "pids"))?;
+            set(
+                &path,
+                pids.set_pid_max(MaxValue::Value(self.config.pod_pids_limit)),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Removes a pod's cgroup wherever it is (its QoS class may have been computed differently
+    /// by an earlier run). Missing cgroups are fine.
+    pub fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
+        for parent in self.parents() {
+            let path = format!("{parent}/pod{uid}");
+            let cg = Cgroup::load_with_specified_controllers(
+                hierarchies::auto(),
+                &path,
+                CONTROLLERS.iter().map(|c| (*c).to_owned()).collect(),
+            );
+            if cg.exists() {
+                set(&path, cg.delete())?;
+            }
+            if let Some(dir) = self.hybrid_unified_dir(&path)
+                && dir.exists()
+            {
+                let _ = std::fs::remove_dir(&dir);
+            }
+        }
+        Ok(())
+    }
+
+    /// UIDs of the pod cgroups that exist (housekeeping removes those of unknown pods).
+    pub fn existing_pods(&self) -> Vec<PodUid> {
+        let Some(base) = self.any_mount() else {
+            return Vec::new();
+        };
+        let mut uids = Vec::new();
+        for parent in self.parents() {
+            let Ok(entries) = std::fs::read_dir(base.join(&parent)) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if let Some(uid) = name.strip_prefix("pod") {
+                    uids.push(PodUid(uid.to_owned()));
+                }
+            }
+        }
+        uids
+    }
+
+    fn parents(&self) -> Vec<String> {
+        let root = &self.config.root;
+        vec![
+            root.clone(),
+            format!("{root}/burstable"),
+            format!("{root}/besteffort"),
+        ]
+    }
+
+    /// A mount where pod cgroups can be listed: the memory controller's, or cgroup2.
+    fn any_mount(&self) -> Option<PathBuf> {
+        match &self.layout {
+            CgroupLayout::Unified { root } => Some(root.clone()),
+            other => other.v1_controller("memory"),
+        }
+    }
+
+    fn hybrid_unified_dir(&self, path: &str) -> Option<PathBuf> {
+        match &self.layout {
+            CgroupLayout::Hybrid { unified, .. } => Some(unified.join(path)),
+            _ => None,
+        }
+    }
+
+    fn create(&self, path: &str) -> Result<Cgroup, CgroupError> {
+        if matches!(self.layout, CgroupLayout::Unified { .. }) {
+            enable_v2_controllers(&self.layout, path)?;
+        }
+        let cg = Cgroup::new_with_specified_controllers(
+            hierarchies::auto(),
+            path,
+            Some(CONTROLLERS.iter().map(|c| (*c).to_owned()).collect()),
+        )
+        .map_err(|e| CgroupError::Cgroup {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if let Some(dir) = self.hybrid_unified_dir(path) {
+            std::fs::create_dir_all(&dir).map_err(|e| CgroupError::Cgroup {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        }
+        Ok(cg)
+    }
+}
+
+/// On cgroup v2 a child only gets controllers its parents delegate: enable cpu, memory and pids
+/// in `cgroup.subtree_control` of the root and of every ancestor of `path`.
+fn enable_v2_controllers(layout: &CgroupLayout, path: &str) -> Result<(), CgroupError> {
+    let CgroupLayout::Unified { root } = layout else {
+        return Ok(());
+    };
+    let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    let mut dir = root.clone();
+    for (i, component) in components.iter().enumerate() {
+        let control = dir.join("cgroup.subtree_control");
+        let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+        for controller in CONTROLLERS {
+            if !enabled.split_whitespace().any(|c| c == controller) {
+                std::fs::write(&control, format!("+{controller}")).map_err(|e| {
+                    CgroupError::Cgroup {
+                        path: control.display().to_string(),
+                        reason: format!("enabling {controller}: {e}"),
+                    }
+                })?;
+            }
+        }
+        dir = dir.join(component);
+        // The last component is the cgroup itself, which the caller creates.
+        if i + 1 < components.len() {
+            std::fs::create_dir_all(&dir).map_err(|e| CgroupError::Cgroup {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn cpu(cg: &Cgroup) -> Result<&CpuController, CgroupError> {
+    cg.controller_of()
+        .ok_or_else(|| missing(&cg.path().to_owned(), "cpu"))
+}
+
+fn missing(path: &str, controller: &str) -> CgroupError {
+    CgroupError::Cgroup {
+        path: path.to_owned(),
+        reason: format!("the {controller} controller is not available"),
+    }
+}
+
+fn set(path: &str, result: cgroups_rs::fs::error::Result<()>) -> Result<(), CgroupError> {
+    result.map_err(|e| CgroupError::Cgroup {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
+}
+
+/// Pod-level limits as upstream computes them (`ResourceConfigForPod`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodLimits {
+    pub cpu_shares: u64,
+    pub cpu_quota_us: Option<i64>,
+    pub memory_bytes: Option<i64>,
+}
+
+impl PodLimits {
+    pub fn of(pod: &Pod) -> Result<PodLimits, String> {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let (mut cpu_requests, mut cpu_limits, mut memory_limits) = (0i64, 0i64, 0i64);
+        let (mut all_cpu_limited, mut all_memory_limited) = (true, true);
+        for c in &spec.containers {
+            let r = c.resources.clone().unwrap_or_default();
+            let get = |m: &Option<
+                std::collections::BTreeMap<
+                    String,
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+                >,
+            >,
+                       k: &str| {
+                m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone())
+            };
+            let cpu_limit = get(&r.limits, "cpu")
+                .map(|q| quantity::cpu_millis(&q))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let cpu_request = get(&r.requests, "cpu")
+                .map(|q| quantity::cpu_millis(&q))
+                .transpose()
+                .map_err(|e| e.to_string())?
+                .or(cpu_limit);
+            let memory_limit = get(&r.limits, "memory")
+                .map(|q| quantity::memory_bytes(&q))
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            cpu_requests += cpu_request.unwrap_or(0);
+            match cpu_limit {
+                Some(l) => cpu_limits += l,
+                None => all_cpu_limited = false,
+            }
+            match memory_limit {
+                Some(l) => memory_limits += l,
+                None => all_memory_limited = false,
+            }
+        }
+        let has_containers = !spec.containers.is_empty();
+        Ok(PodLimits {
+            cpu_shares: crate::kuberuntime::container_config::milli_cpu_to_shares(cpu_requests)
+                as u64,
+            cpu_quota_us: (has_containers && all_cpu_limited)
+                .then(|| crate::kuberuntime::container_config::milli_cpu_to_quota(cpu_limits)),
+            memory_bytes: (has_containers && all_memory_limited).then_some(memory_limits),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::{
+        api::core::v1::{Container, PodSpec, ResourceRequirements},
+        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    };
+
+    fn pod(resources: &[(&[(&str, &str)], &[(&str, &str)])]) -> Pod {
+        let map = |kv: &[(&str, &str)]| {
+            (!kv.is_empty()).then(|| {
+                kv.iter()
+                    .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                    .collect()
+            })
+        };
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: resources
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (requests, limits))| Container {
+                        name: format!("c{i}"),
+                        resources: Some(ResourceRequirements {
+                            requests: map(requests),
+                            limits: map(limits),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }),
+            status: None,
+        }
+    }
+
+    #[test]
+    fn pod_limits_sum_containers_and_need_every_container_limited() {
+        let guaranteed = pod(&[
+            (&[], &[("cpu", "500m"), ("memory", "64Mi")]),
+            (&[], &[("cpu", "1"), ("memory", "64Mi")]),
+        ]);
+        assert_eq!(
+            PodLimits::of(&guaranteed),
+            Ok(PodLimits {
+                cpu_shares: 1536,
+                cpu_quota_us: Some(150_000),
+                memory_bytes: Some(128 << 20)
+            })
+        );
+        let partly = pod(&[(&[("cpu", "100m")], &[("memory", "32Mi")]), (&[], &[])]);
+        assert_eq!(
+            PodLimits::of(&partly),
+            Ok(PodLimits {
+                cpu_shares: 102,
+                cpu_quota_us: None,
+                memory_bytes: None
+            })
+        );
+        let best_effort = pod(&[(&[], &[])]);
+        assert_eq!(PodLimits::of(&best_effort).map(|l| l.cpu_shares), Ok(2));
+    }
+
+    #[test]
+    fn pod_paths_follow_the_qos_class() {
+        let cgroups = PodCgroups::new(
+            PodCgroupConfig::default(),
+            CgroupLayout::Unified {
+                root: "/sys/fs/cgroup".into(),
+            },
+        );
+        let cases = [
+            (
+                pod(&[(&[], &[("cpu", "1"), ("memory", "1Gi")])]),
+                "kubepods/podu1",
+            ),
+            (pod(&[(&[("cpu", "1")], &[])]), "kubepods/burstable/podu1"),
+            (pod(&[(&[], &[])]), "kubepods/besteffort/podu1"),
+        ];
+        for (p, want) in cases {
+            assert_eq!(cgroups.pod_path(&p).ok().as_deref(), Some(want));
+        }
+        assert_eq!(
+            cgroups.cgroup_parent(&cases_last()).ok().as_deref(),
+            Some("/kubepods/besteffort/podu1")
+        );
+    }
+
+    fn cases_last() -> Pod {
+        pod(&[(&[], &[])])
+    }
+}
