@@ -9,6 +9,7 @@
 mod conditions;
 mod containers;
 mod generate;
+pub mod manager;
 mod phase;
 mod reasons;
 
@@ -25,6 +26,7 @@ pub use conditions::{
     owned_by_kubelet,
 };
 pub use generate::{generate_api_pod_status, generate_terminal_api_pod_status};
+pub use manager::{PodWithStatus, StatusManager};
 pub use phase::{PodPhase, pod_phase};
 pub use reasons::{MAX_ENTRIES, ReasonCache, StartFailure, StartFailureReason};
 

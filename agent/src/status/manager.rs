@@ -1,0 +1,178 @@
+//! The status manager (upstream `pkg/kubelet/status/status_manager.go`): the latest status the
+//! kubelet generated for each pod, versioned, readable by `/pods` and the next status generation
+//! (as the "previous" status), and — when an API server is connected — pushed to it by a syncer
+//! that watches for changes.
+//!
+//! Not here: computing a status (`generate`), talking to the API server (the API source).
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
+use tokio::sync::watch;
+
+use crate::container::PodUid;
+
+#[derive(Clone, Debug)]
+struct Versioned {
+    pod: Arc<Pod>,
+    status: ApiPodStatus,
+    version: u64,
+}
+
+/// A pod with the status the kubelet last set, and that status's version.
+#[derive(Clone, Debug)]
+pub struct PodWithStatus {
+    pub pod: Pod,
+    pub version: u64,
+}
+
+pub struct StatusManager {
+    statuses: Mutex<HashMap<PodUid, Versioned>>,
+    /// Bumped on every change; a syncer to the API server waits on it.
+    changed: watch::Sender<u64>,
+}
+
+impl Default for StatusManager {
+    fn default() -> Self {
+        StatusManager {
+            statuses: Mutex::new(HashMap::new()),
+            changed: watch::Sender::new(0),
+        }
+    }
+}
+
+impl StatusManager {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, Versioned>> {
+        self.statuses.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records `status` for `pod`. An unchanged status does not bump the version.
+    pub fn set_pod_status(&self, pod: &Arc<Pod>, status: ApiPodStatus) {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let mut statuses = self.lock();
+        let version = match statuses.get(&uid) {
+            Some(old) if old.status == status && Arc::ptr_eq(&old.pod, pod) => return,
+            Some(old) if old.status == status => old.version,
+            Some(old) => old.version + 1,
+            None => 1,
+        };
+        statuses.insert(
+            uid,
+            Versioned {
+                pod: pod.clone(),
+                status,
+                version,
+            },
+        );
+        drop(statuses);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    pub fn get(&self, uid: &PodUid) -> Option<ApiPodStatus> {
+        self.lock().get(uid).map(|v| v.status.clone())
+    }
+
+    /// The pod with the status the kubelet last set for it (the status generation's "previous").
+    pub fn with_status(&self, pod: &Pod) -> Pod {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let mut pod = pod.clone();
+        if let Some(status) = self.get(&uid) {
+            pod.status = Some(status);
+        }
+        pod
+    }
+
+    /// Forgets the statuses of pods not in `keep` (upstream `RemoveOrphanedStatuses`).
+    pub fn retain(&self, keep: impl Fn(&PodUid) -> bool) {
+        self.lock().retain(|uid, _| keep(uid));
+    }
+
+    pub fn remove(&self, uid: &PodUid) {
+        self.lock().remove(uid);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Every pod with its latest status, sorted by namespace and name.
+    pub fn pods(&self) -> Vec<PodWithStatus> {
+        let mut pods: Vec<PodWithStatus> = self
+            .lock()
+            .values()
+            .map(|v| {
+                let mut pod = (*v.pod).clone();
+                pod.status = Some(v.status.clone());
+                PodWithStatus {
+                    pod,
+                    version: v.version,
+                }
+            })
+            .collect();
+        pods.sort_by(|a, b| {
+            (&a.pod.metadata.namespace, &a.pod.metadata.name)
+                .cmp(&(&b.pod.metadata.namespace, &b.pod.metadata.name))
+        });
+        pods
+    }
+
+    /// Changes for whoever pushes statuses elsewhere.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn pod(uid: &str, name: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                uid: Some(uid.into()),
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn phase(p: &str) -> ApiPodStatus {
+        ApiPodStatus {
+            phase: Some(p.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn versions_grow_with_changes_only() {
+        let m = StatusManager::default();
+        let p = pod("a", "web");
+        m.set_pod_status(&p, phase("Pending"));
+        m.set_pod_status(&p, phase("Pending"));
+        assert_eq!(m.pods()[0].version, 1);
+        m.set_pod_status(&p, phase("Running"));
+        assert_eq!(m.pods()[0].version, 2);
+        assert_eq!(
+            m.with_status(&p).status.and_then(|s| s.phase).as_deref(),
+            Some("Running")
+        );
+    }
+
+    #[test]
+    fn pods_are_listed_sorted_and_orphans_removed() {
+        let m = StatusManager::default();
+        m.set_pod_status(&pod("b", "zeta"), phase("Running"));
+        m.set_pod_status(&pod("a", "alpha"), phase("Running"));
+        let names: Vec<_> = m
+            .pods()
+            .into_iter()
+            .filter_map(|p| p.pod.metadata.name)
+            .collect();
+        assert_eq!(names, vec!["alpha".to_owned(), "zeta".to_owned()]);
+        m.retain(|uid| uid.0 == "a");
+        assert_eq!(m.pods().len(), 1);
+    }
+}
