@@ -66,15 +66,15 @@ pub struct UpdatePodOptions {
 /// `syncTerminatedPodFn`). Implemented by the kubelet core over the runtime.
 #[tonic::async_trait]
 pub trait PodSyncer: Send + Sync + 'static {
-    /// Drives the pod towards its spec. Returns `true` when the pod reached a terminal phase.
-    /// Should return early once `cancel` fires (a termination was requested meanwhile).
+    /// Drives the pod towards its spec. Should return early once `cancel` fires (a termination
+    /// was requested meanwhile).
     async fn sync_pod(
         &self,
         update: UpdateType,
         pod: &Pod,
         status: &PodStatus,
         cancel: &CancellationToken,
-    ) -> Result<bool, SyncError>;
+    ) -> Result<SyncPodOutcome, SyncError>;
 
     /// Stops every container of the pod within `grace`.
     async fn sync_terminating_pod(
@@ -89,6 +89,15 @@ pub trait PodSyncer: Send + Sync + 'static {
 
     /// Cleans up after a pod whose containers have all stopped.
     async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError>;
+}
+
+/// What a successful SyncPod reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncPodOutcome {
+    /// The pod reached a terminal phase: the worker moves on to terminating it.
+    pub terminal: bool,
+    /// Look again sooner than the resync interval (a back-off ends then).
+    pub retry_after: Option<Duration>,
 }
 
 /// A sync failure, as the syncer reports it; the worker logs it and retries after a back-off.

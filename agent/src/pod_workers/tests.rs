@@ -77,7 +77,7 @@ impl PodSyncer for FakeSyncer {
         pod: &Pod,
         _status: &PodStatus,
         cancel: &CancellationToken,
-    ) -> Result<bool, SyncError> {
+    ) -> Result<SyncPodOutcome, SyncError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let version = pod.metadata.resource_version.clone().unwrap_or_default();
         let (block, terminal, fail) = {
@@ -98,7 +98,10 @@ impl PodSyncer for FakeSyncer {
         if fail {
             return Err("scripted failure".into());
         }
-        Ok(terminal)
+        Ok(SyncPodOutcome {
+            terminal,
+            retry_after: None,
+        })
     }
 
     async fn sync_terminating_pod(

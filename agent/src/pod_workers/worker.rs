@@ -17,6 +17,13 @@ use super::{
 };
 use crate::container::{PodStatus, PodUid, RunningPod};
 
+/// What one sync produced: a phase transition, and when to look again if sooner than usual.
+#[derive(Default)]
+struct Step {
+    transition: Option<Transition>,
+    retry_after: Option<Duration>,
+}
+
 /// What one iteration works on, copied out of the shared state.
 struct Work {
     phase: WorkerPhase,
@@ -84,7 +91,7 @@ impl PodWorkers {
         })
     }
 
-    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Option<Transition>, super::SyncError> {
+    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Step, super::SyncError> {
         let since = work.synced_at.unwrap_or(SystemTime::UNIX_EPOCH);
         let cached = if work.synced_at.is_some() {
             self.cache
@@ -110,43 +117,45 @@ impl PodWorkers {
         &self,
         work: &Work,
         status: impl Fn(&Pod) -> PodStatus,
-    ) -> Result<Option<Transition>, super::SyncError> {
+    ) -> Result<Step, super::SyncError> {
+        let step = |transition| Step {
+            transition: Some(transition),
+            retry_after: None,
+        };
         match (work.phase, work.pod.as_deref()) {
             (WorkerPhase::Syncing, Some(pod)) => {
-                let terminal = self
+                let outcome = self
                     .syncer
                     .sync_pod(work.update_type, pod, &status(pod), &work.cancel)
                     .await?;
-                Ok(terminal.then_some(Transition::SyncedToTerminal))
+                Ok(Step {
+                    transition: outcome.terminal.then_some(Transition::SyncedToTerminal),
+                    retry_after: outcome.retry_after,
+                })
             }
             (WorkerPhase::Terminating, Some(pod)) => {
                 self.syncer
                     .sync_terminating_pod(pod, &status(pod), work.grace)
                     .await?;
-                Ok(Some(Transition::TerminatingDone))
+                Ok(step(Transition::TerminatingDone))
             }
             (WorkerPhase::Terminating, None) => {
                 if let Some(running) = &work.running_pod {
                     self.syncer.sync_terminating_runtime_pod(running).await?;
                 }
-                Ok(Some(Transition::TerminatingDone))
+                Ok(step(Transition::TerminatingDone))
             }
             (WorkerPhase::Terminated, Some(pod)) => {
                 self.syncer.sync_terminated_pod(pod, &status(pod)).await?;
-                Ok(Some(Transition::TerminatedDone))
+                Ok(step(Transition::TerminatedDone))
             }
-            (WorkerPhase::Terminated, None) => Ok(Some(Transition::TerminatedDone)),
-            (WorkerPhase::Syncing | WorkerPhase::Finished, _) => Ok(None),
+            (WorkerPhase::Terminated, None) => Ok(step(Transition::TerminatedDone)),
+            (WorkerPhase::Syncing | WorkerPhase::Finished, _) => Ok(Step::default()),
         }
     }
 
     /// Applies a sync's outcome: the next phase, waiters told, the next look scheduled.
-    fn complete(
-        &self,
-        uid: &PodUid,
-        work: &Work,
-        outcome: Result<Option<Transition>, super::SyncError>,
-    ) {
+    fn complete(&self, uid: &PodUid, work: &Work, outcome: Result<Step, super::SyncError>) {
         let now = Instant::now();
         let mut inner = self.lock();
         let Some(status) = inner.pods.get_mut(uid) else {
@@ -164,9 +173,9 @@ impl PodWorkers {
                 tracing::warn!(pod = %uid, phase = ?work.phase, %error, "error syncing pod; will retry");
                 self.queue.enqueue(uid, now, self.config.backoff_period);
             }
-            Ok(transition) => {
+            Ok(step) => {
                 let before = status.phase;
-                if let Some(transition) = transition {
+                if let Some(transition) = step.transition {
                     // A termination requested during the sync already moved the phase.
                     if before == work.phase {
                         status.phase = state::next(before, transition);
@@ -192,7 +201,9 @@ impl PodWorkers {
                 let mut freed_static_name = None;
                 match after {
                     WorkerPhase::Syncing if before == WorkerPhase::Syncing => {
-                        self.queue.enqueue(uid, now, self.config.resync_interval);
+                        let resync = self.config.resync_interval;
+                        let after = step.retry_after.map_or(resync, |r| r.min(resync));
+                        self.queue.enqueue(uid, now, after);
                     }
                     WorkerPhase::Finished => freed_static_name = Some(status.full_name.clone()),
                     // A phase change, or a termination that came in: continue at once.
