@@ -6,6 +6,7 @@ pub mod cm;
 pub mod commands;
 pub mod config;
 pub mod container;
+pub mod cri;
 pub mod kernel;
 pub mod kuberuntime;
 pub mod metrics;

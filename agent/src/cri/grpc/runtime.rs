@@ -1,0 +1,349 @@
+//! [`RuntimeService`] over gRPC: request building, per-call deadlines and the response checks
+//! of upstream `remote_runtime.go` (`verifySandboxStatus`, `verifyContainerStatus`, empty ids,
+//! incomplete `Version`/`Status` answers).
+
+use std::time::Duration;
+
+use k8s_cri::v1 as cri;
+
+use super::{GrpcRuntime, request, whole_seconds};
+use crate::cri::{Operation, Result, RuntimeService};
+
+/// The CRI API version the kubelet announces in `Version` (`kubeRuntimeAPIVersion`).
+const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
+
+#[tonic::async_trait]
+impl RuntimeService for GrpcRuntime {
+    fn runtime_name(&self) -> &str {
+        &self.version.runtime_name
+    }
+
+    async fn version(&self) -> Result<cri::VersionResponse> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::VersionRequest {
+            version: KUBE_RUNTIME_API_VERSION.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.version(request(message, timeout));
+        self.call(Operation::Version, "", timeout, exchange, check_version)
+            .await
+    }
+
+    async fn status(&self) -> Result<cri::StatusResponse> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::StatusRequest { verbose: false };
+        let mut client = self.runtime.clone();
+        let exchange = client.status(request(message, timeout));
+        self.call(Operation::Status, "", timeout, exchange, |r| {
+            // The kubelet needs RuntimeReady and NetworkReady to judge the node.
+            match &r.status {
+                Some(status) if status.conditions.len() >= 2 => Ok(r),
+                _ => Err("RuntimeReady or NetworkReady condition are not set"),
+            }
+        })
+        .await
+    }
+
+    async fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+        runtime_handler: &str,
+    ) -> Result<String> {
+        // Sandboxes get twice the ordinary deadline (network setup can be slow), as upstream.
+        let timeout = Some(self.request_timeout * 2);
+        let id = config
+            .metadata
+            .as_ref()
+            .map(|m| format!("{}/{}", m.namespace, m.name))
+            .unwrap_or_default();
+        let message = cri::RunPodSandboxRequest {
+            config: Some(config),
+            runtime_handler: runtime_handler.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.run_pod_sandbox(request(message, timeout));
+        self.call(Operation::RunPodSandbox, &id, timeout, exchange, |r| {
+            non_empty(r.pod_sandbox_id, "PodSandboxId is not set")
+        })
+        .await
+    }
+
+    async fn stop_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::StopPodSandboxRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.stop_pod_sandbox(request(message, timeout));
+        self.call(
+            Operation::StopPodSandbox,
+            sandbox_id,
+            timeout,
+            exchange,
+            drop_ok,
+        )
+        .await
+    }
+
+    async fn remove_pod_sandbox(&self, sandbox_id: &str) -> Result<()> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::RemovePodSandboxRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.remove_pod_sandbox(request(message, timeout));
+        self.call(
+            Operation::RemovePodSandbox,
+            sandbox_id,
+            timeout,
+            exchange,
+            drop_ok,
+        )
+        .await
+    }
+
+    async fn pod_sandbox_status(&self, sandbox_id: &str) -> Result<cri::PodSandboxStatus> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::PodSandboxStatusRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            verbose: false,
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.pod_sandbox_status(request(message, timeout));
+        self.call(
+            Operation::PodSandboxStatus,
+            sandbox_id,
+            timeout,
+            exchange,
+            |r| {
+                let status = r.status.ok_or("pod sandbox status is nil")?;
+                check_sandbox_status(&status)?;
+                Ok(status)
+            },
+        )
+        .await
+    }
+
+    async fn list_pod_sandbox(
+        &self,
+        filter: Option<cri::PodSandboxFilter>,
+    ) -> Result<Vec<cri::PodSandbox>> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::ListPodSandboxRequest { filter };
+        let mut client = self.runtime.clone();
+        let exchange = client.list_pod_sandbox(request(message, timeout));
+        self.call(Operation::ListPodSandbox, "", timeout, exchange, |r| {
+            Ok(r.items)
+        })
+        .await
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_owned(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.create_container(request(message, timeout));
+        self.call(
+            Operation::CreateContainer,
+            sandbox_id,
+            timeout,
+            exchange,
+            |r| non_empty(r.container_id, "ContainerId is not set"),
+        )
+        .await
+    }
+
+    async fn start_container(&self, container_id: &str) -> Result<()> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::StartContainerRequest {
+            container_id: container_id.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.start_container(request(message, timeout));
+        self.call(
+            Operation::StartContainer,
+            container_id,
+            timeout,
+            exchange,
+            drop_ok,
+        )
+        .await
+    }
+
+    async fn stop_container(&self, container_id: &str, grace: Duration) -> Result<()> {
+        // The grace period plus the ordinary deadline, leaving time for the SIGKILL.
+        let timeout = Some(self.request_timeout + grace);
+        let message = cri::StopContainerRequest {
+            container_id: container_id.to_owned(),
+            timeout: whole_seconds(grace),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.stop_container(request(message, timeout));
+        self.call(
+            Operation::StopContainer,
+            container_id,
+            timeout,
+            exchange,
+            drop_ok,
+        )
+        .await
+    }
+
+    async fn remove_container(&self, container_id: &str) -> Result<()> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::RemoveContainerRequest {
+            container_id: container_id.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.remove_container(request(message, timeout));
+        self.call(
+            Operation::RemoveContainer,
+            container_id,
+            timeout,
+            exchange,
+            drop_ok,
+        )
+        .await
+    }
+
+    async fn list_containers(
+        &self,
+        filter: Option<cri::ContainerFilter>,
+    ) -> Result<Vec<cri::Container>> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::ListContainersRequest { filter };
+        let mut client = self.runtime.clone();
+        let exchange = client.list_containers(request(message, timeout));
+        self.call(Operation::ListContainers, "", timeout, exchange, |r| {
+            Ok(r.containers)
+        })
+        .await
+    }
+
+    async fn container_status(&self, container_id: &str) -> Result<cri::ContainerStatus> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::ContainerStatusRequest {
+            container_id: container_id.to_owned(),
+            verbose: false,
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.container_status(request(message, timeout));
+        self.call(
+            Operation::ContainerStatus,
+            container_id,
+            timeout,
+            exchange,
+            |r| {
+                let status = r.status.ok_or("container status is nil")?;
+                check_container_status(&status)?;
+                Ok(status)
+            },
+        )
+        .await
+    }
+
+    async fn update_container_resources(
+        &self,
+        container_id: &str,
+        resources: cri::LinuxContainerResources,
+    ) -> Result<()> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::UpdateContainerResourcesRequest {
+            container_id: container_id.to_owned(),
+            linux: Some(resources),
+            ..Default::default()
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.update_container_resources(request(message, timeout));
+        let operation = Operation::UpdateContainerResources;
+        self.call(operation, container_id, timeout, exchange, drop_ok)
+            .await
+    }
+
+    async fn exec_sync(
+        &self,
+        container_id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<cri::ExecSyncResponse> {
+        // The command's own timeout plus the ordinary deadline for the runtime to clean up; no
+        // deadline for a command without one, as upstream.
+        let deadline = (!timeout.is_zero()).then(|| self.request_timeout + timeout);
+        let message = cri::ExecSyncRequest {
+            container_id: container_id.to_owned(),
+            cmd,
+            timeout: whole_seconds(timeout),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.exec_sync(request(message, deadline));
+        self.call(Operation::ExecSync, container_id, deadline, exchange, Ok)
+            .await
+    }
+}
+
+fn drop_ok<T>(_: T) -> Result<(), &'static str> {
+    Ok(())
+}
+
+fn non_empty(id: String, problem: &'static str) -> Result<String, &'static str> {
+    if id.is_empty() { Err(problem) } else { Ok(id) }
+}
+
+fn check_version(v: cri::VersionResponse) -> Result<cri::VersionResponse, &'static str> {
+    if v.version.is_empty()
+        || v.runtime_name.is_empty()
+        || v.runtime_version.is_empty()
+        || v.runtime_api_version.is_empty()
+    {
+        return Err("not all fields are set in VersionResponse");
+    }
+    Ok(v)
+}
+
+/// Upstream `verifySandboxStatus`.
+pub(super) fn check_sandbox_status(s: &cri::PodSandboxStatus) -> Result<(), &'static str> {
+    if s.id.is_empty() {
+        return Err("status.Id is not set");
+    }
+    let Some(m) = &s.metadata else {
+        return Err("status.Metadata is not set");
+    };
+    if m.name.is_empty() || m.namespace.is_empty() || m.uid.is_empty() {
+        return Err("metadata.Name, metadata.Namespace or metadata.Uid is not set");
+    }
+    if s.created_at == 0 {
+        return Err("status.CreatedAt is not set");
+    }
+    Ok(())
+}
+
+/// Upstream `verifyContainerStatus`.
+pub(super) fn check_container_status(s: &cri::ContainerStatus) -> Result<(), &'static str> {
+    if s.id.is_empty() {
+        return Err("status.Id is not set");
+    }
+    match &s.metadata {
+        None => return Err("status.Metadata is not set"),
+        Some(m) if m.name.is_empty() => return Err("metadata.Name is not set"),
+        Some(_) => {}
+    }
+    if s.created_at == 0 {
+        return Err("status.CreatedAt is not set");
+    }
+    if s.image.as_ref().is_none_or(|i| i.image.is_empty()) {
+        return Err("status.Image is not set");
+    }
+    if s.image_ref.is_empty() {
+        return Err("status.ImageRef is not set");
+    }
+    Ok(())
+}
