@@ -167,6 +167,13 @@ impl FakeRuntime {
         }
     }
 
+    /// The fake's clock (what it stamps creations, starts and exits with), for callers that
+    /// need to agree with it.
+    pub fn now(&self) -> std::time::SystemTime {
+        let nanos = u64::try_from(self.lock().clock_ns).unwrap_or(0);
+        std::time::SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos)
+    }
+
     /// Every call so far, oldest first.
     pub fn calls(&self) -> Vec<Call> {
         self.lock().calls.clone()

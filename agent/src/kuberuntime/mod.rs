@@ -14,7 +14,11 @@ mod actions;
 mod backoff;
 pub mod container_config;
 pub mod env;
+pub mod images;
 mod init;
+pub mod manager;
+#[cfg(test)]
+mod manager_tests;
 mod sandbox;
 pub mod sandbox_config;
 pub mod spec;

@@ -200,7 +200,13 @@ impl RuntimeService for FakeRuntime {
             .as_ref()
             .map(|i| i.image.clone())
             .unwrap_or_default();
-        let Some(image_ref) = state.images.get(&image).map(|i| i.id.clone()) else {
+        // The kubelet creates containers from the image id it resolved; a name works too.
+        let resolved = state
+            .images
+            .get(&image)
+            .or_else(|| state.images.values().find(|i| i.id == image))
+            .map(|i| i.id.clone());
+        let Some(image_ref) = resolved else {
             return fail_with(Code::NotFound, "failed to resolve image");
         };
         let id = state.new_id("container");

@@ -1,0 +1,297 @@
+//! `KubeRuntimeManager` against the in-memory CRI fake: the exact runtime calls of SyncPod for
+//! init containers, images, back-off and kills.
+
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::core::v1::{Container, Pod, PodSpec},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    NoProbes,
+    manager::{KubeRuntimeManager, RuntimeManagerConfig},
+};
+use crate::{
+    container::{PodStatus, PodUid},
+    cri::{
+        convert::get_pod_status,
+        fake::{Call, FakeRuntime},
+    },
+    status::{ReasonCache, StartFailureReason},
+};
+
+const IMAGE: &str = "localhost/swiftlet/busybox:latest";
+
+fn container(name: &str, policy: &str) -> Container {
+    Container {
+        name: name.into(),
+        image: Some(IMAGE.into()),
+        image_pull_policy: Some(policy.into()),
+        command: Some(vec!["sh".into(), "-c".into(), "true".into()]),
+        ..Default::default()
+    }
+}
+
+fn pod(inits: Vec<Container>, containers: Vec<Container>, restart: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("default".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            host_network: Some(true),
+            restart_policy: Some(restart.into()),
+            init_containers: (!inits.is_empty()).then_some(inits),
+            containers,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn manager(fake: &Arc<FakeRuntime>) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
+    let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let m = KubeRuntimeManager::new(
+        fake.clone(),
+        fake.clone(),
+        reasons.clone(),
+        RuntimeManagerConfig {
+            node_name: "node".into(),
+            log_root: std::env::temp_dir().join("swiftlet-manager-tests"),
+            memory_capacity: 1 << 30,
+            cpu_capacity_millis: 2000,
+            has_cap_sys_resource: false,
+            host_dns: None,
+            host_ip: Some("10.0.0.1".into()),
+            runtime_handler: String::new(),
+        },
+    );
+    let clock_source = fake.clone();
+    let m = m.with_clock(Arc::new(move || clock_source.now()));
+    (m, reasons)
+}
+
+async fn status_of(fake: &FakeRuntime) -> PodStatus {
+    get_pod_status(fake, &PodUid::from("uid-1"), "web", "default")
+        .await
+        .expect("status")
+}
+
+fn mutating(calls: Vec<Call>) -> Vec<String> {
+    calls
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::RunPodSandbox { attempt, .. } => Some(format!("RunPodSandbox#{attempt}")),
+            Call::CreateContainer { name, attempt, .. } => Some(format!("Create {name}#{attempt}")),
+            Call::StartContainer { .. } => Some("Start".into()),
+            Call::StopContainer { .. } => Some("StopContainer".into()),
+            Call::StopPodSandbox { .. } => Some("StopPodSandbox".into()),
+            Call::PullImage { .. } => Some("Pull".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn init_containers_run_one_at_a_time_before_the_app() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.add_image(IMAGE);
+    let (m, _) = manager(&fake);
+    let p = pod(
+        vec![container("init", "IfNotPresent")],
+        vec![container("app", "IfNotPresent")],
+        "Always",
+    );
+    let cancel = CancellationToken::new();
+    let first = m
+        .sync_pod(
+            &p,
+            &status_of(&fake).await,
+            "/kubepods/podx",
+            &NoProbes,
+            &cancel,
+        )
+        .await;
+    assert!(first.errors.is_empty(), "{:?}", first.errors);
+    assert_eq!(
+        mutating(fake.take_calls()),
+        vec!["RunPodSandbox#0", "Create init#0", "Start"]
+    );
+    // Until the init container succeeds, nothing else starts.
+    m.sync_pod(
+        &p,
+        &status_of(&fake).await,
+        "/kubepods/podx",
+        &NoProbes,
+        &cancel,
+    )
+    .await;
+    assert!(mutating(fake.take_calls()).is_empty());
+    let init_id = fake.container_ids()[0].clone();
+    fake.exit_container(&init_id, 0);
+    m.sync_pod(
+        &p,
+        &status_of(&fake).await,
+        "/kubepods/podx",
+        &NoProbes,
+        &cancel,
+    )
+    .await;
+    assert_eq!(mutating(fake.take_calls()), vec!["Create app#0", "Start"]);
+    let sandbox = fake
+        .sandbox_config(&fake.sandbox_ids()[0])
+        .expect("sandbox");
+    assert_eq!(
+        sandbox.linux.map(|l| l.cgroup_parent).as_deref(),
+        Some("/kubepods/podx")
+    );
+}
+
+#[tokio::test]
+async fn a_missing_image_with_never_is_err_image_never_pull() {
+    let fake = Arc::new(FakeRuntime::new());
+    let (m, reasons) = manager(&fake);
+    let p = pod(vec![], vec![container("app", "Never")], "Always");
+    let outcome = m
+        .sync_pod(
+            &p,
+            &status_of(&fake).await,
+            "/p",
+            &NoProbes,
+            &CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(outcome.errors.len(), 1);
+    assert!(
+        !mutating(fake.take_calls())
+            .iter()
+            .any(|c| c.starts_with("Create"))
+    );
+    let reasons = reasons.lock().expect("lock");
+    let failure = reasons
+        .get(&PodUid::from("uid-1"), "app")
+        .expect("a reason");
+    assert_eq!(failure.reason, StartFailureReason::ErrImageNeverPull);
+    assert!(failure.message.contains(IMAGE));
+}
+
+#[tokio::test]
+async fn a_failed_pull_backs_off_before_pulling_again() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.fail_always(crate::cri::Operation::PullImage, tonic::Code::NotFound);
+    let (m, reasons) = manager(&fake);
+    let p = pod(vec![], vec![container("app", "Always")], "Always");
+    let cancel = CancellationToken::new();
+    m.sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
+        .await;
+    let reason = |r: &Arc<Mutex<ReasonCache>>| {
+        r.lock()
+            .expect("lock")
+            .get(&PodUid::from("uid-1"), "app")
+            .map(|f| f.reason)
+    };
+    assert_eq!(reason(&reasons), Some(StartFailureReason::ErrImagePull));
+    let pulls = |calls: Vec<Call>| {
+        calls
+            .iter()
+            .filter(|c| matches!(c, Call::PullImage { .. }))
+            .count()
+    };
+    assert_eq!(pulls(fake.take_calls()), 1);
+    let outcome = m
+        .sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
+        .await;
+    assert_eq!(reason(&reasons), Some(StartFailureReason::ImagePullBackOff));
+    assert_eq!(pulls(fake.take_calls()), 0, "no pull while backing off");
+    assert!(outcome.errors.is_empty(), "a back-off is not a sync error");
+    assert!(outcome.retry_in.is_some());
+}
+
+#[tokio::test]
+async fn a_crashing_container_restarts_then_waits_out_its_back_off() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.add_image(IMAGE);
+    let (m, reasons) = manager(&fake);
+    let p = pod(vec![], vec![container("app", "IfNotPresent")], "Always");
+    let cancel = CancellationToken::new();
+    m.sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
+        .await;
+    let first = fake.container_ids()[0].clone();
+    fake.exit_container(&first, 1);
+    fake.take_calls();
+    // The first restart goes ahead (and starts the back-off)...
+    m.sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
+        .await;
+    assert_eq!(mutating(fake.take_calls()), vec!["Create app#1", "Start"]);
+    let second = fake
+        .container_ids()
+        .into_iter()
+        .find(|id| *id != first)
+        .expect("a second instance");
+    fake.exit_container(&second, 1);
+    // ...the next one waits.
+    let outcome = m
+        .sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
+        .await;
+    assert!(mutating(fake.take_calls()).is_empty());
+    assert!(
+        outcome
+            .retry_in
+            .is_some_and(|r| r <= Duration::from_secs(10))
+    );
+    let reason = reasons
+        .lock()
+        .expect("lock")
+        .get(&PodUid::from("uid-1"), "app")
+        .map(|f| (f.reason, f.message.clone()));
+    assert!(
+        reason
+            .as_ref()
+            .is_some_and(|(r, m)| *r == StartFailureReason::CrashLoopBackOff
+                && m.contains("back-off 10s restarting failed container=app")),
+        "{reason:?}"
+    );
+}
+
+#[tokio::test]
+async fn killing_a_pod_stops_containers_then_the_sandbox() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.add_image(IMAGE);
+    let (m, _) = manager(&fake);
+    let p = pod(
+        vec![],
+        vec![
+            container("a", "IfNotPresent"),
+            container("b", "IfNotPresent"),
+        ],
+        "Always",
+    );
+    m.sync_pod(
+        &p,
+        &status_of(&fake).await,
+        "/p",
+        &NoProbes,
+        &CancellationToken::new(),
+    )
+    .await;
+    fake.take_calls();
+    m.kill_pod_status(&status_of(&fake).await, Duration::from_secs(5))
+        .await
+        .expect("killed");
+    assert_eq!(
+        mutating(fake.take_calls()),
+        vec!["StopContainer", "StopContainer", "StopPodSandbox"]
+    );
+    let status = status_of(&fake).await;
+    m.remove_pod(&status).await.expect("removed");
+    assert!(fake.container_ids().is_empty() && fake.sandbox_ids().is_empty());
+    let _ = PathBuf::new();
+}
