@@ -9,5 +9,6 @@ pub mod container;
 pub mod kernel;
 pub mod metrics;
 pub mod server;
+pub mod sources;
 pub mod sys;
 pub mod telemetry;
