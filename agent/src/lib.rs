@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod pleg;
 pub mod pod_workers;
 pub mod server;
+pub mod sources;
 pub mod status;
 pub mod sys;
 pub mod telemetry;

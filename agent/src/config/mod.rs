@@ -1,11 +1,37 @@
-//! Command-line arguments. Each subcommand's flags are validated here or by the component they
-//! configure, with errors that name the flag.
+//! Configuration: the command-line arguments (here), the KubeletConfiguration-style file
+//! (`file.rs`), and the validated [`Config`] that `swiftlet run` builds from both (`load.rs`,
+//! `fields.rs`, `error.rs`), with Go-syntax durations (`duration.rs`). Each error names the flag
+//! or field and the bad value.
+//!
+//! Not here: what the components do with their settings. Upstream: `cmd/kubelet/app/options` and
+//! `pkg/kubelet/apis/config`.
 
-use std::{net::SocketAddr, path::PathBuf};
+mod duration;
+mod error;
+mod fields;
+mod file;
+mod load;
+mod types;
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
+pub use duration::{DurationError, DurationErrorReason, GoDuration};
+pub use error::{ConfigError, Origin};
+pub use file::FileConfig;
+pub use load::{Config, defaults};
+pub use types::{CgroupDriver, Cidr, PlegMode};
+
 use crate::kernel::LoadOptions;
+
+/// Default of `--grpc-socket`.
+pub const DEFAULT_GRPC_SOCKET: &str = "/run/swiftlet/swiftlet.sock";
+/// Default of `--http-address` (the kubelet's healthzBindAddress:healthzPort).
+pub const DEFAULT_HTTP_ADDRESS: &str = "127.0.0.1:10248";
 
 /// swiftlet: a Kubernetes node agent that learns what happens to containers from kernel events.
 #[derive(Debug, Parser)]
@@ -28,6 +54,10 @@ pub enum LogFormat {
 }
 
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once at start; boxing `RunArgs` would only add noise at every use"
+)]
 pub enum Command {
     /// Run the node agent: load the kernel programs and serve the API and metrics.
     Run(RunArgs),
@@ -36,7 +66,7 @@ pub enum Command {
 }
 
 /// Flags shared by every command that loads the kernel programs.
-#[derive(Clone, Debug, ClapArgs)]
+#[derive(Clone, Debug, PartialEq, Eq, ClapArgs)]
 pub struct KernelArgs {
     /// Only events of this cgroup subtree (repeatable): a directory on the cgroup2 mount, or a
     /// path relative to it. Without any, the whole machine.
@@ -69,20 +99,57 @@ pub struct EventsArgs {
     pub count: Option<u64>,
 }
 
+/// Flags of `swiftlet run`. Those that also exist in the configuration file override it; see
+/// [`Config::load`] for the merged, validated result.
 #[derive(Debug, ClapArgs)]
 pub struct RunArgs {
     #[command(flatten)]
     pub kernel: KernelArgs,
-    /// Unix socket of swiftlet's gRPC API (swiftlet.v1).
-    #[arg(
-        long,
-        value_name = "PATH",
-        default_value = "/run/swiftlet/swiftlet.sock"
-    )]
+    /// Unix socket of swiftlet's gRPC API (swiftlet.v1). Overrides `grpcSocket` unless left at
+    /// its default.
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_GRPC_SOCKET)]
     pub grpc_socket: PathBuf,
-    /// Address of the HTTP endpoints /healthz and /metrics.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:10248")]
+    /// Address of the HTTP endpoints /healthz and /metrics. Overrides `healthzBindAddress` and
+    /// `healthzPort` unless left at its default.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_HTTP_ADDRESS)]
     pub http_address: SocketAddr,
+    /// Configuration file (YAML, KubeletConfiguration field names); flags override it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Directory of static pod manifests (`staticPodPath`).
+    #[arg(long, value_name = "DIR", alias = "pod-manifest-path")]
+    pub manifests: Option<PathBuf>,
+    /// The CRI runtime's socket (`containerRuntimeEndpoint`), e.g.
+    /// unix:///run/containerd/containerd.sock.
+    #[arg(long, value_name = "ENDPOINT", alias = "container-runtime-endpoint")]
+    pub runtime_endpoint: Option<String>,
+    /// This node's name (`nodeName`); defaults to the hostname, lowercased.
+    #[arg(long, value_name = "NAME", visible_alias = "hostname-override")]
+    pub node_name: Option<String>,
+    /// How container changes are detected (`pleg`).
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub pleg: Option<PlegMode>,
+    /// Period of the runtime relist (`plegRelistPeriod`), e.g. 1s.
+    #[arg(long, value_name = "DURATION")]
+    pub pleg_relist_period: Option<GoDuration>,
+    /// Period of the full pod resync (`syncFrequency`), e.g. 1m.
+    #[arg(long, value_name = "DURATION")]
+    pub sync_frequency: Option<GoDuration>,
+    /// Most pods this node runs (`maxPods`).
+    #[arg(long, value_name = "N")]
+    pub max_pods: Option<u32>,
+    /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
+    #[arg(long, value_name = "PORT")]
+    pub read_only_port: Option<u16>,
+    /// Bind address of the read-only endpoint (`address`).
+    #[arg(long, value_name = "IP")]
+    pub address: Option<IpAddr>,
+    /// swiftlet's state directory (`rootDir`).
+    #[arg(long, value_name = "DIR")]
+    pub root_dir: Option<PathBuf>,
+    /// kubeconfig of the API server; without it swiftlet runs standalone.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
 }
 
 #[cfg(test)]

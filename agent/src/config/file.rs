@@ -1,0 +1,101 @@
+//! The configuration file as written: a YAML mapping in the style of the kubelet's
+//! `KubeletConfiguration` (camelCase, the kubelet's field names where one exists), plus swiftlet's
+//! own fields. Every field is optional and kept in its written form (durations and addresses as
+//! strings), so the loader can name the field and the bad value in one message; unknown fields are
+//! rejected here by serde.
+//!
+//! Not here: defaults, validation, flags (`load.rs`). Upstream: `KubeletConfiguration` in
+//! `staging/src/k8s.io/kubelet/config/v1beta1/types.go`.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::ConfigError;
+
+/// The `kind` a file may declare (optional; checked when present).
+pub const KIND: &str = "KubeletConfiguration";
+/// The `apiVersion` a file may declare (optional; checked when present).
+pub const API_VERSION: &str = "kubelet.config.k8s.io/v1beta1";
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct FileConfig {
+    pub kind: Option<String>,
+    pub api_version: Option<String>,
+
+    // The kubelet's fields.
+    pub static_pod_path: Option<PathBuf>,
+    pub sync_frequency: Option<String>,
+    pub file_check_frequency: Option<String>,
+    pub max_pods: Option<i64>,
+    pub pod_pids_limit: Option<i64>,
+    pub runtime_request_timeout: Option<String>,
+    pub container_runtime_endpoint: Option<String>,
+    pub read_only_port: Option<i64>,
+    pub address: Option<String>,
+    pub healthz_port: Option<i64>,
+    pub healthz_bind_address: Option<String>,
+    pub cgroup_root: Option<String>,
+    #[serde(rename = "cgroupsPerQOS")]
+    pub cgroups_per_qos: Option<bool>,
+    pub cgroup_driver: Option<String>,
+    #[serde(rename = "podCIDR")]
+    pub pod_cidr: Option<String>,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Option<Vec<String>>,
+    pub cluster_domain: Option<String>,
+    pub node_status_update_frequency: Option<String>,
+    pub node_lease_duration_seconds: Option<i64>,
+    /// A kubelet flag upstream, accepted in the file here (same meaning as `nodeName`).
+    pub hostname_override: Option<String>,
+
+    // swiftlet's own.
+    pub node_name: Option<String>,
+    pub pleg: Option<String>,
+    pub pleg_relist_period: Option<String>,
+    pub root_dir: Option<PathBuf>,
+    pub grpc_socket: Option<PathBuf>,
+}
+
+impl FileConfig {
+    /// Reads and parses `path`. An empty file is an empty configuration (all defaults).
+    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
+        // serde_yaml rejects a document with no content, which an operator means as "defaults".
+        if text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            return Ok(FileConfig::default());
+        }
+        serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Relative paths in a file are relative to the file's directory, as the kubelet resolves them
+    /// (`resolveRelativePaths`), so a file means the same from any working directory.
+    pub fn resolve_relative_paths(&mut self, base: &Path) {
+        for path in [
+            &mut self.static_pod_path,
+            &mut self.root_dir,
+            &mut self.grpc_socket,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if path.is_relative() && !path.as_os_str().is_empty() {
+                *path = base.join(&*path);
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! Small value types of the validated configuration: the PLEG mode, the cgroup driver and a CIDR.
+//! Each parses from the text an operator writes and prints back the same way.
+//!
+//! Not here: where values come from or their defaults (`load.rs`). Upstream: the string-typed
+//! fields `cgroupDriver` and `podCIDR` of `KubeletConfiguration`.
+
+use std::{fmt, net::IpAddr, str::FromStr};
+
+use clap::ValueEnum;
+
+/// How the agent learns that containers changed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PlegMode {
+    /// List the runtime every `plegRelistPeriod`, as the kubelet's generic PLEG does.
+    Relist,
+    /// Kernel events (exit, OOM kill, cgroup changes) with a slow relist as the safety net.
+    #[default]
+    Ebpf,
+}
+
+impl PlegMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlegMode::Relist => "relist",
+            PlegMode::Ebpf => "ebpf",
+        }
+    }
+}
+
+impl FromStr for PlegMode {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "relist" => Ok(PlegMode::Relist),
+            "ebpf" => Ok(PlegMode::Ebpf),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for PlegMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The cgroup driver. Only `cgroupfs` exists for now; `systemd` is recognised so the error can say
+/// it is not supported yet rather than unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CgroupDriver {
+    #[default]
+    Cgroupfs,
+}
+
+impl CgroupDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Cgroupfs => "cgroupfs",
+        }
+    }
+}
+
+impl fmt::Display for CgroupDriver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An IP network such as `10.244.1.0/24` or `fd00::/64`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cidr {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl FromStr for Cidr {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (addr, prefix) = s
+            .split_once('/')
+            .ok_or("expected an address and a prefix length, e.g. 10.244.1.0/24")?;
+        let addr: IpAddr = addr.parse().map_err(|_| "not an IP address")?;
+        let max = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix: u8 = prefix
+            .parse()
+            .ok()
+            .filter(|p| *p <= max)
+            .ok_or("the prefix length is out of range")?;
+        Ok(Cidr { addr, prefix })
+    }
+}
+
+impl fmt::Display for Cidr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs() {
+        assert_eq!(
+            "10.244.1.0/24".parse::<Cidr>().map(|c| c.to_string()),
+            Ok("10.244.1.0/24".to_owned())
+        );
+        assert!("fd00::/64".parse::<Cidr>().is_ok());
+        assert!("10.0.0.0/33".parse::<Cidr>().is_err());
+        assert!("10.0.0.0".parse::<Cidr>().is_err());
+        assert!("nope/8".parse::<Cidr>().is_err());
+    }
+
+    #[test]
+    fn pleg_modes() {
+        assert_eq!("ebpf".parse(), Ok(PlegMode::Ebpf));
+        assert_eq!("relist".parse(), Ok(PlegMode::Relist));
+        assert_eq!("evented".parse::<PlegMode>(), Err(()));
+    }
+}

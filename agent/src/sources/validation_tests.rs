@@ -1,0 +1,160 @@
+//! Tests of static pod validation beyond what the manifest tests cover.
+
+use k8s_openapi::{
+    api::core::v1::{
+        Container, ContainerPort, EnvVar, EnvVarSource, PodSpec, SecretKeySelector, Volume,
+        VolumeMount,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+
+use super::*;
+
+fn pod(name: &str, namespace: &str, spec: PodSpec) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+fn container(name: &str) -> Container {
+    Container {
+        name: name.to_owned(),
+        image: Some("busybox".to_owned()),
+        ..Container::default()
+    }
+}
+
+fn errors(p: &Pod) -> Vec<String> {
+    match validate_static_pod(p) {
+        Ok(()) => Vec::new(),
+        Err(e) => e.0.iter().map(ToString::to_string).collect(),
+    }
+}
+
+#[test]
+fn a_minimal_pod_is_valid() {
+    let spec = PodSpec {
+        containers: vec![container("a")],
+        ..PodSpec::default()
+    };
+    assert_eq!(
+        errors(&pod("web-node-1", "default", spec)),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn names_follow_rfc_1123() {
+    let spec = PodSpec {
+        containers: vec![container("a")],
+        ..PodSpec::default()
+    };
+    let long = "a".repeat(254);
+    let errs = errors(&pod(&long, "Bad_NS", spec));
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs[0].starts_with("metadata.name: Invalid value"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[0].ends_with("must be no more than 253 characters"),
+        "{errs:?}"
+    );
+    assert!(
+        errs[1].starts_with("metadata.namespace: Invalid value: \"Bad_NS\""),
+        "{errs:?}"
+    );
+    // Parts of a subdomain may be longer than a label.
+    let spec = PodSpec {
+        containers: vec![container("a")],
+        ..PodSpec::default()
+    };
+    assert!(errors(&pod(&format!("{}-node", "b".repeat(70)), "default", spec)).is_empty());
+}
+
+#[test]
+fn mounts_ports_and_secret_env_are_checked() {
+    let mut c = container("a");
+    c.volume_mounts = Some(vec![VolumeMount {
+        name: "missing".to_owned(),
+        mount_path: "/data".to_owned(),
+        ..VolumeMount::default()
+    }]);
+    c.ports = Some(vec![ContainerPort {
+        container_port: 70000,
+        protocol: Some("HTTP".to_owned()),
+        ..ContainerPort::default()
+    }]);
+    c.env = Some(vec![EnvVar {
+        name: "TOKEN".to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: "s".to_owned(),
+                key: "k".to_owned(),
+                ..SecretKeySelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }]);
+    let spec = PodSpec {
+        containers: vec![c],
+        volumes: Some(vec![Volume {
+            name: "data".to_owned(),
+            ..Volume::default()
+        }]),
+        ..PodSpec::default()
+    };
+    let errs = errors(&pod("p", "default", spec));
+    assert_eq!(
+        errs,
+        vec![
+            "spec.containers[0].ports[0].containerPort: Invalid value: \"70000\": must be between 1 and 65535, inclusive",
+            "spec.containers[0].ports[0].protocol: Unsupported value: \"HTTP\": supported values: \"TCP\", \"UDP\", \"SCTP\"",
+            "spec.containers[0].volumeMounts[0].name: Not found: \"missing\"",
+            "spec.containers[0].env[0].valueFrom: Forbidden: static pods may not reference secrets",
+        ]
+    );
+}
+
+#[test]
+fn resource_names_must_be_known_or_qualified() {
+    let mut c = container("a");
+    c.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+        limits: Some(
+            [
+                ("cpu", "1"),
+                ("hugepages-2Mi", "4Mi"),
+                ("example.com/gpu", "1"),
+                ("gpu", "1"),
+                ("memory", "-1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| {
+                (
+                    k.to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_owned()),
+                )
+            })
+            .collect(),
+        ),
+        ..Default::default()
+    });
+    let spec = PodSpec {
+        containers: vec![c],
+        ..PodSpec::default()
+    };
+    assert_eq!(
+        errors(&pod("p", "default", spec)),
+        vec![
+            "spec.containers[0].resources.limits[gpu]: Invalid value: \"gpu\": must be a standard resource type or fully qualified",
+            "spec.containers[0].resources.limits[memory]: Invalid value: \"-1\": must be greater than or equal to 0",
+        ]
+    );
+}
