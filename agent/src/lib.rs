@@ -8,6 +8,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod kernel;
+pub mod kubelet;
 pub mod kuberuntime;
 pub mod metrics;
 pub mod pleg;

@@ -149,7 +149,7 @@ impl KubeRuntimeManager {
         pod: &Pod,
         status: &PodStatus,
         cgroup_parent: &str,
-        probes: &dyn ContainerProbeResults,
+        probes: &(dyn ContainerProbeResults + Sync),
         cancel: &CancellationToken,
     ) -> SyncOutcome {
         let mut outcome = SyncOutcome::default();

@@ -8,7 +8,7 @@
 //!   [`SourcesReady`].
 //! - `static_pods.rs` — the static pod directory, watched with inotify; `manifest_dir.rs` — its
 //!   files as last read.
-//! - `manifest.rs`, `defaults.rs`, `validation.rs`, `api_references.rs`, `quantity.rs` — one
+//! - `manifest.rs`, `defaults.rs`, `validation.rs`, `api_references.rs` — one
 //!   manifest file to one defaulted, validated `Pod`.
 //!
 //! Not here: what the sync loop does with updates, mirror pods, the API-server source.
@@ -19,7 +19,6 @@ mod manifest;
 mod manifest_dir;
 mod merge;
 mod pod_config;
-mod quantity;
 mod static_pods;
 mod validation;
 
@@ -30,7 +29,6 @@ use k8s_openapi::api::core::v1::Pod;
 pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
 pub use merge::{Clock, PodStorage};
 pub use pod_config::{MergeStopped, PodConfig, SourceSender, SourcesReady};
-pub use quantity::{QuantityError, parse_quantity};
 pub use static_pods::{StaticPodOptions, StaticPodSource, is_manifest_name};
 pub use validation::{FieldError, FieldErrorKind, ValidationErrors, validate_static_pod};
 

@@ -10,7 +10,8 @@ use std::{collections::HashSet, fmt};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 
-use super::{api_references::api_references, quantity::parse_quantity};
+use super::api_references::api_references;
+use crate::cm::quantity::Quantity;
 
 /// One problem, as upstream's `field.Error` prints it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,9 +301,9 @@ fn validate_resources(path: &str, r: &ResourceRequirements, errs: &mut Errors) {
                     "must be a standard resource type or fully qualified",
                 );
             }
-            match parse_quantity(&quantity.0) {
+            match Quantity::parse(&quantity.0).map(|q| q.nanos()) {
                 Err(e) => errs.invalid(field, &quantity.0, e.to_string()),
-                Ok(v) if v < 0.0 => {
+                Ok(v) if v < 0 => {
                     errs.invalid(field, &quantity.0, "must be greater than or equal to 0")
                 }
                 Ok(v) => values.push((name.clone(), v)),
@@ -336,7 +337,7 @@ fn is_resource_name(name: &str) -> bool {
     matches!(name, "cpu" | "memory" | "ephemeral-storage")
         || name
             .strip_prefix("hugepages-")
-            .is_some_and(|size| parse_quantity(size).is_ok())
+            .is_some_and(|size| Quantity::parse(size).is_ok())
         || name.split_once('/').is_some_and(|(domain, rest)| {
             is_dns1123_subdomain(domain)
                 && !rest.is_empty()

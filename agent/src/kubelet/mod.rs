@@ -1,0 +1,276 @@
+//! The kubelet core (upstream `pkg/kubelet/kubelet.go`): the sync loop that dispatches source
+//! updates, PLEG events and periodic work to the pod workers, admission, housekeeping, and the
+//! sync functions the workers call. Everything it acts through is handed in by `app`.
+
+pub mod admission;
+pub mod pod_manager;
+pub mod sync_loop;
+pub mod syncer;
+
+use std::{
+    collections::HashSet,
+    sync::{Arc, Mutex},
+    time::{Instant, SystemTime},
+};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
+
+use self::{
+    admission::{NodeCapacity, admit},
+    pod_manager::PodManager,
+};
+use crate::{
+    cm::pod_cgroups::PodCgroups,
+    container::PodUid,
+    kuberuntime::manager::KubeRuntimeManager,
+    pleg::{EventType, PodCache, PodLifecycleEvent, relist::running_pod_of},
+    pod_workers::{
+        PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase, pod_uid,
+    },
+    sources::{Op, PodUpdate},
+    status::StatusManager,
+};
+
+pub struct Kubelet {
+    pub node_name: String,
+    pub pods: Arc<PodManager>,
+    pub workers: Arc<PodWorkers>,
+    pub cache: Arc<PodCache>,
+    pub status: Arc<StatusManager>,
+    pub runtime: Arc<KubeRuntimeManager>,
+    pub cgroups: Arc<PodCgroups>,
+    pub capacity: NodeCapacity,
+    /// Pods admission turned away: they keep their Failed status and never get a worker.
+    rejected: Mutex<HashSet<PodUid>>,
+}
+
+impl Kubelet {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the composition root hands every part in"
+    )]
+    pub fn new(
+        node_name: String,
+        pods: Arc<PodManager>,
+        workers: Arc<PodWorkers>,
+        cache: Arc<PodCache>,
+        status: Arc<StatusManager>,
+        runtime: Arc<KubeRuntimeManager>,
+        cgroups: Arc<PodCgroups>,
+        capacity: NodeCapacity,
+    ) -> Kubelet {
+        Kubelet {
+            node_name,
+            pods,
+            workers,
+            cache,
+            status,
+            runtime,
+            cgroups,
+            capacity,
+            rejected: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<PodUid>> {
+        self.rejected.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One update from the sources (upstream `syncLoopIteration`'s `configCh` case).
+    pub fn handle_update(&self, update: PodUpdate) {
+        match update.op {
+            Op::Add => self.handle_additions(update.pods),
+            Op::Update | Op::Delete => self.handle_updates(update.pods),
+            Op::Remove => self.handle_removes(update.pods),
+            Op::Reconcile => {
+                for pod in update.pods {
+                    if self.pods.get(&pod_uid(&pod)).is_some() {
+                        self.pods.upsert(pod);
+                    }
+                }
+            }
+            Op::Set => tracing::warn!("unexpected SET update from the merge; ignored"),
+        }
+    }
+
+    /// Admits new pods oldest first (upstream `HandlePodAdditions`).
+    pub fn handle_additions(&self, mut pods: Vec<Pod>) {
+        pods.sort_by(|a, b| {
+            a.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
+        });
+        for pod in pods {
+            let uid = pod_uid(&pod);
+            let pod = self.pods.upsert(pod);
+            if self.workers.phase(&uid).is_none() && !is_terminal_phase(&pod) {
+                let active = self.active_pods(&uid);
+                let active: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
+                if let Err(rejection) = admit(&pod, &active, &self.capacity, &self.node_name) {
+                    tracing::warn!(pod = %uid, reason = rejection.reason, message = rejection.message, "pod rejected");
+                    self.rejected().insert(uid.clone());
+                    self.status.set_pod_status(
+                        &pod,
+                        ApiPodStatus {
+                            phase: Some("Failed".into()),
+                            reason: Some(rejection.reason),
+                            message: Some(rejection.message),
+                            ..Default::default()
+                        },
+                    );
+                    continue;
+                }
+            }
+            self.workers.update_pod(UpdatePodOptions {
+                update_type: UpdateType::Create,
+                pod: Some(pod),
+                running_pod: None,
+                kill: None,
+            });
+        }
+    }
+
+    /// Admitted pods that are not done, other than `except`.
+    fn active_pods(&self, except: &PodUid) -> Vec<Arc<Pod>> {
+        let rejected = self.rejected().clone();
+        self.pods
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                let uid = pod_uid(p);
+                &uid != except
+                    && !rejected.contains(&uid)
+                    && !is_terminal_phase(p)
+                    && !self.workers.is_known_terminated(&uid)
+            })
+            .collect()
+    }
+
+    pub fn handle_updates(&self, pods: Vec<Pod>) {
+        for pod in pods {
+            let uid = pod_uid(&pod);
+            let pod = self.pods.upsert(pod);
+            if self.rejected().contains(&uid) {
+                continue;
+            }
+            self.workers.update_pod(UpdatePodOptions {
+                update_type: UpdateType::Update,
+                pod: Some(pod),
+                running_pod: None,
+                kill: None,
+            });
+        }
+    }
+
+    pub fn handle_removes(&self, pods: Vec<Pod>) {
+        for pod in pods {
+            let uid = pod_uid(&pod);
+            let known = self.pods.remove(&uid);
+            if self.rejected().remove(&uid) {
+                self.status.remove(&uid);
+                continue;
+            }
+            self.workers.update_pod(UpdatePodOptions {
+                update_type: UpdateType::Kill,
+                pod: Some(known.unwrap_or_else(|| Arc::new(pod))),
+                running_pod: None,
+                kill: None,
+            });
+        }
+    }
+
+    /// A PLEG event wakes the pod's worker (upstream `syncLoopIteration`'s `plegCh` case).
+    pub fn handle_pleg_event(&self, event: &PodLifecycleEvent) {
+        if event.kind == EventType::ContainerChanged {
+            return;
+        }
+        let Some(pod) = self.pods.get(&event.pod) else {
+            return;
+        };
+        if self.rejected().contains(&event.pod) {
+            return;
+        }
+        self.workers.update_pod(UpdatePodOptions {
+            update_type: UpdateType::Sync,
+            pod: Some(pod),
+            running_pod: None,
+            kill: None,
+        });
+    }
+
+    /// Pods whose resync or retry is due (upstream `syncCh`).
+    pub fn handle_due(&self, now: Instant) {
+        for uid in self.workers.take_due(now) {
+            if let Some(pod) = self.pods.get(&uid) {
+                self.workers.update_pod(UpdatePodOptions {
+                    update_type: UpdateType::Sync,
+                    pod: Some(pod),
+                    running_pod: None,
+                    kill: None,
+                });
+            }
+        }
+    }
+
+    /// Upstream `HandlePodCleanups`: align workers with the desired pods, stop what the runtime
+    /// runs for pods nobody wants, forget statuses and cgroups of pods that are gone.
+    pub fn housekeeping(&self) {
+        let rejected = self.rejected().clone();
+        let desired: Vec<Arc<Pod>> = self
+            .pods
+            .pods()
+            .into_iter()
+            .filter(|p| !rejected.contains(&pod_uid(p)))
+            .collect();
+        let (phases, restart) = self.workers.sync_known_pods(&desired);
+        for uid in restart {
+            if let Some(pod) = self.pods.get(&uid) {
+                self.workers.update_pod(UpdatePodOptions {
+                    update_type: UpdateType::Create,
+                    pod: Some(pod),
+                    running_pod: None,
+                    kill: None,
+                });
+            }
+        }
+        let desired_uids: HashSet<PodUid> = desired.iter().map(|p| pod_uid(p)).collect();
+        // Pods the runtime has that no source wants and no worker handles: orphans.
+        for uid in self.cache.pods() {
+            if desired_uids.contains(&uid) || rejected.contains(&uid) || phases.contains_key(&uid) {
+                continue;
+            }
+            let cached = self.cache.get(&uid);
+            let Some(status) = cached.status else {
+                continue;
+            };
+            if status.sandboxes.is_empty() && status.containers.is_empty() {
+                self.cache.delete(&uid);
+                continue;
+            }
+            tracing::info!(pod = %uid, name = status.name, "stopping and removing an orphaned pod");
+            self.workers.update_pod(UpdatePodOptions {
+                update_type: UpdateType::Kill,
+                pod: None,
+                running_pod: Some(running_pod_of(&status)),
+                kill: None,
+            });
+        }
+        self.status.retain(|uid| {
+            desired_uids.contains(uid) || rejected.contains(uid) || phases.contains_key(uid)
+        });
+        for uid in self.cgroups.existing_pods() {
+            let busy = phases
+                .get(&uid)
+                .is_some_and(|p| matches!(p, WorkerPhase::Syncing | WorkerPhase::Terminating));
+            if !busy
+                && !desired_uids.contains(&uid)
+                && let Err(e) = self.cgroups.remove_pod(&uid)
+            {
+                tracing::debug!(pod = %uid, error = %e, "orphaned pod cgroup not removed yet");
+            }
+        }
+        self.runtime.gc(SystemTime::now());
+    }
+}

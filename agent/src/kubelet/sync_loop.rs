@@ -1,0 +1,49 @@
+//! The sync loop (upstream `syncLoop`/`syncLoopIteration`): it only dispatches. It selects over
+//! source updates, PLEG events, a 1 s tick for pods whose resync is due, and housekeeping every
+//! 2 s once the sources have sent their first state.
+
+use std::{sync::Arc, time::Duration};
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Kubelet;
+use crate::{pleg::PodLifecycleEvent, sources::PodUpdate};
+
+/// Upstream `housekeepingPeriod`.
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// The sync tick.
+pub const SYNC_TICK: Duration = Duration::from_secs(1);
+
+pub async fn run(
+    kubelet: Arc<Kubelet>,
+    mut updates: mpsc::Receiver<PodUpdate>,
+    mut pleg: mpsc::Receiver<PodLifecycleEvent>,
+    sources_ready: impl Fn() -> bool + Send,
+    shutdown: CancellationToken,
+) {
+    let mut sync_tick = tokio::time::interval(SYNC_TICK);
+    let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+    sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            update = updates.recv() => match update {
+                Some(update) => kubelet.handle_update(update),
+                None => {
+                    tracing::info!("pod sources closed; the sync loop ends");
+                    return;
+                }
+            },
+            Some(event) = pleg.recv() => kubelet.handle_pleg_event(&event),
+            _ = sync_tick.tick() => kubelet.handle_due(std::time::Instant::now()),
+            _ = housekeeping.tick() => {
+                // Until every source has spoken, a pod missing from them may just not be listed yet.
+                if sources_ready() {
+                    kubelet.housekeeping();
+                }
+            }
+            () = shutdown.cancelled() => return,
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The sync functions the pod workers call (upstream `Kubelet.SyncPod`, `SyncTerminatingPod`,
+//! `SyncTerminatingRuntimePod`, `SyncTerminatedPod` in `kubelet.go`): generate and record the
+//! pod's status, make its cgroup, and hand the runtime work to `kuberuntime`.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio_util::sync::CancellationToken;
+
+use super::pod_manager::PodManager;
+use crate::{
+    cm::pod_cgroups::PodCgroups,
+    container::{PodStatus, PodUid, RunningPod},
+    kuberuntime::{NoProbes, manager::KubeRuntimeManager},
+    pod_workers::{PodSyncer, SyncError, SyncPodOutcome, UpdateType, pod_uid},
+    status::{
+        ReasonCache, RunningIsReady, StatusManager, generate_api_pod_status,
+        generate_terminal_api_pod_status,
+    },
+};
+
+/// How long orphans (pods no source knows) get to stop (upstream uses 1 s, raised to the
+/// runtime minimum).
+const ORPHAN_GRACE: Duration = Duration::from_secs(1);
+
+pub struct KubeletSyncer {
+    pub runtime: Arc<KubeRuntimeManager>,
+    pub status: Arc<StatusManager>,
+    pub cgroups: Arc<PodCgroups>,
+    pub reasons: Arc<Mutex<ReasonCache>>,
+    pub pods: Arc<PodManager>,
+    pub host_ip: Option<String>,
+}
+
+impl KubeletSyncer {
+    fn record_status(&self, pod: &Pod, runtime: &PodStatus, terminal: bool) -> bool {
+        let previous = self.status.with_status(pod);
+        let reasons = self.reasons.lock().unwrap_or_else(|p| p.into_inner());
+        let generate = if terminal {
+            generate_terminal_api_pod_status
+        } else {
+            generate_api_pod_status
+        };
+        let api = generate(
+            &previous,
+            runtime,
+            &reasons,
+            &RunningIsReady,
+            self.host_ip.as_deref(),
+            SystemTime::now(),
+        );
+        drop(reasons);
+        let done = matches!(api.phase.as_deref(), Some("Succeeded" | "Failed"));
+        let handle = self
+            .pods
+            .get(&pod_uid(pod))
+            .unwrap_or_else(|| Arc::new(pod.clone()));
+        self.status.set_pod_status(&handle, api);
+        done
+    }
+}
+
+#[tonic::async_trait]
+impl PodSyncer for KubeletSyncer {
+    async fn sync_pod(
+        &self,
+        _update: UpdateType,
+        pod: &Pod,
+        status: &PodStatus,
+        cancel: &CancellationToken,
+    ) -> Result<SyncPodOutcome, SyncError> {
+        if self.record_status(pod, status, false) {
+            return Ok(SyncPodOutcome {
+                terminal: true,
+                retry_after: None,
+            });
+        }
+        self.cgroups.ensure_pod(pod)?;
+        let parent = self.cgroups.cgroup_parent(pod)?;
+        let outcome = self
+            .runtime
+            .sync_pod(pod, status, &parent, &NoProbes, cancel)
+            .await;
+        if let Some(first) = outcome.errors.into_iter().next() {
+            return Err(Box::new(first));
+        }
+        Ok(SyncPodOutcome {
+            terminal: false,
+            retry_after: outcome.retry_in,
+        })
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        grace: Duration,
+    ) -> Result<(), SyncError> {
+        self.record_status(pod, status, false);
+        self.runtime.kill_pod_status(status, grace).await?;
+        let uid = pod_uid(pod);
+        let after = self
+            .runtime
+            .pod_status(
+                &uid,
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                pod.metadata.namespace.as_deref().unwrap_or("default"),
+            )
+            .await?;
+        self.record_status(pod, &after, true);
+        Ok(())
+    }
+
+    async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), SyncError> {
+        self.runtime.kill_running_pod(running, ORPHAN_GRACE).await?;
+        let status = self
+            .runtime
+            .pod_status(&running.uid, &running.name, &running.namespace)
+            .await?;
+        self.runtime.remove_pod(&status).await?;
+        self.cgroups.remove_pod(&running.uid)?;
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
+        let uid: PodUid = pod_uid(pod);
+        if self.pods.get(&uid).is_none() {
+            // Gone from every source: nothing of it stays on the node.
+            self.runtime.remove_pod(status).await?;
+            self.status.remove(&uid);
+        }
+        self.cgroups.remove_pod(&uid)?;
+        Ok(())
+    }
+}
