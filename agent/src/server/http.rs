@@ -1,15 +1,22 @@
-//! `/healthz` and `/metrics` over HTTP (axum).
+//! The HTTP endpoints (axum): `/healthz` and `/metrics` on the healthz address, and the
+//! read-only port's `/pods` (a PodList as the kubelet's read-only port serves it), `/healthz` and
+//! `/metrics`. Upstream: kubelet `pkg/kubelet/server/server.go`.
 
 use std::sync::{Arc, Mutex};
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 
-use crate::metrics::Metrics;
+use crate::{metrics::Metrics, status::StatusManager};
 
-/// Health as the components report it: healthy until one says why it is not.
+/// A component's live health: `None` when healthy, else why not.
+pub type HealthCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// Health as the components report it: healthy until one says why it is not, either by setting a
+/// problem or through a check evaluated at each request.
 #[derive(Clone, Default)]
 pub struct Health {
     problems: Arc<Mutex<Vec<(&'static str, String)>>>,
+    checks: Arc<Mutex<Vec<(&'static str, HealthCheck)>>>,
 }
 
 impl Health {
@@ -27,19 +34,30 @@ impl Health {
             .retain(|(c, _)| *c != component);
     }
 
+    /// Adds a check run at every health request.
+    pub fn add_check(&self, component: &'static str, check: HealthCheck) {
+        self.checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((component, check));
+    }
+
     /// `None` when healthy, else one line per problem.
     pub fn problems(&self) -> Option<String> {
-        let problems = self.problems.lock().unwrap_or_else(|p| p.into_inner());
-        if problems.is_empty() {
-            return None;
+        let mut lines: Vec<String> = self
+            .problems
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(c, why)| format!("{c}: {why}"))
+            .collect();
+        let checks = self.checks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        for (component, check) in checks {
+            if let Some(why) = check() {
+                lines.push(format!("{component}: {why}"));
+            }
         }
-        Some(
-            problems
-                .iter()
-                .map(|(c, why)| format!("{c}: {why}"))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        )
+        (!lines.is_empty()).then(|| lines.join("\n"))
     }
 }
 
@@ -47,13 +65,37 @@ impl Health {
 pub struct HttpState {
     pub metrics: Metrics,
     pub health: Health,
+    /// Pods and their statuses, for `/pods` (absent when the agent runs no pods).
+    pub pods: Option<Arc<StatusManager>>,
 }
 
 pub fn router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .route("/pods", get(pods))
         .with_state(state)
+}
+
+/// The pods this node runs, with their statuses, as a `v1.PodList`.
+async fn pods(State(state): State<HttpState>) -> impl IntoResponse {
+    let items: Vec<serde_json::Value> = state
+        .pods
+        .iter()
+        .flat_map(|m| m.pods())
+        .filter_map(|p| serde_json::to_value(&p.pod).ok())
+        .collect();
+    let list = serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": items,
+    });
+    (
+        StatusCode::OK,
+        [("content-type", "application/json")],
+        list.to_string(),
+    )
 }
 
 async fn healthz(State(state): State<HttpState>) -> impl IntoResponse {
@@ -88,5 +130,7 @@ mod tests {
         assert_eq!(health.problems().as_deref(), Some("kernel: stream failed"));
         health.set_healthy("kernel");
         assert_eq!(health.problems(), None);
+        health.add_check("pleg", Arc::new(|| Some("stale".to_owned())));
+        assert_eq!(health.problems().as_deref(), Some("pleg: stale"));
     }
 }

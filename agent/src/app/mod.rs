@@ -1,17 +1,21 @@
 //! The composition root of `swiftlet run`: builds every component, connects them, and owns
 //! shutdown (one cancellation token, one task set). The only place that knows all concrete types.
 //!
-//! Today the agent is the kernel event pipeline and its API: kernel programs → pump (metrics,
-//! bus) → gRPC watchers; `/healthz` and `/metrics` over HTTP.
+//! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
+//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources). HTTP serves `/healthz` and
+//! `/metrics`, and the read-only port `/pods`.
 
-use std::{io, path::PathBuf, sync::Arc};
+mod node;
+mod pods;
+
+use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
 
 use tokio::{net::UnixListener, sync::broadcast, task::JoinSet};
 use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::RunArgs,
+    config::{Config, ConfigError, PlegMode, RunArgs},
     kernel::{self, KernelEvents, StreamItem},
     metrics::{KernelCountersCollector, Metrics},
     server::{self, EventsService, Health, HttpState},
@@ -23,7 +27,13 @@ const BUS_CAPACITY: usize = 16 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
     Kernel(#[from] kernel::Error),
+    #[error("container runtime: {0}")]
+    Runtime(#[source] crate::cri::Error),
+    #[error("cgroups: {0}")]
+    Cgroups(String),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     #[error("--grpc-socket {}: {source}", path.display())]
@@ -32,9 +42,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
-    #[error("--http-address {addr}: {source}")]
+    #[error("listening on {addr} (--http-address / --read-only-port): {source}")]
     HttpAddress {
-        addr: std::net::SocketAddr,
+        addr: SocketAddr,
         #[source]
         source: io::Error,
     },
@@ -49,44 +59,60 @@ impl Error {
     pub fn hint(&self) -> Option<String> {
         match self {
             Error::Kernel(e) => e.hint(),
+            Error::Config(_) => Some("see `swiftlet run --help` and the README's configuration table".into()),
+            Error::Runtime(_) => Some(
+                "start a CRI runtime or point --runtime-endpoint at one (`cargo xtask run` starts a \
+                 private containerd)"
+                    .into(),
+            ),
+            Error::Cgroups(_) => Some("swiftlet runs as root and needs the cpu, memory and pids cgroup controllers".into()),
             Error::GrpcSocket { .. } => {
                 Some("pick a writable path, or stop the swiftlet already using it".into())
             }
-            Error::HttpAddress { .. } => {
-                Some("pick a free address, e.g. --http-address 127.0.0.1:0".into())
-            }
+            Error::HttpAddress { .. } => Some(
+                "pick a free address, e.g. --http-address 127.0.0.1:0 or --read-only-port 0".into(),
+            ),
             Error::Metrics(_) | Error::Stopped { .. } => None,
         }
     }
 }
 
 pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let events = KernelEvents::load(&args.kernel.load_options())?;
+    let config = Config::load(&args)?;
     let metrics = Metrics::new()?;
-    metrics
-        .registry
-        .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
     let health = Health::default();
     let (bus, _) = broadcast::channel(BUS_CAPACITY);
-
-    let grpc = bind_unix(&args.grpc_socket)?;
-    let http = tokio::net::TcpListener::bind(args.http_address)
-        .await
-        .map_err(|source| Error::HttpAddress {
-            addr: args.http_address,
-            source,
-        })?;
-    let http_addr = http.local_addr().unwrap_or(args.http_address);
-
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
-    tasks.spawn(pump(
-        events,
-        bus.clone(),
-        metrics.clone(),
-        health.clone(),
-        shutdown.clone(),
-    ));
+
+    match KernelEvents::load(&config.kernel.load_options()) {
+        Ok(events) => {
+            metrics
+                .registry
+                .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
+            tasks.spawn(pump(
+                events,
+                bus.clone(),
+                metrics.clone(),
+                health.clone(),
+                shutdown.clone(),
+            ));
+        }
+        Err(e) if config.pleg == PlegMode::Ebpf => return Err(e.into()),
+        Err(e) => tracing::warn!(
+            error = %e,
+            hint = e.hint().unwrap_or_default(),
+            "kernel events are unavailable: pods still run (relist PLEG), but \
+             swiftlet.v1.Events/Watch streams nothing"
+        ),
+    }
+    if config.pleg == PlegMode::Ebpf {
+        tracing::warn!("the kernel-event PLEG is not built yet: pods are tracked by the relist PLEG");
+    }
+
+    let pods = pods::start(&config, &metrics, &health, &mut tasks, &shutdown).await?;
+
+    let grpc = bind_unix(&config.grpc_socket)?;
     tasks.spawn({
         let shutdown = shutdown.clone();
         let service = swiftlet_proto::v1::events_server::EventsServer::new(EventsService::new(bus));
@@ -101,28 +127,39 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
                 })
         }
     });
-    tasks.spawn({
+    let state = HttpState {
+        metrics,
+        health,
+        pods: Some(pods.status),
+    };
+    let mut listening = Vec::new();
+    for addr in [config.healthz_address, config.read_only_address].into_iter().flatten() {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::HttpAddress { addr, source })?;
+        listening.push(listener.local_addr().unwrap_or(addr));
+        let router = server::http::router(state.clone());
         let shutdown = shutdown.clone();
-        let router = server::http::router(HttpState { metrics, health });
-        async move {
-            axum::serve(http, router)
+        tasks.spawn(async move {
+            axum::serve(listener, router)
                 .with_graceful_shutdown(shutdown.cancelled_owned())
                 .await
                 .map_err(|e| Error::Stopped {
                     component: "http server",
                     reason: e.to_string(),
                 })
-        }
-    });
+        });
+    }
     tracing::info!(
-        grpc_socket = %args.grpc_socket.display(),
-        http = %http_addr,
+        node = config.node_name,
+        grpc_socket = %config.grpc_socket.display(),
+        http = ?listening,
         "swiftlet is running"
     );
 
     let mut result = Ok(());
     tokio::select! {
-        () = shutdown_signal() => tracing::info!("shutting down"),
+        () = shutdown_signal() => tracing::info!("shutting down (pods keep running)"),
         Some(done) = tasks.join_next() => {
             result = match done {
                 Ok(Ok(())) => Err(Error::Stopped { component: "a task", reason: "ended early".into() }),
@@ -137,7 +174,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             tracing::warn!(error = %e, "while shutting down");
         }
     }
-    let _ = std::fs::remove_file(&args.grpc_socket);
+    let _ = std::fs::remove_file(&config.grpc_socket);
     result
 }
 

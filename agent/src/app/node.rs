@@ -1,0 +1,86 @@
+//! Facts about this node the agent needs at start: memory and CPU capacity, its IP, its DNS
+//! settings, and whether this process may lower OOM scores.
+
+use std::{net::IpAddr, path::Path};
+
+use k8s_cri::v1 as cri;
+
+use crate::kuberuntime::sandbox_config::parse_resolv_conf;
+
+#[derive(Clone, Debug)]
+pub struct NodeFacts {
+    pub memory_bytes: u64,
+    pub cpu_millis: i64,
+    /// The first non-loopback IPv4 address, else the first non-loopback IPv6 one.
+    pub host_ip: Option<IpAddr>,
+    pub dns: Option<cri::DnsConfig>,
+    /// CAP_SYS_RESOURCE is needed to write negative oom_score_adj values.
+    pub has_cap_sys_resource: bool,
+}
+
+impl NodeFacts {
+    pub fn detect() -> NodeFacts {
+        NodeFacts {
+            memory_bytes: mem_total(Path::new("/proc/meminfo")).unwrap_or(0),
+            cpu_millis: std::thread::available_parallelism()
+                .map_or(1000, |n| n.get() as i64 * 1000),
+            host_ip: host_ip(),
+            dns: std::fs::read_to_string("/etc/resolv.conf")
+                .ok()
+                .map(|t| parse_resolv_conf(&t)),
+            has_cap_sys_resource: has_capability(24),
+        }
+    }
+}
+
+fn mem_total(meminfo: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(meminfo).ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+fn host_ip() -> Option<IpAddr> {
+    let addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter_map(|a| {
+            let addr = a.address?;
+            if let Some(v4) = addr.as_sockaddr_in() {
+                return Some(IpAddr::V4(v4.ip()));
+            }
+            addr.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+        })
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+        .collect();
+    addrs
+        .iter()
+        .find(|ip| ip.is_ipv4())
+        .or_else(|| addrs.iter().find(|ip| matches!(ip, IpAddr::V6(v6) if !v6.is_unicast_link_local())))
+        .copied()
+}
+
+/// Whether the effective capability set has capability number `cap`.
+pub fn has_capability(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .is_some_and(|caps| caps & (1 << cap) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_this_node() {
+        let facts = NodeFacts::detect();
+        assert!(facts.memory_bytes > 0);
+        assert!(facts.cpu_millis >= 1000);
+        assert!(facts.host_ip.is_none_or(|ip| !ip.is_loopback()));
+    }
+}

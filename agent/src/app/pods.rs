@@ -1,0 +1,190 @@
+//! Building the pod half of the agent: the CRI client, cgroups, runtime manager, PLEG, pod workers,
+//! the kubelet core and its sources, each task spawned into the app's task set.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::SystemTime,
+};
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{Error, node::NodeFacts};
+use crate::{
+    cm::{
+        CgroupLayout,
+        pod_cgroups::{PodCgroupConfig, PodCgroups},
+    },
+    config::Config,
+    cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
+    kubelet::{Kubelet, admission::NodeCapacity, pod_manager::PodManager, sync_loop, syncer::KubeletSyncer},
+    kuberuntime::manager::{KubeRuntimeManager, RuntimeManagerConfig},
+    metrics::Metrics,
+    pleg::{Health as PlegHealth, Pleg, PlegConfig, relist::{PlegMetrics, RelistPleg}},
+    pod_workers::{OnSynced, PodWorkers, WorkerConfig},
+    server::Health,
+    sources::{PodConfig, Source, StaticPodOptions, StaticPodSource},
+    status::{ReasonCache, StatusManager},
+};
+
+/// What the rest of the app needs from the pod half.
+pub struct Pods {
+    pub status: Arc<StatusManager>,
+}
+
+pub async fn start(
+    config: &Config,
+    metrics: &Metrics,
+    health: &Health,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<Pods, Error> {
+    let node = NodeFacts::detect();
+    let runtime = GrpcRuntime::connect(
+        GrpcRuntimeConfig {
+            endpoint: config.container_runtime_endpoint.clone(),
+            request_timeout: config.runtime_request_timeout,
+            pull_image_timeout: None,
+        },
+        RuntimeMetrics::register(&metrics.registry)?,
+    )
+    .await
+    .map_err(Error::Runtime)?;
+    let runtime = Arc::new(runtime);
+    let runtime_name = runtime.runtime_name().to_owned();
+    tracing::info!(endpoint = config.container_runtime_endpoint, runtime = runtime_name, "connected to the container runtime");
+
+    let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
+    let cgroup_root = config
+        .cgroup_root
+        .join("kubepods")
+        .strip_prefix("/")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kubepods".into());
+    let cgroups = Arc::new(PodCgroups::new(
+        PodCgroupConfig {
+            per_qos: config.cgroups_per_qos,
+            root: cgroup_root,
+            pod_pids_limit: config.pod_pids_limit,
+        },
+        layout,
+    ));
+    cgroups
+        .ensure_qos_hierarchy()
+        .map_err(|e| Error::Cgroups(e.to_string()))?;
+    if !node.has_cap_sys_resource {
+        tracing::info!("no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0");
+    }
+
+    let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let manager = Arc::new(KubeRuntimeManager::new(
+        runtime.clone(),
+        runtime.clone(),
+        reasons.clone(),
+        RuntimeManagerConfig {
+            node_name: config.node_name.clone(),
+            log_root: "/var/log/pods".into(),
+            memory_capacity: node.memory_bytes,
+            cpu_capacity_millis: node.cpu_millis,
+            has_cap_sys_resource: node.has_cap_sys_resource,
+            host_dns: node.dns.clone(),
+            host_ip: node.host_ip.map(|ip| ip.to_string()),
+            runtime_handler: String::new(),
+        },
+    ));
+    let (pleg, pleg_events) = RelistPleg::new(
+        manager.clone(),
+        &runtime_name,
+        PlegConfig {
+            relist_period: config.pleg_relist_period,
+            ..PlegConfig::default()
+        },
+        PlegMetrics::register(&metrics.registry)?,
+    );
+    {
+        let pleg = pleg.clone();
+        health.add_check(
+            "pleg",
+            Arc::new(move || match pleg.health() {
+                PlegHealth::Healthy => None,
+                PlegHealth::Unhealthy(why) => Some(why),
+            }),
+        );
+    }
+    tasks.spawn({
+        let pleg = pleg.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            pleg.run(shutdown).await;
+            Ok(())
+        }
+    });
+
+    let status = Arc::new(StatusManager::default());
+    let pod_manager = Arc::new(PodManager::default());
+    let syncer = Arc::new(KubeletSyncer {
+        runtime: manager.clone(),
+        status: status.clone(),
+        cgroups: cgroups.clone(),
+        reasons,
+        pods: pod_manager.clone(),
+        host_ip: node.host_ip.map(|ip| ip.to_string()),
+    });
+    let on_synced: OnSynced = {
+        let pleg = pleg.clone();
+        Arc::new(move |uid| pleg.request_relist(uid))
+    };
+    let workers = PodWorkers::new(
+        syncer,
+        pleg.cache(),
+        WorkerConfig {
+            resync_interval: config.sync_frequency,
+            ..WorkerConfig::default()
+        },
+        Some(on_synced),
+    );
+    let kubelet = Arc::new(Kubelet::new(
+        config.node_name.clone(),
+        pod_manager,
+        workers,
+        pleg.cache(),
+        status.clone(),
+        manager,
+        cgroups,
+        NodeCapacity {
+            max_pods: config.max_pods as usize,
+            cpu_millis: node.cpu_millis,
+            memory_bytes: i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
+        },
+    ));
+
+    let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
+    if let Some(dir) = &config.static_pod_path {
+        let source = StaticPodSource::new(
+            StaticPodOptions::new(dir.clone(), config.node_name.clone(), config.file_check_frequency),
+            pod_config.channel(Source::File),
+        );
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            source.run(shutdown).await;
+            Ok(())
+        });
+        tracing::info!(dir = %dir.display(), "static pods from this folder");
+    }
+    let ready = pod_config.sources_ready();
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            pod_config.run(shutdown).await;
+            Ok(())
+        }
+    });
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            sync_loop::run(kubelet, updates, pleg_events, move || ready.all_ready(), shutdown).await;
+            Ok(())
+        }
+    });
+    Ok(Pods { status })
+}
