@@ -1,5 +1,6 @@
-//! Helpers for swiftlet's system tests and benchmarks: the privilege gate, cgroups that clean up
-//! after themselves, processes placed into them, and the paths of the binaries under test.
+//! Helpers for swiftlet's system tests and benchmarks: the privilege gate, the container runtime
+//! gate, cgroups that clean up after themselves, processes placed into them, and the paths of the
+//! binaries under test.
 #![expect(clippy::print_stderr, reason = "tests say why they skip")]
 #![expect(
     clippy::expect_used,
@@ -26,6 +27,26 @@ pub fn privileged(test: &str) -> bool {
     }
     eprintln!("skipped {test}: needs root to load eBPF programs and manage cgroups");
     false
+}
+
+/// The CRI endpoint (`unix:///…/containerd.sock`) of the runtime the system tests use:
+/// `SWIFTLET_TEST_RUNTIME_ENDPOINT`, which `cargo xtask test` sets to its private containerd.
+/// Unset, a test skips saying why, or fails when `CI` is set.
+pub fn runtime_endpoint(test: &str) -> Option<String> {
+    if let Some(endpoint) = std::env::var_os("SWIFTLET_TEST_RUNTIME_ENDPOINT") {
+        return Some(endpoint.to_string_lossy().into_owned());
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!(
+            "{test}: SWIFTLET_TEST_RUNTIME_ENDPOINT is not set (CI is set, so this is a failure); \
+             `cargo xtask test` sets it"
+        );
+    }
+    eprintln!(
+        "skipped {test}: needs a container runtime; SWIFTLET_TEST_RUNTIME_ENDPOINT is not set \
+         (`sudo -E cargo xtask test` starts one, or see `cargo xtask containerd start`)"
+    );
+    None
 }
 
 /// The scripted helper process (see `src/bin/swiftlet-testproc.rs`).

@@ -7,8 +7,11 @@
 )]
 
 mod bench;
+mod containerd;
+mod images;
 mod setup;
 mod sh;
+mod supervise;
 mod tasks;
 
 use clap::{Parser, Subcommand};
@@ -33,15 +36,25 @@ enum Task {
         release: bool,
     },
     /// Build, then run `swiftlet` as root (the privileged loader). Arguments after `--` go to
-    /// swiftlet, e.g. `cargo xtask run -- events --json`.
+    /// swiftlet, e.g. `cargo xtask run -- events --json`; none means `run --manifests examples`.
+    /// `swiftlet run` without `--runtime-endpoint` gets the private containerd (see
+    /// `cargo xtask containerd --help`), started before it and stopped after it.
     Run {
         #[arg(long)]
         release: bool,
         #[arg(last = true)]
         args: Vec<String>,
     },
-    /// The whole suite: formatting, clippy, unit tests and the privileged system tests.
+    /// The whole suite: formatting, clippy, unit tests and the privileged system tests, the
+    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT).
     Test,
+    /// The private containerd that `run` and `test` use: its own config, root, sockets and CNI
+    /// network under target/swiftlet-state/containerd, with the local images
+    /// localhost/swiftlet/{busybox,pause}:latest imported (built into target/images/).
+    Containerd {
+        #[command(subcommand)]
+        action: containerd::Action,
+    },
     /// Benchmarks, run as root; results go to target/bench/.
     Bench {
         #[command(subcommand)]
@@ -56,6 +69,7 @@ fn main() {
         Task::Build { release } => tasks::build(release),
         Task::Run { release, args } => tasks::run(release, &args),
         Task::Test => tasks::test(),
+        Task::Containerd { action } => containerd::command(action),
         Task::Bench { which } => bench::run(which),
     };
     if let Err(error) = result {

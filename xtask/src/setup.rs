@@ -1,7 +1,8 @@
 //! Making a fresh machine ready to build swiftlet, saying what is done at each step; a second run
-//! only checks. Needs: Debian packages (protoc, promtool), the `rust-src` component (the eBPF
-//! programs build `core` for the BPF target), and `bpf-linker` built against this rustc's own LLVM
-//! into `.tools/` (no system LLVM needed).
+//! only checks. Needs: Debian packages (protoc, promtool, and the container runtime with what its
+//! local images are built from), the `rust-src` component (the eBPF programs build `core` for the
+//! BPF target), and `bpf-linker` built against this rustc's own LLVM into `.tools/` (no system
+//! LLVM needed).
 
 use std::{fs, path::Path};
 
@@ -11,12 +12,42 @@ use crate::sh;
 
 /// Debian packages and why each is needed.
 pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
-    // (package, a command it provides, why)
+    // (package, a command or absolute file it provides, why)
     ("protobuf-compiler", "protoc", "generating the gRPC code"),
     (
         "prometheus",
         "promtool",
         "checking the /metrics exposition in the tests",
+    ),
+    (
+        "containerd",
+        "containerd",
+        "the private container runtime that `cargo xtask run` and the tests start",
+    ),
+    (
+        "runc",
+        "runc",
+        "the OCI runtime that containerd's shim starts containers with",
+    ),
+    (
+        "containernetworking-plugins",
+        "/usr/lib/cni/bridge",
+        "the CNI plugins (bridge, host-local, portmap, loopback) of the pods' network",
+    ),
+    (
+        "busybox-static",
+        "/bin/busybox",
+        "the static busybox of the local busybox image (it replaces the package busybox)",
+    ),
+    (
+        "gcc",
+        "gcc",
+        "compiling the pause program of the local sandbox image",
+    ),
+    (
+        "libc6-dev",
+        "/usr/include/signal.h",
+        "the C headers and static libc that `gcc -static` links the pause program with",
     ),
 ];
 
@@ -40,6 +71,8 @@ fn debian_packages() -> anyhow::Result<()> {
         .filter(|(package, command, _)| {
             if has_dpkg {
                 !installed(package)
+            } else if command.starts_with('/') {
+                !Path::new(command).exists()
             } else {
                 sh::output(std::process::Command::new("which").arg(command)).is_none()
             }

@@ -1,10 +1,15 @@
-//! build, run and test.
+//! build, run and test. `run` and `test` bring up the private containerd (`containerd.rs`)
+//! when swiftlet needs a runtime and the user named none, and always stop it afterwards.
 
-use std::{os::unix::process::CommandExt as _, path::PathBuf};
+use std::{os::unix::process::CommandExt as _, path::PathBuf, process::Command};
 
-use anyhow::bail;
+use anyhow::{anyhow, bail};
 
-use crate::{setup, sh};
+use crate::{
+    containerd::Containerd,
+    setup, sh,
+    supervise::{self, Interrupts, OnContainerdDeath},
+};
 
 fn profile_dir(release: bool) -> PathBuf {
     sh::root()
@@ -22,17 +27,68 @@ pub fn build(release: bool) -> anyhow::Result<()> {
     sh::run(&mut cargo)
 }
 
-/// Replaces this process with `swiftlet` (as root: it loads eBPF programs), so that signals
-/// from the terminal reach the agent directly.
+/// Runs `swiftlet` as root (it loads eBPF programs). `swiftlet run` without a runtime endpoint
+/// gets the private containerd and runs as xtask's child, so that containerd stops after it;
+/// anything else replaces this process, so that signals from the terminal reach swiftlet directly.
 pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     build(release)?;
     let binary = profile_dir(release).join("swiftlet");
-    let args: Vec<String> = if args.is_empty() {
-        vec!["run".to_owned()]
+    let mut args: Vec<String> = if args.is_empty() {
+        vec![
+            "run".to_owned(),
+            "--manifests".to_owned(),
+            sh::root().join("examples").display().to_string(),
+        ]
     } else {
         args.to_vec()
     };
-    exec_as_root(&binary, &args)
+    let needs_runtime = args.first().is_some_and(|a| a == "run")
+        && !args.iter().any(|a| {
+            a == "--runtime-endpoint"
+                || a.starts_with("--runtime-endpoint=")
+                || a == "--help"
+                || a == "-h"
+        });
+    if !needs_runtime {
+        return exec_as_root(&binary, &args);
+    }
+    let mut interrupts = Interrupts::catch()?;
+    let mut containerd = Containerd::start(&mut interrupts)?;
+    args.push("--runtime-endpoint".to_owned());
+    args.push(containerd.paths().endpoint());
+    // Containerd::start made sure this is root.
+    let mut child = supervise::spawn(Command::new(&binary).args(&args))?;
+    let outcome = supervise::supervise(
+        &mut child,
+        "swiftlet",
+        &mut interrupts,
+        &mut containerd,
+        OnContainerdDeath::StopChild,
+    )?;
+    let stopped = containerd.stop();
+    let ended = if outcome.containerd_died {
+        Err(anyhow!(
+            "swiftlet was stopped because containerd died (its log's end is above)"
+        ))
+    } else if !outcome.status.success() && !outcome.interrupted {
+        Err(anyhow!("swiftlet failed ({})", outcome.status))
+    } else {
+        println!("xtask: swiftlet ended ({})", outcome.status);
+        Ok(())
+    };
+    both(ended, stopped)
+}
+
+/// The first error of the task and of stopping containerd, saying the other if both failed.
+fn both(task: anyhow::Result<()>, stopped: anyhow::Result<()>) -> anyhow::Result<()> {
+    match (task, stopped) {
+        (Err(task), Err(stopping)) => {
+            eprintln!("xtask: error: stopping containerd: {stopping:#}");
+            Err(task)
+        }
+        (Err(error), Ok(())) | (Ok(()), Err(error)) => Err(error),
+        (Ok(()), Ok(())) => Ok(()),
+    }
 }
 
 /// Execs `binary` with `args`, through `sudo` when not root.
@@ -70,20 +126,51 @@ pub fn test() -> anyhow::Result<()> {
     ]))?;
     clippy_ebpf()?;
     sh::run(sh::cmd("cargo").args(["build", "--bins"]))?;
+    let mut cargo_test = sh::cmd("cargo");
+    cargo_test
+        .args(["test", "--workspace", "--exclude", "swiftlet-ebpf"])
+        .env("SWIFTLET_BIN", profile_dir(false).join("swiftlet"));
     if !sh::is_root() {
         if std::env::var_os("CI").is_some() {
             bail!("CI is set but this is not root: the privileged tests cannot run");
         }
         println!(
-            "xtask: NOTE: not root, so the privileged system tests will skip (each says so); \
-             run `sudo -E cargo xtask test` to include them"
+            "xtask: NOTE: not root, so the privileged system tests will skip (each says so), and \
+             so will those needing the private containerd; run `sudo -E cargo xtask test` to \
+             include them"
         );
+        sh::run(&mut cargo_test)?;
+        println!("xtask: all tests passed");
+        return Ok(());
     }
-    sh::run(
-        sh::cmd("cargo")
-            .args(["test", "--workspace", "--exclude", "swiftlet-ebpf"])
-            .env("SWIFTLET_BIN", profile_dir(false).join("swiftlet")),
+    let mut interrupts = Interrupts::catch()?;
+    let mut containerd = Containerd::start(&mut interrupts)?;
+    cargo_test
+        .env(
+            "SWIFTLET_TEST_RUNTIME_ENDPOINT",
+            containerd.paths().endpoint(),
+        )
+        .env("SWIFTLET_TEST_CONTAINERD_STATE", &containerd.paths().state);
+    let mut child = supervise::spawn(&mut cargo_test)?;
+    let outcome = supervise::supervise(
+        &mut child,
+        "the tests",
+        &mut interrupts,
+        &mut containerd,
+        OnContainerdDeath::LetFinish,
     )?;
+    // Stopped whatever the tests did; a failure to stop cleanly fails the task too.
+    let stopped = containerd.stop();
+    let tested = if outcome.containerd_died {
+        Err(anyhow!(
+            "containerd crashed during the tests (its log's end is above)"
+        ))
+    } else if !outcome.status.success() {
+        Err(anyhow!("cargo test failed ({})", outcome.status))
+    } else {
+        Ok(())
+    };
+    both(tested, stopped)?;
     println!("xtask: all tests passed");
     Ok(())
 }

@@ -1,0 +1,401 @@
+//! The private containerd that `cargo xtask run` and `cargo xtask test` give swiftlet when the
+//! user names no runtime: its own config, root, state, sockets, runc root and CNI config, all under
+//! `target/swiftlet-state/containerd/`, so it never meets a system containerd. This module owns
+//! that instance's life: clearing what a crashed run left (containers, shims, mounts — only ever
+//! under the state folder), writing the config, starting it, waiting until it answers, importing
+//! the local images (`images.rs` builds them), noticing when it dies, and stopping it so that no
+//! process or mount outlives the task. One xtask at a time owns the instance (a lock file), and
+//! `cargo xtask containerd start|stop|status` offers the same to people.
+//!
+//! Submodules: `config` (what containerd and CNI are told), `leftovers` (clearing a crashed
+//! run), `cli` (the commands for people).
+//!
+//! Not here: talking CRI (swiftlet's `cri/` does; this module only uses `ctr`), and supervising
+//! the program that uses the runtime (`supervise.rs`).
+
+use std::{
+    fs::{self, File},
+    io::{Read as _, Seek as _, Write as _},
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use clap::Subcommand;
+use nix::{
+    errno::Errno,
+    fcntl::{Flock, FlockArg},
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
+
+use crate::{
+    images::{self, Image},
+    sh,
+    supervise::Interrupts,
+};
+
+mod cli;
+mod config;
+mod leftovers;
+
+/// The CRI plugin's namespace: images imported elsewhere are invisible to CRI.
+const NAMESPACE: &str = "k8s.io";
+
+/// How long containerd may take to answer on its socket after starting.
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long containerd may take to exit after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lines of containerd's log shown when it fails.
+const LOG_TAIL_LINES: usize = 30;
+
+#[derive(Subcommand)]
+pub enum Action {
+    /// Start it in the foreground (images built and imported) and keep it running until Ctrl-C
+    /// or `cargo xtask containerd stop`; it prints the endpoint to give swiftlet
+    /// (`--runtime-endpoint`) or the tests (`SWIFTLET_TEST_RUNTIME_ENDPOINT`).
+    Start,
+    /// Stop the instance another xtask runs, and clear what a crashed run left behind
+    /// (containers, shims, mounts under the state folder).
+    Stop,
+    /// Whether it runs, who owns it, its images and containers, and any leftovers.
+    Status,
+}
+
+/// Where everything of the private instance lives.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    pub state: PathBuf,
+}
+
+impl Paths {
+    /// `<workspace>/target/swiftlet-state/containerd`, created and canonical (mount points and
+    /// command lines are compared against it as text).
+    pub fn new() -> anyhow::Result<Paths> {
+        let state = sh::root()
+            .join("target")
+            .join("swiftlet-state")
+            .join("containerd");
+        fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
+        let state = fs::canonicalize(&state)?;
+        let paths = Paths { state };
+        // sun_path holds 107 bytes; the ttrpc socket's path is the longest.
+        let longest = paths.ttrpc_socket().as_os_str().len();
+        if longest > 107 {
+            bail!(
+                "{} is {longest} bytes, too long for a unix socket (107); use a checkout with a \
+                 shorter path",
+                paths.ttrpc_socket().display()
+            );
+        }
+        Ok(paths)
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.state.join("containerd.sock")
+    }
+
+    fn ttrpc_socket(&self) -> PathBuf {
+        self.state.join("containerd.sock.ttrpc")
+    }
+
+    /// What swiftlet's `--runtime-endpoint` takes.
+    pub fn endpoint(&self) -> String {
+        format!("unix://{}", self.socket().display())
+    }
+
+    fn config(&self) -> PathBuf {
+        self.state.join("config.toml")
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.state.join("containerd.log")
+    }
+
+    fn lock(&self) -> PathBuf {
+        self.state.join("xtask.lock")
+    }
+
+    /// containerd's `root`: content, snapshots, metadata; kept between runs (the imported
+    /// images stay imported).
+    fn root(&self) -> PathBuf {
+        self.state.join("root")
+    }
+
+    /// containerd's `state`: what a reboot would clear (task bundles, sockets, netns mounts).
+    fn run(&self) -> PathBuf {
+        self.state.join("run")
+    }
+
+    /// runc's state for this instance's containers (one folder per namespace).
+    fn runc_root(&self) -> PathBuf {
+        self.state.join("runc")
+    }
+
+    fn cni_conf_dir(&self) -> PathBuf {
+        self.state.join("cni").join("net.d")
+    }
+}
+
+pub fn command(action: Action) -> anyhow::Result<()> {
+    match action {
+        Action::Start => cli::start_foreground(),
+        Action::Stop => cli::stop_other(),
+        Action::Status => cli::status(),
+    }
+}
+
+/// A running private containerd, owned by this xtask; stopped when dropped.
+pub struct Containerd {
+    paths: Paths,
+    child: Child,
+    /// Held while the instance runs: a second xtask would otherwise clear our containers as
+    /// leftovers.
+    _lock: Flock<File>,
+    stopped: bool,
+}
+
+impl Containerd {
+    /// Clears leftovers, starts containerd, waits until it answers and imports the images.
+    /// Gives up early when `interrupts` sees Ctrl-C.
+    pub fn start(interrupts: &mut Interrupts) -> anyhow::Result<Containerd> {
+        if !sh::is_root() {
+            bail!(
+                "the private containerd must run as root; run `sudo -E cargo xtask ...`, or give \
+                 swiftlet a runtime yourself with --runtime-endpoint"
+            );
+        }
+        let images = images::ensure()?;
+        let paths = Paths::new()?;
+        let lock = lock(&paths)?;
+        leftovers::clear(&paths)?;
+        config::write(&paths)?;
+        let log_path = paths.log();
+        if log_path.exists() {
+            // The previous run's log stays readable (a crash is often explained there).
+            let _ = fs::rename(&log_path, paths.state.join("containerd.previous.log"));
+        }
+        let log = File::create(&log_path)?;
+        let mut command = Command::new("containerd");
+        command
+            .arg("--config")
+            .arg(paths.config())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: the terminal's Ctrl-C must not stop it before swiftlet.
+            .process_group(0);
+        println!(
+            "xtask: containerd: $ {} (log: {})",
+            sh::display(&command),
+            log_path.display()
+        );
+        let child = command.spawn().context(
+            "cannot start containerd (Debian package containerd; `cargo xtask setup` installs it)",
+        )?;
+        let mut containerd = Containerd {
+            paths,
+            child,
+            _lock: lock,
+            stopped: false,
+        };
+        containerd.wait_ready(interrupts)?;
+        for image in &images {
+            containerd.import(image)?;
+        }
+        println!(
+            "xtask: containerd: ready at {} (pid {})",
+            containerd.paths.endpoint(),
+            containerd.child.id()
+        );
+        Ok(containerd)
+    }
+
+    pub fn paths(&self) -> &Paths {
+        &self.paths
+    }
+
+    /// `Some(report)` once containerd has exited while it should run: its status and the tail of
+    /// its log.
+    pub fn crashed(&mut self) -> Option<String> {
+        if self.stopped {
+            return None;
+        }
+        let status = self.child.try_wait().ok()??;
+        Some(format!(
+            "containerd (pid {}) exited unexpectedly ({status}); the end of {}:\n{}",
+            self.child.id(),
+            self.paths.log().display(),
+            log_tail(&self.paths.log())
+        ))
+    }
+
+    /// Stops containerd (SIGTERM, then SIGKILL after a while) and clears every container, shim
+    /// and mount it leaves: containerd does not stop its shims when it exits.
+    pub fn stop(mut self) -> anyhow::Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> anyhow::Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        let pid = self.child.id();
+        if let Some(status) = self.child.try_wait()? {
+            println!("xtask: containerd: had already exited ({status})");
+        } else {
+            println!("xtask: containerd: stopping (pid {pid})");
+            let _ = kill(Pid::from_raw(i32::try_from(pid)?), Signal::SIGTERM);
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while self.child.try_wait()?.is_none() {
+                if Instant::now() >= deadline {
+                    println!(
+                        "xtask: containerd: still running {STOP_TIMEOUT:?} after SIGTERM; killing it"
+                    );
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break;
+                }
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+        leftovers::clear(&self.paths)?;
+        println!("xtask: containerd: stopped");
+        Ok(())
+    }
+
+    /// Polls until the gRPC socket answers. `ctr` waits 10 s for a socket that does not exist,
+    /// so it is asked only once the file is there.
+    fn wait_ready(&mut self, interrupts: &mut Interrupts) -> anyhow::Result<()> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Some(report) = self.crashed() {
+                bail!("{report}");
+            }
+            if interrupts.requested() {
+                bail!("interrupted while containerd was starting");
+            }
+            if self.paths.socket().exists()
+                && sh::output(self.ctr().args(["--connect-timeout", "2s", "version"])).is_some()
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "containerd did not answer on {} within {READY_TIMEOUT:?}; the end of {}:\n{}",
+                    self.paths.socket().display(),
+                    self.paths.log().display(),
+                    log_tail(&self.paths.log())
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Imports `image` into the CRI namespace unless this very manifest is already there (the
+    /// root folder keeps images between runs).
+    fn import(&self, image: &Image) -> anyhow::Result<()> {
+        if self.has_image(image)? {
+            println!("xtask: containerd: {} already imported", image.name);
+            return Ok(());
+        }
+        sh::run(
+            self.ctr()
+                .args(["-n", NAMESPACE, "images", "import"])
+                .arg(&image.tar),
+        )?;
+        if !self.has_image(image)? {
+            bail!(
+                "`ctr images import {}` did not create {} with manifest {}",
+                image.tar.display(),
+                image.name,
+                image.manifest_digest
+            );
+        }
+        Ok(())
+    }
+
+    fn has_image(&self, image: &Image) -> anyhow::Result<bool> {
+        let listed = sh::output(self.ctr().args(["-n", NAMESPACE, "images", "ls"]))
+            .context("`ctr images ls` failed")?;
+        // Columns: REF TYPE DIGEST SIZE PLATFORMS LABELS.
+        Ok(listed.lines().any(|line| {
+            let mut columns = line.split_whitespace();
+            columns.next() == Some(image.name) && columns.nth(1) == Some(&image.manifest_digest)
+        }))
+    }
+
+    fn ctr(&self) -> Command {
+        ctr(&self.paths)
+    }
+}
+
+impl Drop for Containerd {
+    /// An early return or a panic between start and stop must not leave containerd running.
+    fn drop(&mut self) {
+        if let Err(error) = self.stop_inner() {
+            eprintln!("xtask: error: stopping containerd: {error:#}");
+        }
+    }
+}
+
+fn ctr(paths: &Paths) -> Command {
+    let mut command = Command::new("ctr");
+    command.arg("--address").arg(paths.socket());
+    command
+}
+
+/// Takes the instance's lock, or says which xtask holds it.
+fn lock(paths: &Paths) -> anyhow::Result<Flock<File>> {
+    match try_lock(paths)? {
+        Ok(lock) => Ok(lock),
+        Err(holder) => bail!(
+            "the private containerd in {} is in use by another xtask (pid {holder}); wait for it, \
+             or stop it with `cargo xtask containerd stop`",
+            paths.state.display()
+        ),
+    }
+}
+
+/// The lock with our pid written in it, or the pid of the xtask holding it.
+fn try_lock(paths: &Paths) -> anyhow::Result<Result<Flock<File>, String>> {
+    let file = File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(paths.lock())
+        .with_context(|| format!("opening {}", paths.lock().display()))?;
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0)?;
+            lock.rewind()?;
+            writeln!(lock, "{}", std::process::id())?;
+            Ok(Ok(lock))
+        }
+        Err((mut file, Errno::EWOULDBLOCK)) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            Ok(Err(holder.trim().to_owned()))
+        }
+        Err((_, errno)) => Err(errno).context(format!("locking {}", paths.lock().display())),
+    }
+}
+
+/// The last lines of containerd's log, indented.
+fn log_tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_else(|e| format!("(cannot read it: {e})"));
+    let lines: Vec<&str> = text.lines().collect();
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    lines[start..]
+        .iter()
+        .map(|l| format!("  | {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
