@@ -186,6 +186,11 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
     if !privileged("run_streams_events_over_grpc_and_serves_metrics") {
         return;
     }
+    let Some(endpoint) =
+        swiftlet_tests::runtime_endpoint("run_streams_events_over_grpc_and_serves_metrics")
+    else {
+        return;
+    };
     let cgroup = TestCgroup::new("cli-run");
     let dir = std::env::temp_dir().join(format!("swiftlet-test-run-{}", std::process::id()));
     let socket = dir.join("swiftlet.sock");
@@ -198,6 +203,12 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         &socket.display().to_string(),
         "--http-address",
         &format!("127.0.0.1:{port}"),
+        "--read-only-port",
+        "0",
+        "--runtime-endpoint",
+        &endpoint,
+        "--root-dir",
+        &dir.join("root").display().to_string(),
     ]));
     swiftlet.wait_stderr("swiftlet is running");
 

@@ -107,7 +107,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         ),
     }
     if config.pleg == PlegMode::Ebpf {
-        tracing::warn!("the kernel-event PLEG is not built yet: pods are tracked by the relist PLEG");
+        tracing::warn!(
+            "the kernel-event PLEG is not built yet: pods are tracked by the relist PLEG"
+        );
     }
 
     let pods = pods::start(&config, &metrics, &health, &mut tasks, &shutdown).await?;
@@ -133,7 +135,10 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         pods: Some(pods.status),
     };
     let mut listening = Vec::new();
-    for addr in [config.healthz_address, config.read_only_address].into_iter().flatten() {
+    for addr in [config.healthz_address, config.read_only_address]
+        .into_iter()
+        .flatten()
+    {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| Error::HttpAddress { addr, source })?;

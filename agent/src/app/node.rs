@@ -55,7 +55,11 @@ fn host_ip() -> Option<IpAddr> {
     addrs
         .iter()
         .find(|ip| ip.is_ipv4())
-        .or_else(|| addrs.iter().find(|ip| matches!(ip, IpAddr::V6(v6) if !v6.is_unicast_link_local())))
+        .or_else(|| {
+            addrs
+                .iter()
+                .find(|ip| matches!(ip, IpAddr::V6(v6) if !v6.is_unicast_link_local()))
+        })
         .copied()
 }
 

@@ -17,10 +17,15 @@ use crate::{
     },
     config::Config,
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
-    kubelet::{Kubelet, admission::NodeCapacity, pod_manager::PodManager, sync_loop, syncer::KubeletSyncer},
+    kubelet::{
+        Kubelet, admission::NodeCapacity, pod_manager::PodManager, sync_loop, syncer::KubeletSyncer,
+    },
     kuberuntime::manager::{KubeRuntimeManager, RuntimeManagerConfig},
     metrics::Metrics,
-    pleg::{Health as PlegHealth, Pleg, PlegConfig, relist::{PlegMetrics, RelistPleg}},
+    pleg::{
+        Health as PlegHealth, Pleg, PlegConfig,
+        relist::{PlegMetrics, RelistPleg},
+    },
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
     server::Health,
     sources::{PodConfig, Source, StaticPodOptions, StaticPodSource},
@@ -52,7 +57,11 @@ pub async fn start(
     .map_err(Error::Runtime)?;
     let runtime = Arc::new(runtime);
     let runtime_name = runtime.runtime_name().to_owned();
-    tracing::info!(endpoint = config.container_runtime_endpoint, runtime = runtime_name, "connected to the container runtime");
+    tracing::info!(
+        endpoint = config.container_runtime_endpoint,
+        runtime = runtime_name,
+        "connected to the container runtime"
+    );
 
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
     let cgroup_root = config
@@ -73,7 +82,9 @@ pub async fn start(
         .ensure_qos_hierarchy()
         .map_err(|e| Error::Cgroups(e.to_string()))?;
     if !node.has_cap_sys_resource {
-        tracing::info!("no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0");
+        tracing::info!(
+            "no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0"
+        );
     }
 
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
@@ -161,7 +172,11 @@ pub async fn start(
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     if let Some(dir) = &config.static_pod_path {
         let source = StaticPodSource::new(
-            StaticPodOptions::new(dir.clone(), config.node_name.clone(), config.file_check_frequency),
+            StaticPodOptions::new(
+                dir.clone(),
+                config.node_name.clone(),
+                config.file_check_frequency,
+            ),
             pod_config.channel(Source::File),
         );
         let shutdown = shutdown.clone();
@@ -182,7 +197,14 @@ pub async fn start(
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
-            sync_loop::run(kubelet, updates, pleg_events, move || ready.all_ready(), shutdown).await;
+            sync_loop::run(
+                kubelet,
+                updates,
+                pleg_events,
+                move || ready.all_ready(),
+                shutdown,
+            )
+            .await;
             Ok(())
         }
     });

@@ -92,14 +92,14 @@ impl PodWorkers {
     }
 
     async fn run(&self, uid: &PodUid, work: &Work) -> Result<Step, super::SyncError> {
+        // The first sync waits too: until the PLEG has listed the runtime once, an empty cache
+        // would look like a pod with nothing running, and a restarted agent would start
+        // duplicates of what already runs instead of adopting it.
         let since = work.synced_at.unwrap_or(SystemTime::UNIX_EPOCH);
-        let cached = if work.synced_at.is_some() {
-            self.cache
-                .get_newer_than(uid, since, self.config.status_wait_limit)
-                .await
-        } else {
-            self.cache.get(uid)
-        };
+        let cached = self
+            .cache
+            .get_newer_than(uid, since, self.config.status_wait_limit)
+            .await;
         let status = |pod: &Pod| {
             cached.status.clone().unwrap_or_else(|| {
                 PodStatus::empty(

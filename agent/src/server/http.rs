@@ -51,7 +51,11 @@ impl Health {
             .iter()
             .map(|(c, why)| format!("{c}: {why}"))
             .collect();
-        let checks = self.checks.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let checks = self
+            .checks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         for (component, check) in checks {
             if let Some(why) = check() {
                 lines.push(format!("{component}: {why}"));
