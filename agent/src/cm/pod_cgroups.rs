@@ -264,8 +264,7 @@ fn enable_v2_controllers(layout: &CgroupLayout, path: &str) -> Result<(), Cgroup
 }
 
 fn cpu(cg: &Cgroup) -> Result<&CpuController, CgroupError> {
-    cg.controller_of()
-        .ok_or_else(|| missing(&cg.path().to_owned(), "cpu"))
+    cg.controller_of().ok_or_else(|| missing(cg.path(), "cpu"))
 }
 
 fn missing(path: &str, controller: &str) -> CgroupError {
@@ -348,7 +347,10 @@ mod tests {
         apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
     };
 
-    fn pod(resources: &[(&[(&str, &str)], &[(&str, &str)])]) -> Pod {
+    /// (name, value) pairs of requests, then of limits, per container.
+    type Resources<'a> = (&'a [(&'a str, &'a str)], &'a [(&'a str, &'a str)]);
+
+    fn pod(resources: &[Resources<'_>]) -> Pod {
         let map = |kv: &[(&str, &str)]| {
             (!kv.is_empty()).then(|| {
                 kv.iter()
