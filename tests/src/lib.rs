@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod cgroup;
+pub mod node;
 pub mod process;
 
 use std::{path::PathBuf, time::Duration};
@@ -104,4 +105,21 @@ pub async fn read_until(
             before.len()
         ),
     }
+}
+
+/// A plain HTTP/1.0 GET on loopback; the body, or an empty string if nothing answers.
+pub fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return String::new();
+    };
+    if write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
+        return String::new();
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+        .unwrap_or_default()
 }

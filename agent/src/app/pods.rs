@@ -190,7 +190,10 @@ pub async fn start(
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
-            pod_config.run(shutdown).await;
+            // With no source registered the merge has nothing to do and returns at once: that is
+            // not a failure of the agent, so the task lives on until shutdown.
+            pod_config.run(shutdown.clone()).await;
+            shutdown.cancelled().await;
             Ok(())
         }
     });

@@ -26,14 +26,14 @@ pub async fn run(
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
     sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // With no pod source configured the merge ends at once; the loop goes on for the rest
+    // (orphans in the runtime are still cleaned up).
+    let mut sources_open = true;
     loop {
         tokio::select! {
-            update = updates.recv() => match update {
+            update = updates.recv(), if sources_open => match update {
                 Some(update) => kubelet.handle_update(update),
-                None => {
-                    tracing::info!("pod sources closed; the sync loop ends");
-                    return;
-                }
+                None => sources_open = false,
             },
             Some(event) = pleg.recv() => kubelet.handle_pleg_event(&event),
             _ = sync_tick.tick() => kubelet.handle_due(std::time::Instant::now()),

@@ -1,0 +1,244 @@
+//! A `swiftlet run` under test: its own manifest folder, ports, socket and node name, talking to
+//! the private containerd; pods read back through its read-only `/pods`, as a user would.
+//!
+//! Runs that share one containerd must not overlap (each agent stops pods it does not know), so
+//! [`Node::start`] takes a process-wide lock that the returned node holds.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Mutex, MutexGuard},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::{EVENT_WAIT, process::Running, swiftlet_bin};
+
+static ONE_AGENT: Mutex<()> = Mutex::new(());
+
+pub struct Node {
+    pub name: String,
+    pub manifests: PathBuf,
+    pub port: u16,
+    dir: PathBuf,
+    endpoint: String,
+    pub agent: Option<Running>,
+    _exclusive: MutexGuard<'static, ()>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(0)
+}
+
+impl Node {
+    /// Starts an agent named `name` on the runtime at `endpoint`, with an empty manifest folder.
+    pub fn start(name: &str, endpoint: &str) -> Node {
+        let exclusive = ONE_AGENT.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = std::env::temp_dir().join(format!("swiftlet-node-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let manifests = dir.join("manifests");
+        std::fs::create_dir_all(&manifests)
+            .unwrap_or_else(|e| panic!("mkdir {}: {e}", manifests.display()));
+        let mut node = Node {
+            name: name.to_owned(),
+            manifests,
+            port: 0,
+            dir,
+            endpoint: endpoint.to_owned(),
+            agent: None,
+            _exclusive: exclusive,
+        };
+        node.restart();
+        node
+    }
+
+    /// (Re)starts the agent process (stopping the running one first, with SIGTERM).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.port = free_port();
+        let agent = Running::start(
+            Command::new(swiftlet_bin())
+                .args(["run", "--pleg", "relist", "--node-name", &self.name])
+                .arg("--manifests")
+                .arg(&self.manifests)
+                .args(["--runtime-endpoint", &self.endpoint])
+                .args(["--read-only-port", &self.port.to_string()])
+                .args(["--http-address", "127.0.0.1:0"])
+                .arg("--grpc-socket")
+                .arg(self.dir.join("swiftlet.sock"))
+                .arg("--root-dir")
+                .arg(self.dir.join("root"))
+                .env("RUST_LOG", "info,swiftlet=debug"),
+        );
+        agent.wait_stderr("swiftlet is running");
+        self.agent = Some(agent);
+    }
+
+    /// Stops the agent with SIGTERM and waits for it (pods keep running, as with the kubelet).
+    pub fn stop(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            let pid = nix::unistd::Pid::from_raw(agent.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = agent.child.wait();
+        }
+    }
+
+    pub fn write_manifest(&self, file: &str, yaml: &str) {
+        // Written aside and renamed in, so the agent never reads half a file.
+        let tmp = self.dir.join(format!(".{file}.tmp"));
+        std::fs::write(&tmp, yaml).unwrap_or_else(|e| panic!("write {}: {e}", tmp.display()));
+        std::fs::rename(&tmp, self.manifests.join(file))
+            .unwrap_or_else(|e| panic!("rename {file}: {e}"));
+    }
+
+    pub fn remove_manifest(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file))
+            .unwrap_or_else(|e| panic!("remove {file}: {e}"));
+    }
+
+    /// The pods `/pods` lists now.
+    pub fn pods(&self) -> Vec<Pod> {
+        let body = crate::http_get(self.port, "/pods");
+        let list: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        list["items"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|p| serde_json::from_value(p.clone()).ok())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The pod named `<name>-<node>` as `/pods` shows it, if listed.
+    pub fn pod(&self, name: &str) -> Option<Pod> {
+        let full = format!("{name}-{}", self.name);
+        self.pods()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(full.as_str()))
+    }
+
+    /// Polls `/pods` until `want` holds for pod `name` (bounded: a missing state fails the test
+    /// with the last status seen, it never hangs it).
+    pub fn wait_pod(&self, name: &str, what: &str, want: impl Fn(&Pod) -> bool) -> Pod {
+        let deadline = Instant::now() + EVENT_WAIT;
+        let mut last = None;
+        while Instant::now() < deadline {
+            if let Some(pod) = self.pod(name) {
+                if want(&pod) {
+                    return pod;
+                }
+                last = Some(pod);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "pod {name} never got {what}; last seen: {:#?}",
+            last.map(|p| p.status)
+        );
+    }
+
+    /// Polls until pod `name` is no longer listed.
+    pub fn wait_gone(&self, name: &str) {
+        let deadline = Instant::now() + EVENT_WAIT;
+        while Instant::now() < deadline {
+            if self.pod(name).is_none() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "pod {name} is still listed: {:#?}",
+            self.pod(name).map(|p| p.status)
+        );
+    }
+
+    /// The agent's log so far (stderr lines received).
+    pub fn log_lines(&self) -> Vec<String> {
+        self.agent
+            .as_ref()
+            .map(|a| a.stderr.try_iter().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Removing every manifest lets the agent stop and remove its pods before it goes.
+        if let Ok(entries) = std::fs::read_dir(&self.manifests) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+        let deadline = Instant::now() + EVENT_WAIT;
+        while self.agent.is_some() && Instant::now() < deadline && !self.pods().is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Accessors for statuses, so tests read as assertions.
+pub mod status {
+    use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
+    pub fn phase(pod: &Pod) -> &str {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.phase.as_deref())
+            .unwrap_or_default()
+    }
+
+    pub fn container<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+        pod.status
+            .as_ref()?
+            .container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == name)
+    }
+
+    pub fn init_container<'a>(pod: &'a Pod, name: &str) -> Option<&'a ContainerStatus> {
+        pod.status
+            .as_ref()?
+            .init_container_statuses
+            .as_ref()?
+            .iter()
+            .find(|c| c.name == name)
+    }
+
+    pub fn running(c: Option<&ContainerStatus>) -> bool {
+        c.and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    }
+
+    /// (reason, exit code) of a terminated container.
+    pub fn terminated(c: Option<&ContainerStatus>) -> Option<(String, i32)> {
+        let t = c?.state.as_ref()?.terminated.as_ref()?;
+        Some((t.reason.clone().unwrap_or_default(), t.exit_code))
+    }
+
+    pub fn waiting_reason(c: Option<&ContainerStatus>) -> Option<String> {
+        c?.state.as_ref()?.waiting.as_ref()?.reason.clone()
+    }
+
+    pub fn condition(pod: &Pod, kind: &str) -> Option<String> {
+        pod.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == kind)
+            .map(|c| c.status.clone())
+    }
+}

@@ -1,0 +1,394 @@
+//! Pods over the real container runtime: static manifests in, `swiftlet run` driving containerd
+//! over CRI, statuses read back through `/pods` as a user reads them. Needs root and the private
+//! containerd that `cargo xtask test` starts.
+#![expect(
+    clippy::expect_used,
+    reason = "helpers of tests: a failed step fails the test"
+)]
+
+use std::{collections::HashMap, process::Command};
+
+use swiftlet_tests::{
+    node::{Node, status},
+    privileged, runtime_endpoint,
+};
+
+const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
+
+/// A one-container pod manifest; `extra_spec` lines go under `spec:`. A short grace period
+/// unless one is given: a shell or `sleep` as a container's pid 1 ignores SIGTERM, and the
+/// default 30 s would make every teardown wait for the SIGKILL.
+fn pod(name: &str, restart: &str, command: &str, extra_spec: &str) -> String {
+    let grace = if extra_spec.contains("terminationGracePeriodSeconds") {
+        ""
+    } else {
+        "  terminationGracePeriodSeconds: 1\n"
+    };
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: {restart}
+{grace}{extra_spec}  containers:
+    - name: main
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", {command:?}]
+"
+    )
+}
+
+fn node(test: &str, name: &str) -> Option<Node> {
+    if !privileged(test) {
+        return None;
+    }
+    let endpoint = runtime_endpoint(test)?;
+    Some(Node::start(name, &endpoint))
+}
+
+#[test]
+fn init_containers_then_main_with_upstream_statuses() {
+    let Some(node) = node("init_containers_then_main_with_upstream_statuses", "init") else {
+        return;
+    };
+    node.write_manifest(
+        "web.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+    - name: first
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", \"echo one\"]
+    - name: second
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", \"echo two\"]
+  containers:
+    - name: app
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", \"exec sleep 3600\"]
+"
+        ),
+    );
+    let pod = node.wait_pod("web", "Running with app running", |p| {
+        status::phase(p) == "Running" && status::running(status::container(p, "app"))
+    });
+    for init in ["first", "second"] {
+        assert_eq!(
+            status::terminated(status::init_container(&pod, init)),
+            Some(("Completed".to_owned(), 0)),
+            "{init}"
+        );
+    }
+    for condition in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
+        assert_eq!(
+            status::condition(&pod, condition).as_deref(),
+            Some("True"),
+            "{condition}"
+        );
+    }
+    let s = pod.status.clone().unwrap_or_default();
+    assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    assert!(
+        s.pod_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.88.")),
+        "a pod on the CNI bridge gets its address: {:?}",
+        s.pod_ip
+    );
+    let app = status::container(&pod, "app").cloned().unwrap_or_default();
+    assert!(
+        app.container_id
+            .is_some_and(|id| id.starts_with("containerd://"))
+    );
+    assert_eq!(app.restart_count, 0);
+    assert!(app.ready);
+}
+
+#[test]
+fn exit_codes_and_restart_policies() {
+    let Some(node) = node("exit_codes_and_restart_policies", "exits") else {
+        return;
+    };
+    node.write_manifest("never.yaml", &pod("never", "Never", "exit 3", ""));
+    node.write_manifest(
+        "onfailure.yaml",
+        &pod("onfailure", "OnFailure", "exit 0", ""),
+    );
+    node.write_manifest("always.yaml", &pod("always", "Always", "exit 1", ""));
+
+    let never = node.wait_pod("never", "Failed", |p| status::phase(p) == "Failed");
+    assert_eq!(
+        status::terminated(status::container(&never, "main")),
+        Some(("Error".to_owned(), 3))
+    );
+    assert_eq!(
+        status::container(&never, "main").map(|c| c.restart_count),
+        Some(0)
+    );
+
+    let done = node.wait_pod("onfailure", "Succeeded", |p| {
+        status::phase(p) == "Succeeded"
+    });
+    assert_eq!(
+        status::terminated(status::container(&done, "main")),
+        Some(("Completed".to_owned(), 0))
+    );
+
+    // Always: restarted, then held back by the crash-loop back-off, which the status says.
+    let looping = node.wait_pod("always", "CrashLoopBackOff", |p| {
+        status::waiting_reason(status::container(p, "main")).as_deref() == Some("CrashLoopBackOff")
+    });
+    let main = status::container(&looping, "main")
+        .cloned()
+        .unwrap_or_default();
+    assert!(main.restart_count >= 1, "{main:?}");
+    let last = main
+        .last_state
+        .and_then(|s| s.terminated)
+        .map(|t| (t.reason.unwrap_or_default(), t.exit_code));
+    assert_eq!(last, Some(("Error".to_owned(), 1)));
+    assert_eq!(status::phase(&looping), "Running");
+}
+
+#[test]
+fn images_that_cannot_be_had_say_why() {
+    let Some(node) = node("images_that_cannot_be_had_say_why", "images") else {
+        return;
+    };
+    let missing = "localhost/swiftlet/missing:1";
+    node.write_manifest(
+        "never.yaml",
+        &pod("never", "Always", "true", "").replace(BUSYBOX, missing),
+    );
+    node.write_manifest(
+        "pull.yaml",
+        &pod("pull", "Always", "true", "")
+            .replace(BUSYBOX, missing)
+            .replace("imagePullPolicy: Never", "imagePullPolicy: IfNotPresent"),
+    );
+    let never = node.wait_pod("never", "ErrImageNeverPull", |p| {
+        status::waiting_reason(status::container(p, "main")).as_deref() == Some("ErrImageNeverPull")
+    });
+    let message = status::container(&never, "main")
+        .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains(missing), "{message}");
+    assert_eq!(status::phase(&never), "Pending");
+    // A pull that fails is ErrImagePull, then ImagePullBackOff while it backs off.
+    node.wait_pod("pull", "an image pull failure", |p| {
+        matches!(
+            status::waiting_reason(status::container(p, "main")).as_deref(),
+            Some("ErrImagePull" | "ImagePullBackOff")
+        )
+    });
+    node.wait_pod("pull", "ImagePullBackOff", |p| {
+        status::waiting_reason(status::container(p, "main")).as_deref() == Some("ImagePullBackOff")
+    });
+    // The agent itself is fine.
+    assert!(node.agent.as_ref().is_some_and(|a| a.child.id() > 0));
+}
+
+#[test]
+fn manifests_added_changed_and_removed_while_running() {
+    let Some(node) = node("manifests_added_changed_and_removed_while_running", "edits") else {
+        return;
+    };
+    node.write_manifest("app.yaml", &pod("app", "Always", "exec sleep 3600", ""));
+    let first = node.wait_pod("app", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let first_uid = first.metadata.uid.clone().unwrap_or_default();
+    let first_id = status::container(&first, "main").and_then(|c| c.container_id.clone());
+
+    // A changed spec is a new static pod (its UID comes from its content): the old one is
+    // replaced, not restarted in place.
+    node.write_manifest("app.yaml", &pod("app", "Always", "exec sleep 3601", ""));
+    let second = node.wait_pod("app", "the new version running", |p| {
+        p.metadata.uid.as_deref() != Some(first_uid.as_str())
+            && status::running(status::container(p, "main"))
+    });
+    assert_ne!(
+        status::container(&second, "main").and_then(|c| c.container_id.clone()),
+        first_id
+    );
+    assert_eq!(
+        node.pods().len(),
+        1,
+        "the old version is gone: {:?}",
+        node.pods()
+            .iter()
+            .map(|p| p.metadata.uid.clone())
+            .collect::<Vec<_>>()
+    );
+
+    node.remove_manifest("app.yaml");
+    node.wait_gone("app");
+}
+
+#[test]
+fn deletion_waits_the_grace_period_then_kills() {
+    let Some(node) = node("deletion_waits_the_grace_period_then_kills", "grace") else {
+        return;
+    };
+    // `stubborn` ignores SIGTERM: the runtime kills it when the 2 s grace period ends.
+    // `polite` exits on SIGTERM at once.
+    node.write_manifest(
+        "stubborn.yaml",
+        &pod(
+            "stubborn",
+            "Always",
+            "trap '' TERM; while true; do sleep 1; done",
+            "  terminationGracePeriodSeconds: 2\n",
+        ),
+    );
+    node.write_manifest(
+        "polite.yaml",
+        &pod(
+            "polite",
+            "Always",
+            "trap 'exit 0' TERM; while true; do sleep 1; done",
+            "  terminationGracePeriodSeconds: 30\n",
+        ),
+    );
+    let stubborn = node.wait_pod("stubborn", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let polite = node.wait_pod("polite", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let id = |p: &k8s_openapi::api::core::v1::Pod| {
+        status::container(p, "main")
+            .and_then(|c| c.container_id.clone())
+            .map(|id| id.trim_start_matches("containerd://").to_owned())
+            .unwrap_or_default()
+    };
+    let (stubborn_id, polite_id) = (id(&stubborn), id(&polite));
+
+    // Watch the containers' exits from the kernel's side while the manifests go away.
+    let exits = exit_statuses(&[&stubborn_id, &polite_id], || {
+        node.remove_manifest("stubborn.yaml");
+        node.remove_manifest("polite.yaml");
+    });
+    assert_eq!(
+        exits.get(&polite_id),
+        Some(&Some(0)),
+        "polite exits 0 on SIGTERM: {exits:?}"
+    );
+    assert_eq!(
+        exits.get(&stubborn_id),
+        Some(&None),
+        "stubborn is killed (SIGKILL) when the grace period ends: {exits:?}"
+    );
+    node.wait_gone("stubborn");
+    node.wait_gone("polite");
+}
+
+/// Runs `act`, then waits for the init process of each container to exit, reading the exits
+/// from swiftlet's own kernel events (the containers' cgroups are named after their ids).
+/// Returns each container's exit code (`None` when a signal killed it).
+fn exit_statuses(ids: &[&str], act: impl FnOnce()) -> HashMap<String, Option<i32>> {
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(async {
+        use swiftlet::kernel::{EventBody, KernelEvents, LoadOptions, StreamItem};
+        let mut events = KernelEvents::load(&LoadOptions::default()).expect("kernel events");
+        // Which cgroup ids belong to which container: the container's cgroup dir ends with its id.
+        let root = events.info().cgroup2_root.clone();
+        let mut cgroups: HashMap<u64, String> = HashMap::new();
+        for id in ids {
+            let found = Command::new("find")
+                .arg(&root)
+                .args(["-type", "d", "-name", id])
+                .output()
+                .expect("find");
+            let path = String::from_utf8_lossy(&found.stdout)
+                .lines()
+                .next()
+                .map(str::to_owned);
+            let path = path.unwrap_or_else(|| panic!("no cgroup2 directory for container {id}"));
+            let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&path).expect("stat"));
+            cgroups.insert(ino, (*id).to_owned());
+        }
+        act();
+        let mut exits = HashMap::new();
+        let wait = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, async {
+            while exits.len() < ids.len() {
+                if let StreamItem::Event(e) = events.next().await.expect("stream")
+                    && let EventBody::Exit(exit) = &e.body
+                    && let Some(id) = cgroups.get(&exit.cgroup_id)
+                {
+                    // The container's init (pid 1 inside) is the last of its processes to go.
+                    if exit.comm == "sh" {
+                        exits.insert(id.clone(), exit.exit_code);
+                    }
+                }
+            }
+        })
+        .await;
+        assert!(wait.is_ok(), "not every container exited: {exits:?}");
+        exits
+    })
+}
+
+#[test]
+fn a_restarted_agent_adopts_the_running_pods() {
+    let Some(mut node) = node("a_restarted_agent_adopts_the_running_pods", "adopt") else {
+        return;
+    };
+    node.write_manifest("keep.yaml", &pod("keep", "Always", "exec sleep 3600", ""));
+    let before = node.wait_pod("keep", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let id = status::container(&before, "main").and_then(|c| c.container_id.clone());
+    node.restart();
+    let after = node.wait_pod("keep", "Running again after the restart", |p| {
+        status::running(status::container(p, "main"))
+    });
+    assert_eq!(
+        status::container(&after, "main").and_then(|c| c.container_id.clone()),
+        id,
+        "the same container, adopted rather than started again"
+    );
+    assert_eq!(
+        status::container(&after, "main").map(|c| c.restart_count),
+        Some(0)
+    );
+    assert_eq!(after.metadata.uid, before.metadata.uid);
+}
+
+#[test]
+fn a_bad_manifest_is_reported_and_the_others_run() {
+    let Some(node) = node("a_bad_manifest_is_reported_and_the_others_run", "bad") else {
+        return;
+    };
+    node.write_manifest(
+        "broken.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: [not, a, map\n",
+    );
+    node.write_manifest(
+        "quantity.yaml",
+        &pod("quantity", "Always", "true", "").replace(
+            "      command:",
+            "      resources:\n        limits:\n          memory: lots\n      command:",
+        ),
+    );
+    node.write_manifest("good.yaml", &pod("good", "Always", "exec sleep 3600", ""));
+    node.wait_pod("good", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    assert!(node.pod("quantity").is_none(), "an invalid pod is not run");
+    let log = node.log_lines().join("\n");
+    for file in ["broken.yaml", "quantity.yaml"] {
+        assert!(log.contains(file), "the log names {file}:\n{log}");
+    }
+    assert!(log.contains("lots"), "and the bad value:\n{log}");
+}
