@@ -18,7 +18,8 @@ use crate::{
     config::Config,
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
     kubelet::{
-        Kubelet, admission::NodeCapacity, pod_manager::PodManager, sync_loop, syncer::KubeletSyncer,
+        Kubelet, admission::NodeCapacity, metrics::KubeletMetrics, pod_manager::PodManager,
+        sync_loop, syncer::KubeletSyncer,
     },
     kuberuntime::manager::{KubeRuntimeManager, RuntimeManagerConfig},
     metrics::Metrics,
@@ -133,7 +134,10 @@ pub async fn start(
 
     let status = Arc::new(StatusManager::default());
     let pod_manager = Arc::new(PodManager::default());
+    let kubelet_metrics = KubeletMetrics::register(&metrics.registry)?;
     let syncer = Arc::new(KubeletSyncer {
+        metrics: kubelet_metrics.clone(),
+        started: Mutex::new(Default::default()),
         runtime: manager.clone(),
         status: status.clone(),
         cgroups: cgroups.clone(),
@@ -145,7 +149,7 @@ pub async fn start(
         let pleg = pleg.clone();
         Arc::new(move |uid| pleg.request_relist(uid))
     };
-    let workers = PodWorkers::new(
+    let workers = PodWorkers::with_metrics(
         syncer,
         pleg.cache(),
         WorkerConfig {
@@ -153,6 +157,7 @@ pub async fn start(
             ..WorkerConfig::default()
         },
         Some(on_synced),
+        kubelet_metrics.pod_worker_duration,
     );
     let kubelet = Arc::new(Kubelet::new(
         config.node_name.clone(),

@@ -3,6 +3,7 @@
 //! sync functions the workers call. Everything it acts through is handed in by `app`.
 
 pub mod admission;
+pub mod metrics;
 pub mod pod_manager;
 pub mod sync_loop;
 pub mod syncer;

@@ -27,6 +27,9 @@ use crate::{
 const ORPHAN_GRACE: Duration = Duration::from_secs(1);
 
 pub struct KubeletSyncer {
+    pub metrics: super::metrics::KubeletMetrics,
+    /// Pods already seen running (each counted once in the start-duration histogram).
+    pub started: Mutex<std::collections::HashSet<PodUid>>,
     pub runtime: Arc<KubeRuntimeManager>,
     pub status: Arc<StatusManager>,
     pub cgroups: Arc<PodCgroups>,
@@ -54,12 +57,42 @@ impl KubeletSyncer {
         );
         drop(reasons);
         let done = matches!(api.phase.as_deref(), Some("Succeeded" | "Failed"));
+        if api.phase.as_deref() == Some("Running") {
+            self.observe_start(pod);
+        }
         let handle = self
             .pods
             .get(&pod_uid(pod))
             .unwrap_or_else(|| Arc::new(pod.clone()));
         self.status.set_pod_status(&handle, api);
         done
+    }
+}
+
+impl KubeletSyncer {
+    /// The first time a pod runs: how long since the agent first saw it (its `config.seen`).
+    fn observe_start(&self, pod: &Pod) {
+        let uid = pod_uid(pod);
+        if !self
+            .started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid)
+        {
+            return;
+        }
+        let seen = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::sources::CONFIG_FIRST_SEEN_ANNOTATION))
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .map(SystemTime::from);
+        if let Some(elapsed) = seen.and_then(|s| SystemTime::now().duration_since(s).ok()) {
+            self.metrics
+                .pod_start_duration
+                .observe(elapsed.as_secs_f64());
+        }
     }
 }
 
@@ -127,6 +160,10 @@ impl PodSyncer for KubeletSyncer {
 
     async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let uid: PodUid = pod_uid(pod);
+        self.started
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&uid);
         if self.pods.get(&uid).is_none() {
             // Gone from every source: nothing of it stays on the node.
             self.runtime.remove_pod(status).await?;

@@ -165,6 +165,8 @@ pub struct PodWorkers {
     queue: Arc<WorkQueue>,
     config: WorkerConfig,
     on_synced: Option<OnSynced>,
+    /// `kubelet_pod_worker_duration_seconds`, when the agent registers it.
+    duration: Option<prometheus::HistogramVec>,
 }
 
 /// The upstream default when a pod gives none.
@@ -232,6 +234,27 @@ impl PodWorkers {
         config: WorkerConfig,
         on_synced: Option<OnSynced>,
     ) -> Arc<PodWorkers> {
+        Self::build(syncer, cache, config, on_synced, None)
+    }
+
+    /// The same, observing every sync's duration in `duration` (label `operation_type`).
+    pub fn with_metrics(
+        syncer: Arc<dyn PodSyncer>,
+        cache: Arc<PodCache>,
+        config: WorkerConfig,
+        on_synced: Option<OnSynced>,
+        duration: prometheus::HistogramVec,
+    ) -> Arc<PodWorkers> {
+        Self::build(syncer, cache, config, on_synced, Some(duration))
+    }
+
+    fn build(
+        syncer: Arc<dyn PodSyncer>,
+        cache: Arc<PodCache>,
+        config: WorkerConfig,
+        on_synced: Option<OnSynced>,
+        duration: Option<prometheus::HistogramVec>,
+    ) -> Arc<PodWorkers> {
         Arc::new(PodWorkers {
             inner: Mutex::new(Inner::default()),
             syncer,
@@ -239,6 +262,7 @@ impl PodWorkers {
             queue: Arc::new(WorkQueue::default()),
             config,
             on_synced,
+            duration,
         })
     }
 

@@ -40,7 +40,13 @@ impl PodWorkers {
         loop {
             wake.notified().await;
             while let Some(work) = self.take_work(&uid) {
+                let started = Instant::now();
                 let outcome = self.run(&uid, &work).await;
+                if let Some(duration) = &self.duration {
+                    duration
+                        .with_label_values(&[operation_type(&work)])
+                        .observe(started.elapsed().as_secs_f64());
+                }
                 self.complete(&uid, &work, outcome);
                 if let Some(on_synced) = &self.on_synced {
                     on_synced(&uid);
@@ -221,6 +227,17 @@ impl PodWorkers {
                 }
             }
         }
+    }
+}
+
+/// The kubelet's `operation_type` label for a sync.
+fn operation_type(work: &Work) -> &'static str {
+    match (work.phase, work.update_type) {
+        (WorkerPhase::Syncing, UpdateType::Create) => "create",
+        (WorkerPhase::Syncing, UpdateType::Update) => "update",
+        (WorkerPhase::Syncing, _) => "sync",
+        (WorkerPhase::Terminating, _) => "terminating",
+        (WorkerPhase::Terminated | WorkerPhase::Finished, _) => "terminated",
     }
 }
 

@@ -266,8 +266,16 @@ impl RelistPleg {
             self.update_cache(&uid, &name, &namespace).await;
         }
         self.cache.update_time(observed);
-        for event in events.drain(..) {
-            self.send(event);
+        let discarded = events
+            .drain(..)
+            .map(|e| self.send(e))
+            .filter(|sent| !sent)
+            .count();
+        if discarded > 0 {
+            tracing::warn!(
+                discarded,
+                "PLEG: event channel is full, discarding events of this relist"
+            );
         }
         let end = Instant::now();
         lock(&self.records).last_relist_end = Some(end);
@@ -322,8 +330,13 @@ impl RelistPleg {
                     events
                 };
                 self.cache.set(uid, status, observed);
-                for event in events {
-                    self.send(event);
+                let discarded = events
+                    .into_iter()
+                    .map(|e| self.send(e))
+                    .filter(|sent| !sent)
+                    .count();
+                if discarded > 0 {
+                    tracing::warn!(pod = %uid, discarded, "PLEG: event channel is full, discarding events");
                 }
             }
             Err(error) => {
@@ -334,14 +347,16 @@ impl RelistPleg {
         }
     }
 
-    fn send(&self, event: PodLifecycleEvent) {
+    /// Sends one event without waiting; `false` (and counted) when the channel is full.
+    fn send(&self, event: PodLifecycleEvent) -> bool {
         if event.kind == EventType::ContainerChanged {
-            return;
+            return true;
         }
         if self.events.try_send(event).is_err() {
             self.metrics.discard_events.inc();
-            tracing::warn!("PLEG: event channel is full, discarding an event");
+            return false;
         }
+        true
     }
 }
 
