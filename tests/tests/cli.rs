@@ -265,12 +265,19 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         .write_all(metrics.as_bytes())
         .expect("write metrics");
     let checked = promtool.wait_with_output().expect("promtool runs");
-    assert!(
-        checked.status.success(),
-        "promtool check metrics: {}{}",
+    // The text must parse, and lint clean but for one finding: upstream's own name
+    // `kubelet_pleg_discard_events` (kept for compatibility) lacks the `_total` suffix.
+    let report = format!(
+        "{}{}",
         String::from_utf8_lossy(&checked.stdout),
         String::from_utf8_lossy(&checked.stderr)
     );
+    let unexpected: Vec<&str> = report
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter(|l| !l.starts_with("kubelet_pleg_discard_events counter metrics should have"))
+        .collect();
+    assert!(unexpected.is_empty(), "promtool check metrics: {report}");
     drop(swiftlet);
     let _ = std::fs::remove_dir_all(dir);
 }
