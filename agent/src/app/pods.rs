@@ -29,7 +29,10 @@ use crate::{
     },
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
     server::Health,
-    sources::{PodConfig, Source, StaticPodOptions, StaticPodSource},
+    sources::{
+        ApiServerOptions, ApiServerSource, NodeDescription, PodConfig, ReadinessCheck, Source,
+        StaticPodOptions, StaticPodSource, WallClock, client_from_kubeconfig, go_arch, os_image,
+    },
     status::{ReasonCache, StatusManager},
 };
 
@@ -58,6 +61,11 @@ pub async fn start(
     .map_err(Error::Runtime)?;
     let runtime = Arc::new(runtime);
     let runtime_name = runtime.runtime_name().to_owned();
+    let runtime_version = format!(
+        "{}://{}",
+        runtime.version_info().runtime_name,
+        runtime.version_info().runtime_version
+    );
     tracing::info!(
         endpoint = config.container_runtime_endpoint,
         runtime = runtime_name,
@@ -191,6 +199,40 @@ pub async fn start(
         });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
+    if let Some(kubeconfig) = &config.kubeconfig {
+        let client = client_from_kubeconfig(kubeconfig)
+            .await
+            .map_err(|e| Error::Stopped {
+                component: "API server client",
+                reason: e.to_string(),
+            })?;
+        let readiness: ReadinessCheck = {
+            let pleg = pleg.clone();
+            Arc::new(move || match pleg.health() {
+                PlegHealth::Healthy => None,
+                PlegHealth::Unhealthy(why) => Some(format!("PLEG is not healthy: {why}")),
+            })
+        };
+        let source = ApiServerSource {
+            client,
+            options: ApiServerOptions::new(
+                config.node_name.clone(),
+                config.node_status_update_frequency,
+                config.node_lease_duration_seconds,
+            ),
+            node: describe_node(config, &node, runtime_version),
+            status: status.clone(),
+            readiness,
+            pods: pod_config.channel(Source::Api),
+            clock: Arc::new(SystemTime::now) as WallClock,
+        };
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            source.run(shutdown).await;
+            Ok(())
+        });
+        tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
+    }
     let ready = pod_config.sources_ready();
     tasks.spawn({
         let shutdown = shutdown.clone();
@@ -217,4 +259,27 @@ pub async fn start(
         }
     });
     Ok(Pods { status })
+}
+
+/// What the Node object says about this machine.
+fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> NodeDescription {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_default()
+    };
+    NodeDescription {
+        hostname: config.node_name.clone(),
+        internal_ip: node.host_ip,
+        cpu_millis: node.cpu_millis,
+        memory_bytes: node.memory_bytes,
+        max_pods: config.max_pods,
+        // `uname -r`.
+        kernel_version: read("/proc/sys/kernel/osrelease"),
+        os_image: os_image(&read("/etc/os-release")).unwrap_or_else(|| "Linux".into()),
+        container_runtime_version: runtime_version,
+        architecture: go_arch(std::env::consts::ARCH).to_owned(),
+        machine_id: read("/etc/machine-id"),
+        boot_id: read("/proc/sys/kernel/random/boot_id"),
+    }
 }

@@ -10,10 +10,13 @@
 //!   files as last read.
 //! - `manifest.rs`, `defaults.rs`, `validation.rs`, `api_references.rs` — one
 //!   manifest file to one defaulted, validated `Pod`.
+//! - `apiserver/` — with `--kubeconfig`: the pods bound to this node (as SETs), and what the node
+//!   reports back (registration, node status, lease, pod statuses).
 //!
-//! Not here: what the sync loop does with updates, mirror pods, the API-server source.
+//! Not here: what the sync loop does with updates, mirror pods.
 
 mod api_references;
+mod apiserver;
 mod defaults;
 mod manifest;
 mod manifest_dir;
@@ -26,6 +29,11 @@ use std::{fmt, path::PathBuf};
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub use apiserver::{
+    ApiServerOptions, ApiServerSource, Error as ApiServerError, KUBELET_VERSION,
+    NODE_LEASE_NAMESPACE, NodeDescription, ReadinessCheck, WallClock, client_from_kubeconfig,
+    go_arch, os_image,
+};
 pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
 pub use merge::{Clock, PodStorage};
 pub use pod_config::{MergeStopped, PodConfig, SourceSender, SourcesReady};

@@ -1,0 +1,271 @@
+//! The API-server source (upstream `pkg/kubelet/config/apiserver.go`, plus the parts of the kubelet
+//! that talk to the API server on a node's behalf): with `--kubeconfig`, the agent watches the pods
+//! bound to its node and feeds them to the merge, registers its Node and keeps the Ready condition
+//! current, renews its Lease in `kube-node-lease`, and pushes the pod statuses the kubelet generates.
+//!
+//! - `pods.rs` — the pod watcher (field selector `spec.nodeName`) turned into SETs for the merge.
+//! - `node_object.rs` — the Node object and its status, built from [`NodeDescription`] (pure).
+//! - `node.rs` — registration (`registerWithAPIServer`) and the periodic status update.
+//! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
+//! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`).
+//!
+//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, pod deletion
+//! after termination, volumes, the kubelet's own HTTPS server. Every loop logs API errors and keeps
+//! going: a node agent outlives API-server outages.
+
+mod lease;
+mod node;
+mod node_object;
+mod pods;
+mod status_sync;
+
+#[cfg(test)]
+mod fake_api;
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use kube::{
+    Client,
+    config::{KubeConfigOptions, Kubeconfig, KubeconfigError},
+};
+use tokio_util::sync::CancellationToken;
+
+use super::SourceSender;
+use crate::status::StatusManager;
+
+pub use node_object::{KUBELET_VERSION, NodeDescription, go_arch, os_image};
+
+/// Upstream's namespace for node leases (`v1.NamespaceNodeLease`).
+pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+/// Upstream `nodeLeaseRenewIntervalFraction`: the lease is renewed four times per duration.
+pub const LEASE_RENEW_FRACTION: f64 = 0.25;
+/// Upstream status manager's `syncPeriod`: statuses that failed to send are retried this often.
+pub const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
+
+/// Whether the node is ready: `None` when it is, else why not (e.g. the PLEG's health). Upstream's
+/// Ready setter gathers the runtime, network and storage errors the same way.
+pub type ReadinessCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
+/// The wall clock for heartbeat and renew times, shared by the loops and pinned by tests.
+pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubeconfig {}: {source}", path.display())]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error("API client from kubeconfig {}: {source}", path.display())]
+    Client {
+        path: PathBuf,
+        #[source]
+        source: kube::Error,
+    },
+    /// One API call failed; `what` names the object, e.g. `PATCH nodes/n1/status`.
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Api { what, source }
+    }
+}
+
+/// Builds the API client from the kubeconfig at `path` (its current context), as
+/// `--kubeconfig` asks; nothing is inferred from the environment.
+pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, Error> {
+    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
+        path: path.to_owned(),
+        source,
+    })?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| Error::Kubeconfig {
+            path: path.to_owned(),
+            source,
+        })?;
+    Client::try_from(config).map_err(|source| Error::Client {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The kubelet configuration the API-server loops use.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiServerOptions {
+    pub node_name: String,
+    /// `nodeStatusUpdateFrequency`: how often the node status is computed.
+    pub node_status_update_frequency: Duration,
+    /// `nodeStatusReportFrequency`: how often an unchanged node status is still sent.
+    pub node_status_report_frequency: Duration,
+    /// `nodeLeaseDurationSeconds`.
+    pub node_lease_duration_seconds: u32,
+    /// How often statuses that failed to send are tried again.
+    pub status_sync_period: Duration,
+}
+
+impl ApiServerOptions {
+    /// Options with the given kubelet settings. The node status is reported at every update
+    /// (upstream waits `nodeStatusReportFrequency`, 5 min, between unchanged reports once the
+    /// lease exists; swiftlet heartbeats the Ready condition every update instead).
+    pub fn new(
+        node_name: String,
+        node_status_update_frequency: Duration,
+        node_lease_duration_seconds: u32,
+    ) -> Self {
+        ApiServerOptions {
+            node_name,
+            node_status_update_frequency,
+            node_status_report_frequency: node_status_update_frequency,
+            node_lease_duration_seconds,
+            status_sync_period: STATUS_SYNC_PERIOD,
+        }
+    }
+
+    /// Upstream: `nodeLeaseDurationSeconds × nodeLeaseRenewIntervalFraction` (10 s for 40 s).
+    pub fn lease_renew_interval(&self) -> Duration {
+        Duration::from_secs(u64::from(self.node_lease_duration_seconds))
+            .mul_f64(LEASE_RENEW_FRACTION)
+    }
+}
+
+/// Everything the API-server source needs; [`ApiServerSource::run`] runs its four loops.
+pub struct ApiServerSource {
+    pub client: Client,
+    pub options: ApiServerOptions,
+    pub node: NodeDescription,
+    /// Where the kubelet's pod statuses are read from.
+    pub status: Arc<StatusManager>,
+    pub readiness: ReadinessCheck,
+    /// From `PodConfig::channel(Source::Api)`.
+    pub pods: SourceSender,
+    pub clock: WallClock,
+}
+
+impl std::fmt::Debug for ApiServerSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiServerSource")
+            .field("options", &self.options)
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApiServerSource {
+    /// Runs the pod watcher, node registration and status, the lease, and the status syncer until
+    /// `cancel`. The lease learns the Node's UID (for its owner reference) from the registration.
+    pub async fn run(self, cancel: CancellationToken) {
+        let ApiServerSource {
+            client,
+            options,
+            node,
+            status,
+            readiness,
+            pods,
+            clock,
+        } = self;
+        let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
+        tracing::info!(node = options.node_name, "connecting the API server source");
+        let pod_watch = pods::run(
+            client.clone(),
+            options.node_name.clone(),
+            pods,
+            cancel.clone(),
+        );
+        let node_status = node::NodeStatusLoop::new(
+            client.clone(),
+            &options,
+            node,
+            readiness,
+            clock.clone(),
+            node_uid_tx,
+        )
+        .run(cancel.clone());
+        let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
+            .run(cancel.clone());
+        let statuses =
+            status_sync::StatusSync::new(client, status, options.status_sync_period).run(cancel);
+        tokio::join!(pod_watch, node_status, lease, statuses);
+    }
+}
+
+/// Whether an API error is `reason`/`code` (kube's `Status` helpers compare only the reason for
+/// known reasons; a bare code from a proxy should count too).
+fn is_status(error: &kube::Error, reason: &str, code: u16) -> bool {
+    matches!(error, kube::Error::Api(s) if s.reason == reason || s.code == code)
+}
+
+fn is_not_found(error: &kube::Error) -> bool {
+    is_status(error, "NotFound", 404)
+}
+
+fn is_conflict(error: &kube::Error) -> bool {
+    is_status(error, "Conflict", 409)
+}
+
+fn is_already_exists(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(s) if s.reason == "AlreadyExists")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    #[test]
+    fn renew_interval_is_a_quarter_of_the_duration() {
+        let options = ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40);
+        assert_eq!(options.lease_renew_interval(), Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn client_errors_name_the_kubeconfig() {
+        let missing = Path::new("/nonexistent/swiftlet/kubeconfig");
+        let Err(error) = client_from_kubeconfig(missing).await else {
+            panic!("a missing file is an error");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains("/nonexistent/swiftlet/kubeconfig"),
+            "{error}"
+        );
+
+        let mut file = tempfile::NamedTempFile::new().expect("temp file");
+        file.write_all(b"apiVersion: v1\nkind: Config\nclusters: []\n")
+            .expect("write");
+        let Err(error) = client_from_kubeconfig(file.path()).await else {
+            panic!("a kubeconfig without a context is an error");
+        };
+        assert!(
+            error
+                .to_string()
+                .contains(&file.path().display().to_string()),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn client_from_a_complete_kubeconfig() {
+        let mut file = tempfile::NamedTempFile::new().expect("temp file");
+        file.write_all(
+            b"apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\ncontexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n    namespace: ns1\nusers:\n- name: u\n  user:\n    token: t\n",
+        )
+        .expect("write");
+        let client = client_from_kubeconfig(file.path()).await.expect("client");
+        assert_eq!(client.default_namespace(), "ns1");
+    }
+}

@@ -1,0 +1,198 @@
+//! Node registration and status (upstream `kubelet_node_status.go`: `registerWithAPIServer`,
+//! `tryRegisterWithAPIServer`, `updateNodeStatus`/`tryUpdateNodeStatus`). First the Node is
+//! created, retrying with upstream's backoff (100 ms doubling to 7 s); if it already exists (409
+//! `AlreadyExists`, e.g. after a restart), it is read and its default labels and status patched
+//! instead. Then every `nodeStatusUpdateFrequency` the status is computed again — the Ready
+//! condition from the readiness check — and patched when it changed or a report is due.
+//!
+//! Patches are strategic merge patches of `nodes/<name>/status`, as upstream's `PatchNodeStatus`:
+//! conditions and addresses merge by `type`, so conditions other components own are kept.
+//!
+//! Not here: the Node object itself (`node_object.rs`), the lease (`lease.rs`), re-registering a
+//! Node deleted while the agent runs (upstream does not either).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::json;
+use tokio::{sync::watch, time::Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    ApiServerOptions, Error, NodeDescription, ReadinessCheck, WallClock, is_already_exists,
+    node_object::{
+        default_labels, initial_node, node_status, ready_condition, ready_of, same_but_heartbeat,
+    },
+};
+
+/// Upstream's registration backoff.
+const REGISTER_FIRST_STEP: Duration = Duration::from_millis(100);
+const REGISTER_MAX_STEP: Duration = Duration::from_secs(7);
+/// Upstream `nodeStatusUpdateRetry`: attempts per status update.
+const STATUS_UPDATE_RETRIES: usize = 5;
+
+pub(super) struct NodeStatusLoop {
+    api: Api<Node>,
+    name: String,
+    node: NodeDescription,
+    readiness: ReadinessCheck,
+    clock: WallClock,
+    update_frequency: Duration,
+    report_frequency: Duration,
+    /// The Node's UID once known, for the lease's owner reference.
+    uid: watch::Sender<Option<String>>,
+    /// The status last accepted by the API server, and when.
+    last: Option<(NodeStatus, Instant)>,
+}
+
+impl NodeStatusLoop {
+    pub(super) fn new(
+        client: Client,
+        options: &ApiServerOptions,
+        node: NodeDescription,
+        readiness: ReadinessCheck,
+        clock: WallClock,
+        uid: watch::Sender<Option<String>>,
+    ) -> Self {
+        NodeStatusLoop {
+            api: Api::all(client),
+            name: options.node_name.clone(),
+            node,
+            readiness,
+            clock,
+            update_frequency: options.node_status_update_frequency,
+            report_frequency: options.node_status_report_frequency,
+            uid,
+            last: None,
+        }
+    }
+
+    pub(super) async fn run(mut self, cancel: CancellationToken) {
+        let mut step = REGISTER_FIRST_STEP;
+        loop {
+            // Upstream waits before each attempt too, so a crash loop cannot hammer the server.
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep(step) => {}
+            }
+            step = (step * 2).min(REGISTER_MAX_STEP);
+            tracing::info!(node = self.name, "attempting to register the node");
+            match self.try_register().await {
+                Ok(()) => break,
+                Err(error) => {
+                    tracing::warn!(%error, "unable to register the node with the API server")
+                }
+            }
+        }
+        tracing::info!(node = self.name, "node registered");
+
+        let mut tick = tokio::time::interval_at(
+            Instant::now() + self.update_frequency,
+            self.update_frequency,
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return,
+                _ = tick.tick() => self.update_status().await,
+            }
+        }
+    }
+
+    /// Upstream `tryRegisterWithAPIServer`: create, or on `AlreadyExists` read and patch.
+    async fn try_register(&mut self) -> Result<(), Error> {
+        let ready = ready_condition((self.readiness)(), (self.clock)(), None);
+        let node = initial_node(&self.name, &self.node, ready);
+        let created = self.api.create(&PostParams::default(), &node).await;
+        let error = match created {
+            Ok(created) => {
+                self.accepted(&created, node.status.unwrap_or_default());
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        if !is_already_exists(&error) {
+            return Err(Error::Api {
+                what: format!("POST nodes ({})", self.name),
+                source: error,
+            });
+        }
+        tracing::info!(node = self.name, "node was previously registered");
+        let existing = self
+            .api
+            .get(&self.name)
+            .await
+            .map_err(Error::api(format!("GET nodes/{}", self.name)))?;
+        let status = self.current_status(ready_of(existing.status.as_ref()));
+        let patch = json!({
+            "metadata": { "labels": default_labels(&self.node) },
+            "status": status,
+        });
+        self.patch(&patch).await?;
+        self.accepted(&existing, status);
+        Ok(())
+    }
+
+    fn accepted(&mut self, node: &Node, status: NodeStatus) {
+        if let Some(uid) = &node.metadata.uid {
+            self.uid.send_replace(Some(uid.clone()));
+        }
+        self.last = Some((status, Instant::now()));
+    }
+
+    /// The status now, keeping the Ready transition time of `previous`.
+    fn current_status(&self, previous: Option<&NodeCondition>) -> NodeStatus {
+        let ready = ready_condition((self.readiness)(), (self.clock)(), previous);
+        node_status(&self.node, ready)
+    }
+
+    /// Upstream `updateNodeStatus`: a few immediate attempts, then wait for the next tick.
+    async fn update_status(&mut self) {
+        let previous = self.last.as_ref().map(|(s, _)| s);
+        let status = self.current_status(ready_of(previous));
+        let changed = previous.is_none_or(|p| !same_but_heartbeat(p, &status));
+        let due = self
+            .last
+            .as_ref()
+            .is_none_or(|(_, at)| at.elapsed() >= self.report_frequency);
+        if !changed && !due {
+            return;
+        }
+        let patch = json!({ "status": status });
+        for attempt in 1..=STATUS_UPDATE_RETRIES {
+            match self.patch(&patch).await {
+                Ok(()) => {
+                    self.last = Some((status, Instant::now()));
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, attempt, "error updating the node status, will retry");
+                }
+            }
+        }
+        tracing::warn!(
+            node = self.name,
+            "node status update failed; next try at the next update"
+        );
+    }
+
+    async fn patch(&self, patch: &serde_json::Value) -> Result<(), Error> {
+        self.api
+            .patch_status(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Strategic(patch),
+            )
+            .await
+            .map(drop)
+            .map_err(Error::api(format!("PATCH nodes/{}/status", self.name)))
+    }
+}
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

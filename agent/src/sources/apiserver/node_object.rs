@@ -1,0 +1,287 @@
+//! The Node object the agent registers and the status it reports (upstream `initialNode` in
+//! `kubelet_node_status.go` and the setters in `pkg/kubelet/nodestatus/setters.go`: default labels,
+//! machine info, node info, addresses, the Ready condition). Pure: facts in, objects out.
+//!
+//! Not here: talking to the API server (`node.rs`), how the facts are detected (the app), the
+//! pressure conditions (no eviction manager reports them yet), images, volumes, daemon endpoints.
+
+use std::{
+    collections::BTreeMap,
+    net::IpAddr,
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use k8s_openapi::{
+    api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo},
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{ObjectMeta, Time},
+    },
+    jiff::Timestamp,
+};
+
+/// `nodeInfo.kubeletVersion`: what this agent is, for `kubectl get nodes`.
+pub const KUBELET_VERSION: &str = concat!("swiftlet-", env!("CARGO_PKG_VERSION"));
+
+const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+const LABEL_OS: &str = "kubernetes.io/os";
+const LABEL_ARCH: &str = "kubernetes.io/arch";
+/// Upstream still sets the deprecated beta labels next to the stable ones.
+const LABEL_BETA_OS: &str = "beta.kubernetes.io/os";
+const LABEL_BETA_ARCH: &str = "beta.kubernetes.io/arch";
+
+pub(super) const READY: &str = "Ready";
+const READY_REASON: &str = "KubeletReady";
+const READY_MESSAGE: &str = "kubelet is posting ready status";
+const NOT_READY_REASON: &str = "KubeletNotReady";
+
+/// What the agent knows about its node, as the app detected it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeDescription {
+    /// The `kubernetes.io/hostname` label and the `Hostname` address.
+    pub hostname: String,
+    /// The `InternalIP` address, when the node has one.
+    pub internal_ip: Option<IpAddr>,
+    pub cpu_millis: i64,
+    pub memory_bytes: u64,
+    /// `maxPods`: the `pods` capacity.
+    pub max_pods: u32,
+    /// `uname -r`.
+    pub kernel_version: String,
+    /// `PRETTY_NAME` of `/etc/os-release`.
+    pub os_image: String,
+    /// `<runtime name>://<version>`, e.g. `containerd://2.1.0`.
+    pub container_runtime_version: String,
+    /// Go's name for the architecture (`amd64`, `arm64`): see [`go_arch`].
+    pub architecture: String,
+    pub machine_id: String,
+    pub boot_id: String,
+}
+
+/// Go's `GOARCH` for a Rust `target_arch` (labels and nodeInfo use Go's names).
+pub fn go_arch(rust_arch: &str) -> &str {
+    match rust_arch {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "x86" => "386",
+        "powerpc64" => "ppc64le",
+        "loongarch64" => "loong64",
+        other => other,
+    }
+}
+
+/// The `PRETTY_NAME` of an os-release file, as upstream's `osImage`.
+pub fn os_image(os_release: &str) -> Option<String> {
+    os_release.lines().find_map(|line| {
+        let value = line.strip_prefix("PRETTY_NAME=")?.trim();
+        Some(value.trim_matches(|c| c == '"' || c == '\'').to_owned())
+    })
+}
+
+/// Upstream's default labels (`updateDefaultLabels` keeps them current on an existing Node).
+pub(super) fn default_labels(node: &NodeDescription) -> BTreeMap<String, String> {
+    [
+        (LABEL_HOSTNAME, node.hostname.as_str()),
+        (LABEL_OS, "linux"),
+        (LABEL_ARCH, node.architecture.as_str()),
+        (LABEL_BETA_OS, "linux"),
+        (LABEL_BETA_ARCH, node.architecture.as_str()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// The Node to create (upstream `initialNode`, which also runs the status setters).
+pub(super) fn initial_node(name: &str, node: &NodeDescription, ready: NodeCondition) -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(default_labels(node)),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(node_status(node, ready)),
+    }
+}
+
+/// The status the agent reports: capacity, allocatable, node info, addresses, Ready.
+pub(super) fn node_status(node: &NodeDescription, ready: NodeCondition) -> NodeStatus {
+    let resources: BTreeMap<String, Quantity> = [
+        ("cpu".to_owned(), cpu_quantity(node.cpu_millis)),
+        ("memory".to_owned(), memory_quantity(node.memory_bytes)),
+        ("pods".to_owned(), Quantity(node.max_pods.to_string())),
+    ]
+    .into_iter()
+    .collect();
+    let mut addresses = Vec::new();
+    if let Some(ip) = node.internal_ip {
+        addresses.push(NodeAddress {
+            type_: "InternalIP".into(),
+            address: ip.to_string(),
+        });
+    }
+    addresses.push(NodeAddress {
+        type_: "Hostname".into(),
+        address: node.hostname.clone(),
+    });
+    NodeStatus {
+        // No reservations or eviction thresholds are configured yet, so all of it is allocatable.
+        allocatable: Some(resources.clone()),
+        capacity: Some(resources),
+        addresses: Some(addresses),
+        conditions: Some(vec![ready]),
+        node_info: Some(NodeSystemInfo {
+            architecture: node.architecture.clone(),
+            boot_id: node.boot_id.clone(),
+            container_runtime_version: node.container_runtime_version.clone(),
+            kernel_version: node.kernel_version.clone(),
+            kubelet_version: KUBELET_VERSION.to_owned(),
+            machine_id: node.machine_id.clone(),
+            operating_system: "linux".into(),
+            os_image: node.os_image.clone(),
+            ..NodeSystemInfo::default()
+        }),
+        ..NodeStatus::default()
+    }
+}
+
+/// Upstream's `ReadyCondition` setter: `problem` is why the node is not ready (`None`: ready).
+/// The heartbeat is always `now`; the transition time moves only when the status flips.
+pub(super) fn ready_condition(
+    problem: Option<String>,
+    now: SystemTime,
+    previous: Option<&NodeCondition>,
+) -> NodeCondition {
+    let (status, reason, message) = match problem {
+        None => ("True", READY_REASON, READY_MESSAGE.to_owned()),
+        Some(why) => ("False", NOT_READY_REASON, why),
+    };
+    let now = time(now);
+    let transition = previous
+        .filter(|p| p.status == status)
+        .and_then(|p| p.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    NodeCondition {
+        type_: READY.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message),
+        last_heartbeat_time: Some(now),
+        last_transition_time: Some(transition),
+    }
+}
+
+/// The Ready condition in a status, if any.
+pub(super) fn ready_of(status: Option<&NodeStatus>) -> Option<&NodeCondition> {
+    status?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == READY)
+}
+
+/// Whether two statuses differ in more than their heartbeat times (upstream reports a changed
+/// status at once, an unchanged one only when the report frequency is due).
+pub(super) fn same_but_heartbeat(a: &NodeStatus, b: &NodeStatus) -> bool {
+    let strip = |s: &NodeStatus| {
+        let mut s = s.clone();
+        for c in s.conditions.iter_mut().flatten() {
+            c.last_heartbeat_time = None;
+        }
+        s
+    };
+    strip(a) == strip(b)
+}
+
+/// A Kubernetes `Time` from the wall clock (second precision, as the API stores it).
+pub(super) fn time(at: SystemTime) -> Time {
+    let seconds = at
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0);
+    Time(Timestamp::from_second(seconds).unwrap_or(Timestamp::UNIX_EPOCH))
+}
+
+fn cpu_quantity(millis: i64) -> Quantity {
+    if millis % 1000 == 0 {
+        Quantity((millis / 1000).to_string())
+    } else {
+        Quantity(format!("{millis}m"))
+    }
+}
+
+/// Memory in `Ki` when whole (as upstream's cadvisor-derived capacity reads), else in bytes.
+fn memory_quantity(bytes: u64) -> Quantity {
+    if bytes.is_multiple_of(1024) {
+        Quantity(format!("{}Ki", bytes / 1024))
+    } else {
+        Quantity(bytes.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(seconds)
+    }
+
+    #[test]
+    fn quantities_read_as_upstream_writes_them() {
+        assert_eq!(cpu_quantity(4000).0, "4");
+        assert_eq!(cpu_quantity(3500).0, "3500m");
+        assert_eq!(memory_quantity(16 * 1024 * 1024 * 1024).0, "16777216Ki");
+        assert_eq!(memory_quantity(1000).0, "1000");
+    }
+
+    #[test]
+    fn os_image_and_arch() {
+        let release = "NAME=\"Debian GNU/Linux\"\nPRETTY_NAME=\"Debian GNU/Linux 13 (trixie)\"\n";
+        assert_eq!(
+            os_image(release).as_deref(),
+            Some("Debian GNU/Linux 13 (trixie)")
+        );
+        assert_eq!(os_image("NAME=x\n"), None);
+        assert_eq!(go_arch("x86_64"), "amd64");
+        assert_eq!(go_arch("aarch64"), "arm64");
+        assert_eq!(go_arch("riscv64"), "riscv64");
+    }
+
+    #[test]
+    fn ready_transition_time_moves_only_when_the_status_flips() {
+        let first = ready_condition(None, at(100), None);
+        assert_eq!(first.status, "True");
+        assert_eq!(first.reason.as_deref(), Some("KubeletReady"));
+        assert_eq!(first.last_transition_time, Some(time(at(100))));
+
+        let beat = ready_condition(None, at(110), Some(&first));
+        assert_eq!(beat.last_heartbeat_time, Some(time(at(110))));
+        assert_eq!(beat.last_transition_time, Some(time(at(100))));
+
+        let down = ready_condition(Some("PLEG is not healthy".into()), at(120), Some(&beat));
+        assert_eq!(down.status, "False");
+        assert_eq!(down.reason.as_deref(), Some("KubeletNotReady"));
+        assert_eq!(down.message.as_deref(), Some("PLEG is not healthy"));
+        assert_eq!(down.last_transition_time, Some(time(at(120))));
+    }
+
+    #[test]
+    fn heartbeats_alone_are_not_a_change() {
+        let node = NodeDescription {
+            hostname: "n1".into(),
+            ..NodeDescription::default()
+        };
+        let a = node_status(&node, ready_condition(None, at(100), None));
+        let b = node_status(&node, ready_condition(None, at(110), ready_of(Some(&a))));
+        assert!(same_but_heartbeat(&a, &b));
+        let c = node_status(
+            &node,
+            ready_condition(Some("x".into()), at(120), ready_of(Some(&b))),
+        );
+        assert!(!same_but_heartbeat(&b, &c));
+    }
+}

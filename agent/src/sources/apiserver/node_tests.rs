@@ -1,0 +1,244 @@
+//! Node registration and status against the scripted API server: the exact requests, in order.
+
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use http::Method;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::sources::apiserver::{
+    KUBELET_VERSION,
+    fake_api::{FakeApi, fake_api, paused_clock, status_error, t0_plus},
+};
+
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+
+fn description() -> NodeDescription {
+    NodeDescription {
+        hostname: "n1".into(),
+        internal_ip: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5))),
+        cpu_millis: 4000,
+        memory_bytes: 8 * 1024 * 1024 * 1024,
+        max_pods: 110,
+        kernel_version: "6.12.0".into(),
+        os_image: "Debian GNU/Linux 13 (trixie)".into(),
+        container_runtime_version: "containerd://2.1.0".into(),
+        architecture: "amd64".into(),
+        machine_id: "m-1".into(),
+        boot_id: "b-1".into(),
+    }
+}
+
+struct Harness {
+    api: FakeApi,
+    problem: Arc<Mutex<Option<String>>>,
+    uid: watch::Receiver<Option<String>>,
+    cancel: CancellationToken,
+}
+
+fn start() -> Harness {
+    let (client, api) = fake_api();
+    let problem = Arc::new(Mutex::new(None::<String>));
+    let readiness: ReadinessCheck = {
+        let problem = problem.clone();
+        Arc::new(move || problem.lock().expect("lock").clone())
+    };
+    let (uid_tx, uid) = watch::channel(None);
+    let options = ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40);
+    let cancel = CancellationToken::new();
+    let node_loop = NodeStatusLoop::new(
+        client,
+        &options,
+        description(),
+        readiness,
+        paused_clock(),
+        uid_tx,
+    );
+    tokio::spawn(node_loop.run(cancel.clone()));
+    Harness {
+        api,
+        problem,
+        uid,
+        cancel,
+    }
+}
+
+fn ready(status: &Value) -> &Value {
+    let conditions = status["conditions"].as_array().expect("conditions");
+    conditions
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .expect("a Ready condition")
+}
+
+#[tokio::test(start_paused = true)]
+async fn registers_the_node_then_heartbeats_its_ready_condition() {
+    let mut h = start();
+
+    // Registration waits upstream's first 100 ms step, then creates the Node.
+    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    assert_eq!(create.content_type.as_deref(), Some("application/json"));
+    let node = &create.body;
+    assert_eq!(node["metadata"]["name"], "n1");
+    assert_eq!(
+        node["metadata"]["labels"],
+        json!({
+            "kubernetes.io/hostname": "n1",
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64",
+        })
+    );
+    let resources = json!({ "cpu": "4", "memory": "8388608Ki", "pods": "110" });
+    assert_eq!(node["status"]["capacity"], resources);
+    assert_eq!(node["status"]["allocatable"], resources);
+    assert_eq!(
+        node["status"]["nodeInfo"],
+        json!({
+            "architecture": "amd64",
+            "bootID": "b-1",
+            "containerRuntimeVersion": "containerd://2.1.0",
+            "kernelVersion": "6.12.0",
+            "kubeProxyVersion": "",
+            "kubeletVersion": KUBELET_VERSION,
+            "machineID": "m-1",
+            "operatingSystem": "linux",
+            "osImage": "Debian GNU/Linux 13 (trixie)",
+            "systemUUID": "",
+        })
+    );
+    assert!(KUBELET_VERSION.starts_with("swiftlet-"));
+    assert_eq!(
+        node["status"]["addresses"],
+        json!([
+            { "type": "InternalIP", "address": "10.0.0.5" },
+            { "type": "Hostname", "address": "n1" },
+        ])
+    );
+    assert_eq!(
+        ready(&node["status"]),
+        &json!({
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": t0_plus(Duration::ZERO),
+            "lastTransitionTime": t0_plus(Duration::ZERO),
+        })
+    );
+    let mut created = node.clone();
+    created["metadata"]["uid"] = json!("uid-1");
+    create.reply(201, &created);
+
+    h.uid.changed().await.expect("the UID is published");
+    assert_eq!(h.uid.borrow().as_deref(), Some("uid-1"));
+
+    // Every nodeStatusUpdateFrequency: a status patch with a fresh heartbeat.
+    let beat = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(beat.content_type.as_deref(), Some(STRATEGIC));
+    assert_eq!(
+        beat.body.as_object().map(|o| o.len()),
+        Some(1),
+        "only the status"
+    );
+    let condition = ready(&beat.body["status"]);
+    assert_eq!(condition["status"], "True");
+    assert_eq!(
+        condition["lastHeartbeatTime"],
+        t0_plus(Duration::from_secs(10))
+    );
+    assert_eq!(condition["lastTransitionTime"], t0_plus(Duration::ZERO));
+    assert_eq!(beat.body["status"]["capacity"], resources);
+    beat.reply(200, &created);
+
+    // The PLEG turns unhealthy: NotReady with its message, and a new transition time.
+    *h.problem.lock().expect("lock") =
+        Some("PLEG is not healthy: pleg was last seen active 4m0s ago".into());
+    let down = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(
+        ready(&down.body["status"]),
+        &json!({
+            "type": "Ready",
+            "status": "False",
+            "reason": "KubeletNotReady",
+            "message": "PLEG is not healthy: pleg was last seen active 4m0s ago",
+            "lastHeartbeatTime": t0_plus(Duration::from_secs(20)),
+            "lastTransitionTime": t0_plus(Duration::from_secs(20)),
+        })
+    );
+    down.reply(200, &created);
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_existing_node_is_read_and_patched() {
+    let mut h = start();
+    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    create.reply(409, &status_error(409, "AlreadyExists"));
+
+    // Upstream tryRegisterWithAPIServer: GET the existing Node, then patch it.
+    let get = h.api.expect(Method::GET, "/api/v1/nodes/n1").await;
+    get.reply(
+        200,
+        &json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": { "name": "n1", "uid": "uid-old", "labels": { "kubernetes.io/hostname": "old" } },
+            "status": { "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "lastHeartbeatTime": "2023-01-01T00:00:00Z",
+                "lastTransitionTime": "2023-01-01T00:00:00Z",
+            }]},
+        }),
+    );
+    let patch = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(patch.content_type.as_deref(), Some(STRATEGIC));
+    assert_eq!(
+        patch.body["metadata"]["labels"]["kubernetes.io/hostname"],
+        "n1"
+    );
+    assert_eq!(
+        patch.body["metadata"]["labels"]["kubernetes.io/arch"],
+        "amd64"
+    );
+    let condition = ready(&patch.body["status"]);
+    assert_eq!(condition["lastHeartbeatTime"], t0_plus(Duration::ZERO));
+    assert_eq!(
+        condition["lastTransitionTime"], "2023-01-01T00:00:00Z",
+        "still ready: the transition time is kept"
+    );
+    assert_eq!(
+        patch.body["status"]["nodeInfo"]["kubeletVersion"],
+        KUBELET_VERSION
+    );
+    patch.reply(200, &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1", "uid": "uid-old" } }));
+
+    h.uid.changed().await.expect("the UID is published");
+    assert_eq!(h.uid.borrow().as_deref(), Some("uid-old"));
+    // Registered: the next request is the periodic status update, not another registration.
+    let beat = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(
+        ready(&beat.body["status"])["lastTransitionTime"],
+        "2023-01-01T00:00:00Z"
+    );
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_registration_is_retried() {
+    let mut h = start();
+    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    create.reply(500, &status_error(500, "InternalError"));
+    let again = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    again.reply(201, &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1", "uid": "uid-2" } }));
+    h.uid.changed().await.expect("the UID is published");
+    assert_eq!(h.uid.borrow().as_deref(), Some("uid-2"));
+    h.cancel.cancel();
+}

@@ -1,0 +1,118 @@
+//! The pods bound to this node, from the API server (upstream `pkg/kubelet/config/apiserver.go`):
+//! a kube-runtime watcher over all namespaces' Pods with the field selector
+//! `spec.nodeName=<node>`, kept in a local store, and after every change the complete set sent to
+//! the merge as a SET — exactly upstream's reflector into an `UndeltaStore`. The merge's diff then
+//! turns each SET into the ADD / UPDATE / DELETE (`deletionTimestamp` set) / REMOVE / RECONCILE
+//! the sync loop sees, with the same rules as for the static pods; sending only SETs keeps one
+//! protocol for every source and lets a re-list after a lost watch replace the store atomically.
+//!
+//! A (re)list is buffered from `Init` to `InitDone` and sent once complete, so the merge never sees
+//! a partial list (which it would read as removals). Watch errors are logged and retried with
+//! kube-runtime's default backoff (0.8 s doubling to 30 s, jittered); the source never gives up.
+//!
+//! Not here: validating pods (the API server did), the merge, mirror pods.
+
+use std::{collections::BTreeMap, pin::pin};
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt as _, watcher},
+};
+use tokio_util::sync::CancellationToken;
+
+use super::super::{MergeStopped, SourceSender};
+
+/// The watched pods by `namespace/name` (upstream's `MetaNamespaceKeyFunc`), and the list in
+/// progress, if any.
+#[derive(Debug, Default)]
+pub(super) struct PodStore {
+    pods: BTreeMap<String, Pod>,
+    listing: Option<BTreeMap<String, Pod>>,
+}
+
+impl PodStore {
+    /// Applies one watcher event; returns the complete set to send when the store changed.
+    pub(super) fn apply(&mut self, event: watcher::Event<Pod>) -> Option<Vec<Pod>> {
+        match event {
+            watcher::Event::Init => {
+                self.listing = Some(BTreeMap::new());
+                None
+            }
+            watcher::Event::InitApply(pod) => {
+                self.listing
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key(&pod), pod);
+                None
+            }
+            watcher::Event::InitDone => {
+                self.pods = self.listing.take().unwrap_or_default();
+                Some(self.snapshot())
+            }
+            watcher::Event::Apply(pod) => {
+                self.pods.insert(key(&pod), pod);
+                Some(self.snapshot())
+            }
+            watcher::Event::Delete(pod) => {
+                self.pods.remove(&key(&pod));
+                Some(self.snapshot())
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Vec<Pod> {
+        self.pods.values().cloned().collect()
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The field selector for the pods bound to `node_name`.
+pub(super) fn node_selector(node_name: &str) -> String {
+    format!("spec.nodeName={node_name}")
+}
+
+/// Watches and sends until cancelled or the merge stops.
+pub(super) async fn run(
+    client: Client,
+    node_name: String,
+    sender: SourceSender,
+    cancel: CancellationToken,
+) {
+    let api: Api<Pod> = Api::all(client);
+    let config = watcher::Config::default().fields(&node_selector(&node_name));
+    let mut events = pin!(watcher(api, config).default_backoff());
+    let mut store = PodStore::default();
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            event = events.next() => event,
+        };
+        let pods = match event {
+            Some(Ok(event)) => store.apply(event),
+            Some(Err(error)) => {
+                tracing::warn!(%error, node = node_name, "watching this node's pods failed; retrying");
+                None
+            }
+            // A watcher stream never ends; if it did, there would be nothing more to send.
+            None => return,
+        };
+        let Some(pods) = pods else { continue };
+        tracing::debug!(pods = pods.len(), "API server pods changed");
+        if let Err(MergeStopped) = sender.set(pods).await {
+            tracing::debug!("pod config merge stopped; API server pod source ends");
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "pods_tests.rs"]
+mod tests;

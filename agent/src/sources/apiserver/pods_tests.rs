@@ -1,0 +1,169 @@
+//! The API-server pod source against the scripted API server, through the real merge: the list
+//! and watch requests it makes, and the updates the sync loop then sees.
+
+use std::time::{Duration, SystemTime};
+
+use http::Method;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::sources::{
+    CONFIG_SOURCE_ANNOTATION, Op, PodConfig, PodUpdate, Source,
+    apiserver::fake_api::{FakeApi, fake_api, status_error},
+};
+
+const PODS: &str = "/api/v1/pods";
+const LIST_QUERY: &str = "&fieldSelector=spec.nodeName%3Dn1&limit=500";
+
+fn pod(name: &str, uid: &str, version: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default", "uid": uid, "resourceVersion": version },
+        "spec": { "nodeName": "n1", "containers": [{ "name": "main", "image": "busybox" }] },
+    })
+}
+
+fn pod_list(version: &str, items: &[Value]) -> Value {
+    json!({ "apiVersion": "v1", "kind": "PodList", "metadata": { "resourceVersion": version }, "items": items })
+}
+
+fn watch_query(version: &str) -> String {
+    format!(
+        "&watch=true&timeoutSeconds=290&fieldSelector=spec.nodeName%3Dn1&allowWatchBookmarks=true&resourceVersion={version}"
+    )
+}
+
+struct Harness {
+    api: FakeApi,
+    updates: mpsc::Receiver<PodUpdate>,
+    cancel: CancellationToken,
+}
+
+fn start() -> Harness {
+    let (client, api) = fake_api();
+    let (mut config, updates) = PodConfig::new(Box::new(|| SystemTime::UNIX_EPOCH));
+    let sender = config.channel(Source::Api);
+    let cancel = CancellationToken::new();
+    tokio::spawn(config.run(cancel.clone()));
+    tokio::spawn(run(client, "n1".into(), sender, cancel.clone()));
+    Harness {
+        api,
+        updates,
+        cancel,
+    }
+}
+
+impl Harness {
+    async fn next_update(&mut self) -> (Op, Vec<String>) {
+        let update = tokio::time::timeout(Duration::from_secs(60), self.updates.recv())
+            .await
+            .expect("an update")
+            .expect("merge running");
+        assert_eq!(update.source, Source::Api);
+        for pod in &update.pods {
+            let source = pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION));
+            assert_eq!(source.map(String::as_str), Some("api"));
+        }
+        let names = update
+            .pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
+        (update.op, names)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn lists_then_watches_the_pods_bound_to_this_node() {
+    let mut h = start();
+
+    let list = h.api.expect(Method::GET, PODS).await;
+    assert_eq!(list.raw_query, LIST_QUERY);
+    assert_eq!(list.param("fieldSelector"), Some("spec.nodeName=n1"));
+    list.reply(
+        200,
+        &pod_list("10", &[pod("web", "u-web", "8"), pod("db", "u-db", "9")]),
+    );
+
+    // The complete list is one SET; the merge makes it the first ADD.
+    assert_eq!(
+        h.next_update().await,
+        (Op::Add, vec!["db".into(), "web".into()])
+    );
+
+    let watch = h.api.expect(Method::GET, PODS).await;
+    assert_eq!(watch.raw_query, watch_query("10"));
+    let mut deleting = pod("web", "u-web", "12");
+    deleting["metadata"]["deletionTimestamp"] = json!("2023-11-14T22:13:20Z");
+    deleting["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+    watch.reply_events(&[
+        json!({ "type": "ADDED", "object": pod("cache", "u-cache", "11") }),
+        json!({ "type": "MODIFIED", "object": deleting }),
+        json!({ "type": "DELETED", "object": pod("db", "u-db", "13") }),
+    ]);
+
+    assert_eq!(h.next_update().await, (Op::Add, vec!["cache".into()]));
+    assert_eq!(h.next_update().await, (Op::Delete, vec!["web".into()]));
+    assert_eq!(h.next_update().await, (Op::Remove, vec!["db".into()]));
+
+    // The watch ended; it resumes from the last version seen, without listing again.
+    let resumed = h.api.expect(Method::GET, PODS).await;
+    assert_eq!(resumed.raw_query, watch_query("13"));
+    let _open = resumed.hold();
+    h.api.assert_no_request(Duration::from_secs(60)).await;
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_list_is_retried_with_backoff() {
+    let mut h = start();
+    let list = h.api.expect(Method::GET, PODS).await;
+    list.reply(500, &status_error(500, "InternalError"));
+    // Nothing reaches the merge until a list succeeds (no partial or empty set).
+    let list = h.api.expect(Method::GET, PODS).await;
+    assert_eq!(list.raw_query, LIST_QUERY);
+    assert!(h.updates.try_recv().is_err());
+    list.reply(200, &pod_list("20", &[]));
+    assert_eq!(h.next_update().await, (Op::Add, vec![]));
+    let watch = h.api.expect(Method::GET, PODS).await;
+    assert_eq!(watch.raw_query, watch_query("20"));
+    let _open = watch.hold();
+    h.cancel.cancel();
+}
+
+#[test]
+fn the_store_sends_complete_sets_only() {
+    let typed = |name: &str| -> Pod {
+        serde_json::from_value(pod(name, &format!("u-{name}"), "1")).expect("pod")
+    };
+    let mut store = PodStore::default();
+    assert_eq!(store.apply(watcher::Event::Init), None);
+    assert_eq!(store.apply(watcher::Event::InitApply(typed("a"))), None);
+    assert_eq!(store.apply(watcher::Event::InitApply(typed("b"))), None);
+    assert_eq!(
+        store.apply(watcher::Event::InitDone),
+        Some(vec![typed("a"), typed("b")])
+    );
+    // A re-list replaces the store at once: "a" is gone only when the new list is complete.
+    assert_eq!(store.apply(watcher::Event::Init), None);
+    assert_eq!(store.apply(watcher::Event::InitApply(typed("b"))), None);
+    assert_eq!(
+        store.apply(watcher::Event::InitDone),
+        Some(vec![typed("b")])
+    );
+    assert_eq!(
+        store.apply(watcher::Event::Apply(typed("c"))),
+        Some(vec![typed("b"), typed("c")])
+    );
+    assert_eq!(
+        store.apply(watcher::Event::Delete(typed("b"))),
+        Some(vec![typed("c")])
+    );
+}

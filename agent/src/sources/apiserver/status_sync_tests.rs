@@ -1,0 +1,148 @@
+//! The status syncer against the scripted API server: which pods get a PATCH, its exact body, one
+//! PATCH per change, and how errors are taken.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use http::Method;
+use k8s_openapi::{
+    api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStatus, PodStatus as ApiPodStatus,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::sources::apiserver::fake_api::{FakeApi, fake_api, status_error};
+
+const STRATEGIC: &str = "application/strategic-merge-patch+json";
+const WEB_STATUS: &str = "/api/v1/namespaces/default/pods/web/status";
+
+fn pod(name: &str, uid: &str, source: &str) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(uid.into()),
+            annotations: Some(BTreeMap::from([(
+                CONFIG_SOURCE_ANNOTATION.to_owned(),
+                source.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        ..Pod::default()
+    })
+}
+
+fn running(message: Option<&str>) -> ApiPodStatus {
+    ApiPodStatus {
+        phase: Some("Running".into()),
+        message: message.map(str::to_owned),
+        container_statuses: Some(vec![ContainerStatus {
+            name: "main".into(),
+            image: "busybox".into(),
+            image_id: "sha256:abc".into(),
+            container_id: Some("containerd://c1".into()),
+            ready: true,
+            restart_count: 0,
+            started: Some(true),
+            state: Some(ContainerState {
+                running: Some(ContainerStateRunning { started_at: None }),
+                ..ContainerState::default()
+            }),
+            ..ContainerStatus::default()
+        }]),
+        ..ApiPodStatus::default()
+    }
+}
+
+fn start(status: &Arc<StatusManager>) -> (FakeApi, CancellationToken) {
+    let (client, api) = fake_api();
+    let cancel = CancellationToken::new();
+    let sync = StatusSync::new(client, status.clone(), Duration::from_secs(10));
+    tokio::spawn(sync.run(cancel.clone()));
+    (api, cancel)
+}
+
+fn ok_pod() -> serde_json::Value {
+    json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": "web", "namespace": "default" } })
+}
+
+#[tokio::test(start_paused = true)]
+async fn patches_api_pods_once_per_change_and_never_static_ones() {
+    let status = Arc::new(StatusManager::default());
+    let web = pod("web", "u-web", "api");
+    status.set_pod_status(&pod("etcd-n1", "u-etcd", "file"), running(None));
+    // Two changes before the syncer runs: one PATCH, with the latest.
+    status.set_pod_status(
+        &web,
+        ApiPodStatus {
+            phase: Some("Pending".into()),
+            ..ApiPodStatus::default()
+        },
+    );
+    status.set_pod_status(&web, running(Some("started")));
+    let (mut api, cancel) = start(&status);
+
+    let patch = api.expect(Method::PATCH, WEB_STATUS).await;
+    assert_eq!(patch.content_type.as_deref(), Some(STRATEGIC));
+    assert_eq!(
+        patch.body,
+        json!({
+            "metadata": { "uid": "u-web" },
+            "status": {
+                "phase": "Running",
+                "message": "started",
+                "containerStatuses": [{
+                    "name": "main",
+                    "image": "busybox",
+                    "imageID": "sha256:abc",
+                    "containerID": "containerd://c1",
+                    "ready": true,
+                    "restartCount": 0,
+                    "started": true,
+                    "state": { "running": {} },
+                }],
+            },
+        })
+    );
+    patch.reply(200, &ok_pod());
+    // Nothing for the static pod, and nothing again for an unchanged status (resyncs included).
+    api.assert_no_request(Duration::from_secs(35)).await;
+
+    // A change: one more PATCH; the message the agent no longer sets is deleted.
+    let mut done = running(None);
+    done.phase = Some("Succeeded".into());
+    status.set_pod_status(&web, done);
+    let patch = api.expect(Method::PATCH, WEB_STATUS).await;
+    assert_eq!(patch.body["status"]["phase"], "Succeeded");
+    assert_eq!(patch.body["status"]["message"], json!(null));
+    assert_eq!(patch.body["metadata"]["uid"], "u-web");
+    patch.reply(200, &ok_pod());
+    api.assert_no_request(Duration::from_secs(35)).await;
+    cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_deleted_pod_is_not_an_error_and_other_failures_are_retried() {
+    let status = Arc::new(StatusManager::default());
+    let web = pod("web", "u-web", "api");
+    status.set_pod_status(&web, running(None));
+    let (mut api, cancel) = start(&status);
+
+    // 404: the pod is gone; the status counts as delivered and is not sent again.
+    let patch = api.expect(Method::PATCH, WEB_STATUS).await;
+    patch.reply(404, &status_error(404, "NotFound"));
+    api.assert_no_request(Duration::from_secs(35)).await;
+
+    // A server error: sent again at the next sync period, without a new change.
+    status.set_pod_status(&web, running(Some("again")));
+    let patch = api.expect(Method::PATCH, WEB_STATUS).await;
+    patch.reply(500, &status_error(500, "InternalError"));
+    let retry = api.expect(Method::PATCH, WEB_STATUS).await;
+    assert_eq!(retry.body["status"]["message"], "again");
+    retry.reply(200, &ok_pod());
+    api.assert_no_request(Duration::from_secs(35)).await;
+    cancel.cancel();
+}
