@@ -34,6 +34,8 @@ pub enum Error {
     Runtime(#[source] crate::cri::Error),
     #[error("cgroups: {0}")]
     Cgroups(String),
+    #[error("API server: {0}")]
+    ApiServer(#[source] crate::sources::ApiServerError),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     #[error("--grpc-socket {}: {source}", path.display())]
@@ -63,6 +65,11 @@ impl Error {
             Error::Runtime(_) => Some(
                 "start a CRI runtime or point --runtime-endpoint at one (`cargo xtask run` starts a \
                  private containerd)"
+                    .into(),
+            ),
+            Error::ApiServer(_) => Some(
+                "check the file given with --kubeconfig: its current context, server and \
+                 credentials"
                     .into(),
             ),
             Error::Cgroups(_) => Some("swiftlet runs as root and needs the cpu, memory and pids cgroup controllers".into()),

@@ -202,10 +202,7 @@ pub async fn start(
     if let Some(kubeconfig) = &config.kubeconfig {
         let client = client_from_kubeconfig(kubeconfig)
             .await
-            .map_err(|e| Error::Stopped {
-                component: "API server client",
-                reason: e.to_string(),
-            })?;
+            .map_err(Error::ApiServer)?;
         let readiness: ReadinessCheck = {
             let pleg = pleg.clone();
             Arc::new(move || match pleg.health() {
