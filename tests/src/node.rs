@@ -24,6 +24,7 @@ pub struct Node {
     dir: PathBuf,
     endpoint: String,
     pub agent: Option<Running>,
+    extra_args: Vec<String>,
     _exclusive: MutexGuard<'static, ()>,
 }
 
@@ -37,6 +38,11 @@ fn free_port() -> u16 {
 impl Node {
     /// Starts an agent named `name` on the runtime at `endpoint`, with an empty manifest folder.
     pub fn start(name: &str, endpoint: &str) -> Node {
+        Self::start_with(name, endpoint, &[])
+    }
+
+    /// The same with more `swiftlet run` flags.
+    pub fn start_with(name: &str, endpoint: &str, extra_args: &[&str]) -> Node {
         let exclusive = ONE_AGENT.lock().unwrap_or_else(|p| p.into_inner());
         let dir = std::env::temp_dir().join(format!("swiftlet-node-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -50,6 +56,7 @@ impl Node {
             dir,
             endpoint: endpoint.to_owned(),
             agent: None,
+            extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             _exclusive: exclusive,
         };
         node.restart();
@@ -72,6 +79,7 @@ impl Node {
                 .arg(self.dir.join("swiftlet.sock"))
                 .arg("--root-dir")
                 .arg(self.dir.join("root"))
+                .args(&self.extra_args)
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
         agent.wait_stderr("swiftlet is running");

@@ -392,3 +392,201 @@ fn a_bad_manifest_is_reported_and_the_others_run() {
     }
     assert!(log.contains("lots"), "and the bad value:\n{log}");
 }
+
+#[test]
+fn admission_rejects_pods_beyond_max_pods_with_a_reason() {
+    let test = "admission_rejects_pods_beyond_max_pods_with_a_reason";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let node = Node::start_with("admit", &endpoint, &["--max-pods", "1"]);
+    node.write_manifest("first.yaml", &pod("first", "Always", "exec sleep 3600", ""));
+    node.wait_pod("first", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    node.write_manifest(
+        "second.yaml",
+        &pod("second", "Always", "exec sleep 3600", ""),
+    );
+    let second = node.wait_pod("second", "Failed", |p| status::phase(p) == "Failed");
+    let s = second.status.unwrap_or_default();
+    assert_eq!(s.reason.as_deref(), Some("OutOfpods"));
+    assert!(
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.contains("pods, requested: 1, used: 1, capacity: 1")),
+        "{:?}",
+        s.message
+    );
+    assert!(s.container_statuses.is_none(), "nothing of it was started");
+}
+
+#[test]
+fn environment_arguments_and_working_dir_reach_the_container() {
+    let Some(node) = node(
+        "environment_arguments_and_working_dir_reach_the_container",
+        "env",
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "env.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: env
+  labels:
+    tier: front
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      workingDir: /tmp
+      env:
+        - name: POD
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+        - name: TIER
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.labels['tier']
+        - name: GREETING
+          value: hello $(POD)
+      command: [\"sh\", \"-c\"]
+      args: [\"echo \\\"$(GREETING) tier=$TIER dir=$(pwd)\\\"; exec sleep 3600\"]
+"
+        ),
+    );
+    let pod = node.wait_pod("env", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let log = std::path::PathBuf::from(format!("/var/log/pods/default_env-env_{uid}/main/0.log"));
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        if !text.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        text.contains("stdout F hello env-env tier=front dir=/tmp"),
+        "{}: {text:?}",
+        log.display()
+    );
+}
+
+#[test]
+fn pods_run_in_their_qos_cgroups_with_their_limits() {
+    let Some(node) = node("pods_run_in_their_qos_cgroups_with_their_limits", "qos") else {
+        return;
+    };
+    let limited = pod("limited", "Always", "exec sleep 3600", "").replace(
+        "      command:",
+        "      resources:\n        requests:\n          memory: 32Mi\n          cpu: 100m\n        limits:\n          memory: 64Mi\n      command:",
+    );
+    node.write_manifest("limited.yaml", &limited);
+    node.write_manifest("free.yaml", &pod("free", "Always", "exec sleep 3600", ""));
+    let burstable = node.wait_pod("limited", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let best_effort = node.wait_pod("free", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    assert_eq!(
+        burstable
+            .status
+            .as_ref()
+            .and_then(|s| s.qos_class.as_deref()),
+        Some("Burstable")
+    );
+    assert_eq!(
+        best_effort
+            .status
+            .as_ref()
+            .and_then(|s| s.qos_class.as_deref()),
+        Some("BestEffort")
+    );
+
+    let layout = swiftlet::cm::CgroupLayout::detect().expect("layout");
+    let memory_root = layout
+        .v1_controller("memory")
+        .unwrap_or_else(|| layout.cgroup2_root().expect("cgroup2").to_owned());
+    let uid = |p: &k8s_openapi::api::core::v1::Pod| p.metadata.uid.clone().unwrap_or_default();
+    let burstable_dir = memory_root.join(format!("kubepods/burstable/pod{}", uid(&burstable)));
+    let best_effort_dir = memory_root.join(format!("kubepods/besteffort/pod{}", uid(&best_effort)));
+    assert!(burstable_dir.is_dir(), "{}", burstable_dir.display());
+    assert!(best_effort_dir.is_dir(), "{}", best_effort_dir.display());
+    // The pod-level memory limit is the sum of its containers' (every container has one).
+    let limit_file = ["memory.limit_in_bytes", "memory.max"]
+        .iter()
+        .map(|f| burstable_dir.join(f))
+        .find(|f| f.exists())
+        .expect("a memory limit file");
+    let limit = std::fs::read_to_string(&limit_file).unwrap_or_default();
+    assert_eq!(
+        limit.trim(),
+        (64u64 << 20).to_string(),
+        "{}",
+        limit_file.display()
+    );
+
+    // The container's processes sit in the pod's cgroup and carry the QoS's OOM score.
+    let procs_of = |dir: &std::path::Path| -> Vec<String> {
+        let mut pids = Vec::new();
+        for entry in walk(dir) {
+            if entry.ends_with("cgroup.procs") {
+                pids.extend(
+                    std::fs::read_to_string(&entry)
+                        .unwrap_or_default()
+                        .lines()
+                        .map(str::to_owned),
+                );
+            }
+        }
+        pids
+    };
+    // (The sandbox's pause process shares the pod cgroup; its score is the runtime's business.)
+    let container_id = status::container(&best_effort, "main")
+        .and_then(|c| c.container_id.clone())
+        .map(|id| id.trim_start_matches("containerd://").to_owned())
+        .unwrap_or_default();
+    let container_dir = best_effort_dir.join(&container_id);
+    let free_pids = procs_of(&container_dir);
+    assert!(
+        !free_pids.is_empty(),
+        "processes in {}",
+        container_dir.display()
+    );
+    for pid in free_pids {
+        let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).unwrap_or_default();
+        assert_eq!(
+            adj.trim(),
+            "1000",
+            "BestEffort processes are killed first (pid {pid})"
+        );
+    }
+}
+
+/// Every path below `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            }
+            out.push(path);
+        }
+    }
+    out
+}
