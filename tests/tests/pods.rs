@@ -590,3 +590,19 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_container_over_its_memory_limit_is_oom_killed() {
+    let Some(node) = node("a_container_over_its_memory_limit_is_oom_killed", "oom") else {
+        return;
+    };
+    // `tail` keeps everything it reads when there is no newline: it grows until the limit.
+    let hog = pod("hog", "Never", "head -c 1000m /dev/zero | tail", "").replace(
+        "      command:",
+        "      resources:\n        limits:\n          memory: 32Mi\n      command:",
+    );
+    node.write_manifest("hog.yaml", &hog);
+    let pod = node.wait_pod("hog", "Failed", |p| status::phase(p) == "Failed");
+    let (reason, code) = status::terminated(status::container(&pod, "main")).unwrap_or_default();
+    assert_eq!(reason, "OOMKilled", "exit code {code}");
+}
