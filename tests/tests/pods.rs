@@ -233,6 +233,27 @@ fn manifests_added_changed_and_removed_while_running() {
 
     node.remove_manifest("app.yaml");
     node.wait_gone("app");
+    // Nothing of either version stays in any cgroup hierarchy.
+    for uid in [first_uid, second.metadata.uid.clone().unwrap_or_default()] {
+        let leftovers = || {
+            walk(std::path::Path::new("/sys/fs/cgroup"))
+                .into_iter()
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy() == format!("pod{uid}"))
+                })
+                .collect::<Vec<_>>()
+        };
+        let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+        while !leftovers().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(
+            leftovers(),
+            Vec::<std::path::PathBuf>::new(),
+            "pod cgroups of {uid}"
+        );
+    }
 }
 
 #[test]

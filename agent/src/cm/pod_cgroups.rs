@@ -154,13 +154,41 @@ impl PodCgroups {
             if cg.exists() {
                 set(&path, cg.delete())?;
             }
-            if let Some(dir) = self.hybrid_unified_dir(&path)
-                && dir.exists()
-            {
-                let _ = std::fs::remove_dir(&dir);
+            // The runtime made the same path in every other hierarchy (v1 controllers swiftlet
+            // does not write, and cgroup2 on a hybrid layout); each goes with the pod.
+            for root in self.other_hierarchies() {
+                remove_tree(&root.join(&path))?;
             }
         }
         Ok(())
+    }
+
+    /// Mount points of the hierarchies besides the ones cgroups-rs manages for swiftlet.
+    fn other_hierarchies(&self) -> Vec<PathBuf> {
+        let (v1_root, unified) = match &self.layout {
+            CgroupLayout::Unified { .. } => return Vec::new(),
+            CgroupLayout::Hybrid { unified, v1_root } => (v1_root, Some(unified)),
+            CgroupLayout::Legacy { v1_root } => (v1_root, None),
+        };
+        let mut roots: Vec<PathBuf> = std::fs::read_dir(v1_root)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.join("cgroup.procs").exists())
+                    .filter(|p| {
+                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                        !CONTROLLERS.contains(&name)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(unified) = unified
+            && !roots.contains(unified)
+        {
+            roots.push(unified.clone());
+        }
+        roots
     }
 
     /// UIDs of the pod cgroups that exist (housekeeping removes those of unknown pods).
@@ -261,6 +289,26 @@ fn enable_v2_controllers(layout: &CgroupLayout, path: &str) -> Result<(), Cgroup
         }
     }
     Ok(())
+}
+
+/// Removes an empty cgroup and the empty cgroups below it, deepest first (a cgroup directory
+/// goes with `rmdir` once it has no processes and no children). A missing one is fine.
+fn remove_tree(dir: &std::path::Path) -> Result<(), CgroupError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            remove_tree(&entry.path())?;
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(CgroupError::Cgroup {
+            path: dir.display().to_string(),
+            reason: e.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn cpu(cg: &Cgroup) -> Result<&CpuController, CgroupError> {
