@@ -3,7 +3,8 @@
 //! ```text
 //! swiftlet-bench events [--exits N] [--json FILE] [--out-dir DIR] [--ring-buffer-bytes B]
 //! swiftlet-bench startup --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--rounds N]
-//!                        [--batch N]... [--json FILE] [--out-dir DIR] [--poll-ms MS] [--timeout-s S]
+//!                        [--batch N]... [--json FILE] [--out-dir DIR] [--poll-ms MS]
+//!                        [--timeout-s S]
 //! ```
 //!
 //! `events` measures, on the running kernel, how long a process-exit event takes from the
