@@ -21,7 +21,9 @@ mod pods;
 pub mod report;
 
 use std::{
+    collections::BTreeSet,
     path::{Path, PathBuf},
+    sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
 
@@ -40,6 +42,37 @@ const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How often the teardown looks again: it is not measured, so it need not be fast.
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
+
+/// After an interruption: how long the runtime must stay free of the benchmark's pods before the
+/// clean-up trusts it (calls swiftlet made before it died may still be completing), and how many
+/// passes it makes at most.
+const SETTLE: Duration = Duration::from_secs(2);
+const CLEAN_UP_PASSES: usize = 10;
+
+/// The UIDs of every pod the run has seen listed, shared with whoever cleans up after an
+/// interrupted run (the round in flight is dropped with its own list).
+#[derive(Clone, Debug, Default)]
+pub struct SeenUids(Arc<Mutex<BTreeSet<String>>>);
+
+impl SeenUids {
+    fn insert(&self, uid: &str) {
+        if !uid.is_empty() {
+            self.0
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(uid.to_owned());
+        }
+    }
+
+    fn all(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
 
 /// What to run, and against what.
 #[derive(Clone, Debug)]
@@ -111,8 +144,8 @@ impl BatchOutcome {
     }
 }
 
-/// Runs every round of every batch size, one after another.
-pub async fn run(settings: &Settings) -> Result<Vec<BatchOutcome>> {
+/// Runs every round of every batch size, one after another, noting each pod's UID in `seen`.
+pub async fn run(settings: &Settings, seen: &SeenUids) -> Result<Vec<BatchOutcome>> {
     if settings.batches.contains(&0) || settings.rounds == 0 {
         bail!("batches and rounds must not be empty");
     }
@@ -121,8 +154,7 @@ pub async fn run(settings: &Settings) -> Result<Vec<BatchOutcome>> {
     std::fs::create_dir_all(&settings.log_dir)
         .with_context(|| format!("creating {}", settings.log_dir.display()))?;
     let mut cri = Cri::connect(&settings.runtime_endpoint).await?;
-    let before = cri
-        .clear()
+    let before = clear(&mut cri)
         .await
         .context("clearing an earlier run's pods")?;
     if before > 0 {
@@ -132,7 +164,7 @@ pub async fn run(settings: &Settings) -> Result<Vec<BatchOutcome>> {
     for &size in &settings.batches {
         let mut rounds = Vec::with_capacity(settings.rounds);
         for round in 1..=settings.rounds {
-            let outcome = run_round(settings, &mut cri, size, round)
+            let outcome = run_round(settings, &mut cri, seen, size, round)
                 .await
                 .with_context(|| format!("batch of {size}, round {round}"))?;
             eprintln!("{}", round_line(size, &outcome));
@@ -141,6 +173,38 @@ pub async fn run(settings: &Settings) -> Result<Vec<BatchOutcome>> {
         outcomes.push(BatchOutcome { size, rounds });
     }
     Ok(outcomes)
+}
+
+/// Clears every pod of the benchmark from the runtime at `endpoint`, and the pod cgroups of those
+/// and of the pods in `seen`, for a run that was interrupted: its round was dropped midway (its
+/// swiftlet killed) without deleting them. Calls swiftlet made before it died may still be
+/// completing in the runtime (a sandbox half created, its cgroups appearing afterwards), so
+/// passes are repeated, [`SETTLE`] apart, until one finds nothing. Returns how many sandboxes and
+/// containers there were.
+pub async fn clean_up(endpoint: &str, seen: &SeenUids) -> Result<usize> {
+    let mut cri = Cri::connect(endpoint).await?;
+    let mut uids: BTreeSet<String> = seen.all().into_iter().collect();
+    let mut total = 0;
+    for pass in 0..CLEAN_UP_PASSES {
+        if pass > 0 {
+            tokio::time::sleep(SETTLE).await;
+        }
+        let cleared = cri.clear().await?;
+        uids.extend(cleared.pod_uids);
+        let dirs = cgroups::remove_pod_dirs(&uids.iter().cloned().collect::<Vec<_>>());
+        total += cleared.found;
+        if pass > 0 && cleared.found == 0 && dirs == 0 {
+            break;
+        }
+    }
+    Ok(total)
+}
+
+/// [`Cri::clear`], and the pod cgroups of the sandboxes it removed.
+async fn clear(cri: &mut Cri) -> Result<usize> {
+    let cleared = cri.clear().await?;
+    cgroups::remove_pod_dirs(&cleared.pod_uids);
+    Ok(cleared.found)
 }
 
 /// A progress line for the terminal.
@@ -213,6 +277,7 @@ impl Drop for WorkDir {
 async fn run_round(
     settings: &Settings,
     cri: &mut Cri,
+    seen: &SeenUids,
     size: usize,
     round: usize,
 ) -> Result<RoundOutcome> {
@@ -229,7 +294,7 @@ async fn run_round(
     .await?;
     let pods: Vec<BenchPod> = (0..size).map(|i| BenchPod::new(size, round, i)).collect();
 
-    let measured = measure(settings, &mut agent, &work, &pods, round).await;
+    let measured = measure(settings, &mut agent, &work, &pods, round, seen).await;
     if measured.is_ok() {
         // What swiftlet's own metrics say about this round (runtime operation durations, PLEG).
         let snapshot = settings
@@ -251,8 +316,14 @@ async fn run_round(
     let mut outcome = measured?;
     outcome.removed_cleanly = removed?;
     stopped.context("stopping swiftlet")?;
-    outcome.leftovers = leftovers?;
-    outcome.pod_cgroups_left = cgroups::remove_pod_dirs(&outcome.pod_uids);
+    let leftovers = leftovers?;
+    outcome.leftovers = leftovers.found;
+    // Those of the leftovers too (already among the round's pods, unless /pods never listed one).
+    let mut uids = outcome.pod_uids.clone();
+    uids.extend(leftovers.pod_uids);
+    uids.sort_unstable();
+    uids.dedup();
+    outcome.pod_cgroups_left = cgroups::remove_pod_dirs(&uids);
     Ok(outcome)
 }
 
@@ -263,6 +334,7 @@ async fn measure(
     work: &WorkDir,
     pods: &[BenchPod],
     round: usize,
+    seen_uids: &SeenUids,
 ) -> Result<RoundOutcome> {
     let names: Vec<String> = pods.iter().map(BenchPod::node_name).collect();
     let written = manifest::write_batch(pods, &work.staging, &work.manifests)?;
@@ -293,6 +365,7 @@ async fn measure(
             }
             if uid.is_empty() {
                 uid.clone_from(&pod.uid);
+                seen_uids.insert(uid);
             }
         }
         if running.iter().all(Option::is_some) || seen >= deadline {

@@ -204,7 +204,18 @@ async fn startup_bench(args: StartupArgs) -> Result<()> {
         args.poll_ms,
         settings.log_dir.display()
     );
-    let batches = startup::run(&settings).await?;
+    // xtask passes Ctrl-C and SIGTERM on to this process group, swiftlet included: the round in
+    // flight is dropped (its swiftlet killed, its folders removed) and the runtime cleared, so
+    // that an interrupted run leaves no pod, log or cgroup behind either.
+    let seen = startup::SeenUids::default();
+    let batches = tokio::select! {
+        batches = startup::run(&settings, &seen) => batches?,
+        signal = interrupted() => {
+            eprintln!("startup: {signal}: clearing the benchmark's pods");
+            startup::clean_up(&settings.runtime_endpoint, &seen).await?;
+            bail!("interrupted by {signal}");
+        }
+    };
 
     let report = startup::report::Report::new(
         Machine::detect(),
@@ -230,6 +241,21 @@ async fn startup_bench(args: StartupArgs) -> Result<()> {
         .with_context(|| format!("plotting {}", svg.display()))?;
     eprintln!("wrote {} and {}", json.display(), svg.display());
     Ok(())
+}
+
+/// The first SIGINT or SIGTERM ("SIGINT"/"SIGTERM"); never, if the handlers cannot be set.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        },
+        _ => std::future::pending().await,
+    }
 }
 
 fn write_json(path: &Path, report: &impl serde::Serialize) -> Result<()> {

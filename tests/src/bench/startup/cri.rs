@@ -3,7 +3,11 @@
 //! so that the next round starts on an empty runtime). Only pods in the benchmark's namespace
 //! are ever touched.
 
-use std::{collections::HashMap, path::PathBuf, time::Duration};
+use std::{
+    collections::{BTreeSet, HashMap},
+    path::PathBuf,
+    time::Duration,
+};
 
 use anyhow::{Context as _, Result, bail};
 use k8s_cri::v1::{
@@ -15,19 +19,33 @@ use tonic::transport::Channel;
 
 use super::manifest::NAMESPACE;
 
-/// The label the kubelet (and swiftlet) puts on every sandbox and container with the pod's
-/// namespace.
+/// The labels the kubelet (and swiftlet) puts on every sandbox and container: the pod's
+/// namespace and UID.
 const NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+const UID_LABEL: &str = "io.kubernetes.pod.uid";
 
 /// Where swiftlet keeps pod logs (`/var/log/pods/<namespace>_<name>_<uid>`); the benchmark's are
 /// removed after each round.
 const POD_LOG_ROOT: &str = "/var/log/pods";
+
+/// How long [`Cri::clear`] keeps trying, and how long it waits between passes.
+const CLEAR_TIMEOUT: Duration = Duration::from_secs(30);
+const CLEAR_RETRY: Duration = Duration::from_millis(500);
 
 /// Bound on the wait for the CRI plugin of a containerd that has just started.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct Cri {
     runtime: RuntimeServiceClient<Channel>,
+}
+
+/// What [`Cri::clear`] found.
+#[derive(Debug, Default)]
+pub struct Cleared {
+    /// Sandboxes, and containers outside them.
+    pub found: usize,
+    /// The UIDs of the pods whose sandboxes or log folders it removed.
+    pub pod_uids: Vec<String>,
 }
 
 impl Cri {
@@ -66,6 +84,16 @@ impl Cri {
 
     /// The ids of the benchmark's sandboxes, ready or not.
     pub async fn sandboxes(&mut self) -> Result<Vec<String>> {
+        Ok(self
+            .list_sandboxes()
+            .await?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect())
+    }
+
+    /// The benchmark's sandboxes: id and pod UID.
+    async fn list_sandboxes(&mut self) -> Result<Vec<(String, String)>> {
         let listed = self
             .runtime
             .list_pod_sandbox(ListPodSandboxRequest {
@@ -80,7 +108,10 @@ impl Cri {
             .into_inner()
             .items
             .into_iter()
-            .map(|s| s.id)
+            .map(|s| {
+                let uid = s.labels.get(UID_LABEL).cloned().unwrap_or_default();
+                (s.id, uid)
+            })
             .collect())
     }
 
@@ -103,12 +134,33 @@ impl Cri {
             .collect())
     }
 
-    /// Stops and removes every sandbox and container of the benchmark, and its pod logs.
-    /// Returns how many sandboxes (and containers outside them) it found: after a clean round,
-    /// none.
-    pub async fn clear(&mut self) -> Result<usize> {
-        let sandboxes = self.sandboxes().await?;
-        for id in &sandboxes {
+    /// Stops and removes every sandbox and container of the benchmark, and its pod logs. After a
+    /// clean round it finds nothing. A pass that fails is tried again for a while: a container
+    /// still starting (its swiftlet was stopped midway) cannot be removed until it has started.
+    pub async fn clear(&mut self) -> Result<Cleared> {
+        let deadline = tokio::time::Instant::now() + CLEAR_TIMEOUT;
+        let mut seen = Seen::default();
+        loop {
+            match self.clear_once(&mut seen).await {
+                Ok(()) => break,
+                Err(error) if tokio::time::Instant::now() < deadline => {
+                    eprintln!("clearing the benchmark's pods: {error:#}; trying again");
+                    tokio::time::sleep(CLEAR_RETRY).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        seen.pod_uids.extend(remove_pod_logs()?);
+        Ok(Cleared {
+            found: seen.sandboxes.len() + seen.containers.len(),
+            pod_uids: seen.pod_uids.into_iter().collect(),
+        })
+    }
+
+    async fn clear_once(&mut self, seen: &mut Seen) -> Result<()> {
+        for (id, uid) in self.list_sandboxes().await? {
+            seen.sandboxes.insert(id.clone());
+            seen.pod_uids.insert(uid);
             self.runtime
                 .stop_pod_sandbox(StopPodSandboxRequest {
                     pod_sandbox_id: id.clone(),
@@ -123,8 +175,8 @@ impl Cri {
                 .with_context(|| format!("RemovePodSandbox {id}"))?;
         }
         // Removing a sandbox removes its containers; any left belong to no sandbox.
-        let containers = self.containers().await?;
-        for id in &containers {
+        for id in self.containers().await? {
+            seen.containers.insert(id.clone());
             self.runtime
                 .remove_container(RemoveContainerRequest {
                     container_id: id.clone(),
@@ -132,22 +184,36 @@ impl Cri {
                 .await
                 .with_context(|| format!("RemoveContainer {id}"))?;
         }
-        remove_pod_logs()?;
-        Ok(containers.len() + sandboxes.len())
+        Ok(())
     }
 }
 
+/// What the passes of one [`Cri::clear`] found, each counted once however many passes saw it.
+#[derive(Default)]
+struct Seen {
+    sandboxes: BTreeSet<String>,
+    containers: BTreeSet<String>,
+    pod_uids: BTreeSet<String>,
+}
+
 /// Removes the benchmark's folders under /var/log/pods.
-fn remove_pod_logs() -> Result<()> {
+/// Returns the UIDs their names end with (`<namespace>_<name>_<uid>`): a pod whose sandbox never
+/// came about still has its log folder, and may have its cgroup.
+fn remove_pod_logs() -> Result<Vec<String>> {
     let Ok(entries) = std::fs::read_dir(POD_LOG_ROOT) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
     let prefix = format!("{NAMESPACE}_");
+    let mut uids = Vec::new();
     for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) {
             std::fs::remove_dir_all(entry.path())
                 .with_context(|| format!("removing {}", entry.path().display()))?;
+            if let Some((_, uid)) = name.rsplit_once('_') {
+                uids.push(uid.to_owned());
+            }
         }
     }
-    Ok(())
+    Ok(uids)
 }
