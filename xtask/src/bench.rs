@@ -1,11 +1,22 @@
 //! Benchmarks. Each builds in release mode and runs its driver as root; results (table on stdout,
-//! JSON and a plot) go to `target/bench/`.
+//! JSON and a plot) go to `target/bench/`. Those that need a container runtime get the private
+//! containerd (`containerd.rs`), started before the driver and stopped after it, also when the
+//! driver fails or is interrupted.
 
-use std::path::PathBuf;
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
+use anyhow::anyhow;
 use clap::Subcommand;
 
-use crate::{sh, tasks};
+use crate::{
+    containerd::{Containerd, Paths},
+    sh,
+    supervise::{self, Interrupts, OnContainerdDeath},
+    tasks,
+};
 
 #[derive(Subcommand)]
 pub enum Which {
@@ -18,16 +29,24 @@ pub enum Which {
         #[arg(long, default_value_t = 20_000)]
         exits: u64,
     },
+    /// Static pod startup latency: batches of 10 and 30 pods written at once, manifest to
+    /// Running as `/pods` shows it, on the private containerd.
+    Startup {
+        /// Where to write the JSON results (default target/bench/startup.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Rounds per batch size, each with a fresh swiftlet.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+    },
 }
 
 pub fn run(which: Which) -> anyhow::Result<()> {
     tasks::build(true)?;
     let out_dir = sh::root().join("target").join("bench");
     std::fs::create_dir_all(&out_dir)?;
-    let driver = sh::root()
-        .join("target")
-        .join("release")
-        .join("swiftlet-bench");
+    let release = sh::root().join("target").join("release");
+    let driver = release.join("swiftlet-bench");
     match which {
         Which::Events { json, exits } => {
             let json = json.unwrap_or_else(|| out_dir.join("events.json"));
@@ -42,5 +61,53 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             ];
             tasks::exec_as_root(&driver, &args)
         }
+        Which::Startup { json, rounds } => {
+            let json = json.unwrap_or_else(|| out_dir.join("startup.json"));
+            let swiftlet = release.join("swiftlet");
+            with_containerd(&driver, |containerd| {
+                vec![
+                    "startup".to_owned(),
+                    "--runtime-endpoint".to_owned(),
+                    containerd.endpoint(),
+                    "--swiftlet".to_owned(),
+                    swiftlet.display().to_string(),
+                    "--rounds".to_owned(),
+                    rounds.to_string(),
+                    "--json".to_owned(),
+                    json.display().to_string(),
+                    "--out-dir".to_owned(),
+                    out_dir.display().to_string(),
+                ]
+            })
+        }
     }
+}
+
+/// Runs `driver` with the arguments `args` makes from the private containerd's paths, supervised
+/// as `cargo xtask test` runs the tests: Ctrl-C reaches the driver, a dying containerd stops it,
+/// and containerd is stopped afterwards whatever happened.
+fn with_containerd(driver: &Path, args: impl FnOnce(&Paths) -> Vec<String>) -> anyhow::Result<()> {
+    let mut interrupts = Interrupts::catch()?;
+    let mut containerd = Containerd::start(&mut interrupts)?;
+    let args = args(containerd.paths());
+    // Containerd::start made sure this is root.
+    let mut child = supervise::spawn(Command::new(driver).args(&args))?;
+    let outcome = supervise::supervise(
+        &mut child,
+        "the benchmark",
+        &mut interrupts,
+        &mut containerd,
+        OnContainerdDeath::StopChild,
+    )?;
+    let stopped = containerd.stop();
+    let ran = if outcome.containerd_died {
+        Err(anyhow!(
+            "the benchmark was stopped because containerd died (its log's end is above)"
+        ))
+    } else if !outcome.status.success() {
+        Err(anyhow!("the benchmark failed ({})", outcome.status))
+    } else {
+        Ok(())
+    };
+    tasks::both(ran, stopped)
 }

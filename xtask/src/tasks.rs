@@ -80,7 +80,7 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The first error of the task and of stopping containerd, saying the other if both failed.
-fn both(task: anyhow::Result<()>, stopped: anyhow::Result<()>) -> anyhow::Result<()> {
+pub fn both(task: anyhow::Result<()>, stopped: anyhow::Result<()>) -> anyhow::Result<()> {
     match (task, stopped) {
         (Err(task), Err(stopping)) => {
             eprintln!("xtask: error: stopping containerd: {stopping:#}");

@@ -6,4 +6,5 @@ pub mod events;
 pub mod machine;
 pub mod plot;
 pub mod report;
+pub mod startup;
 pub mod stats;

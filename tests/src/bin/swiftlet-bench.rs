@@ -2,12 +2,21 @@
 //!
 //! ```text
 //! swiftlet-bench events [--exits N] [--json FILE] [--out-dir DIR] [--ring-buffer-bytes B]
+//! swiftlet-bench startup --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--rounds N]
+//!                        [--batch N]... [--json FILE] [--out-dir DIR] [--poll-ms MS]
+//!                        [--timeout-s S]
 //! ```
 //!
 //! `events` measures, on the running kernel, how long a process-exit event takes from the
 //! kernel's tracepoint to swiftlet's reader, for exits one at a time (`paced`) and at the highest
 //! rate the machine produces (`storm`, one forking worker per CPU), and whether the ring buffer
 //! loses any at that rate. It prints a Markdown table and writes JSON and an SVG latency plot.
+//!
+//! `startup` measures how long static pods take from their manifest's appearance to Running as
+//! `GET /pods` shows it, for batches written at once into a fresh `swiftlet run`'s manifest
+//! directory, against a real container runtime (`cargo xtask bench startup` starts its private
+//! containerd). Same outputs: a table, JSON, an SVG plot; plus each round's swiftlet log and
+//! `/metrics` snapshot under `<out-dir>/startup/`.
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -17,7 +26,7 @@
 use std::{
     path::{Path, PathBuf},
     process::ExitCode,
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -27,6 +36,7 @@ use swiftlet_tests::bench::{
     machine::{self, Machine},
     plot::{self, Curve},
     report::{Report, ScenarioReport},
+    startup,
 };
 
 #[derive(Parser)]
@@ -40,6 +50,8 @@ struct Cli {
 enum Bench {
     /// Kernel-to-userspace latency of exit events, and the spawn-storm rate and losses.
     Events(EventsArgs),
+    /// Static pod startup latency: manifest written → Running in /pods, batches of 10 and 30.
+    Startup(StartupArgs),
 }
 
 #[derive(Args)]
@@ -58,6 +70,35 @@ struct EventsArgs {
     ring_buffer_bytes: u32,
 }
 
+#[derive(Args)]
+struct StartupArgs {
+    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
+    /// imported, as `cargo xtask bench startup` does).
+    #[arg(long)]
+    runtime_endpoint: String,
+    /// The swiftlet binary (default: the one next to this driver).
+    #[arg(long)]
+    swiftlet: Option<PathBuf>,
+    /// Rounds per batch size, each with a fresh swiftlet.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Pods per batch (repeatable; default 10 and 30).
+    #[arg(long = "batch", value_name = "N")]
+    batches: Vec<usize>,
+    /// Where to write the JSON results (default <out-dir>/startup.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the JSON (by default), the plot, and the logs go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+    /// Interval of the /pods poll, in ms: the resolution of the measurement.
+    #[arg(long, default_value_t = 5)]
+    poll_ms: u64,
+    /// How long a round waits for its pods to run, in seconds.
+    #[arg(long, default_value_t = 120)]
+    timeout_s: u64,
+}
+
 /// Below this, p99.9 rests on fewer than ten samples.
 const MEANINGFUL_EXITS: u64 = 10_000;
 
@@ -65,6 +106,7 @@ const MEANINGFUL_EXITS: u64 = 10_000;
 async fn main() -> ExitCode {
     let result = match Cli::parse().bench {
         Bench::Events(args) => events_bench(args).await,
+        Bench::Startup(args) => startup_bench(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -130,7 +172,93 @@ async fn events_bench(args: EventsArgs) -> Result<()> {
     Ok(())
 }
 
-fn write_json(path: &Path, report: &Report) -> Result<()> {
+async fn startup_bench(args: StartupArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "swiftlet loads eBPF programs and manages cgroups, which needs root: run `cargo xtask \
+             bench startup`"
+        );
+    }
+    // Read first: what else the machine was doing when the run began.
+    let load_average = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.trim().to_owned())
+        .unwrap_or_default();
+    let settings = startup::Settings {
+        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
+        runtime_endpoint: args.runtime_endpoint,
+        batches: if args.batches.is_empty() {
+            vec![10, 30]
+        } else {
+            args.batches
+        },
+        rounds: args.rounds,
+        poll: Duration::from_millis(args.poll_ms),
+        timeout: Duration::from_secs(args.timeout_s),
+        log_dir: args.out_dir.join("startup"),
+    };
+    eprintln!(
+        "startup: batches of {:?} pods, {} rounds each, /pods polled every {} ms; swiftlet logs \
+         in {}",
+        settings.batches,
+        settings.rounds,
+        args.poll_ms,
+        settings.log_dir.display()
+    );
+    // xtask passes Ctrl-C and SIGTERM on to this process group, swiftlet included: the round in
+    // flight is dropped (its swiftlet killed, its folders removed) and the runtime cleared, so
+    // that an interrupted run leaves no pod, log or cgroup behind either.
+    let seen = startup::SeenUids::default();
+    let batches = tokio::select! {
+        batches = startup::run(&settings, &seen) => batches?,
+        signal = interrupted() => {
+            eprintln!("startup: {signal}: clearing the benchmark's pods");
+            startup::clean_up(&settings.runtime_endpoint, &seen).await?;
+            bail!("interrupted by {signal}");
+        }
+    };
+
+    let report = startup::report::Report::new(
+        Machine::detect(),
+        load_average,
+        &settings,
+        &batches,
+        SystemTime::now(),
+    );
+    println!("{}", report.markdown());
+    for problem in report.warnings() {
+        println!("WARNING: {problem}");
+    }
+    let json = args
+        .json
+        .unwrap_or_else(|| args.out_dir.join("startup.json"));
+    write_json(&json, &report)?;
+    let svg = args.out_dir.join("startup-latency.svg");
+    let title = format!(
+        "Static pod startup, manifest to Running (Linux {}, {} CPUs)",
+        report.machine.kernel_release, report.machine.cpus
+    );
+    startup::report::plot(&svg, &title, &batches)
+        .with_context(|| format!("plotting {}", svg.display()))?;
+    eprintln!("wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+/// The first SIGINT or SIGTERM ("SIGINT"/"SIGTERM"); never, if the handlers cannot be set.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => tokio::select! {
+            _ = int.recv() => "SIGINT",
+            _ = term.recv() => "SIGTERM",
+        },
+        _ => std::future::pending().await,
+    }
+}
+
+fn write_json(path: &Path, report: &impl serde::Serialize) -> Result<()> {
     let mut text = serde_json::to_string_pretty(report).context("serialising the results")?;
     text.push('\n');
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))

@@ -1,0 +1,157 @@
+//! The benchmark's static pods: one busybox container each, named so that every round's pods are
+//! new to the runtime (a static pod's UID follows from its manifest, so a name reused across
+//! rounds would meet the previous round's leftovers), and written so that each manifest appears
+//! in the watched directory whole, by a rename, at an instant the benchmark records.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use anyhow::{Context as _, Result};
+
+/// The namespace of every benchmark pod: what the CRI clean-up selects on
+/// (`io.kubernetes.pod.namespace`), so it never touches another pod.
+pub const NAMESPACE: &str = "swiftlet-bench";
+
+/// `--node-name` of the benchmark's swiftlet; static pod names get it as a suffix.
+pub const NODE_NAME: &str = "bench";
+
+/// The local image xtask imports into its containerd (never pulled).
+const IMAGE: &str = "localhost/swiftlet/busybox:latest";
+
+/// One pod of a batch.
+#[derive(Clone, Debug)]
+pub struct BenchPod {
+    /// The manifest's `metadata.name`, also its file name's stem.
+    pub name: String,
+}
+
+impl BenchPod {
+    /// Pod `index` (0-based) of round `round` of the batch of `size`.
+    pub fn new(size: usize, round: usize, index: usize) -> BenchPod {
+        BenchPod {
+            name: format!("startup-{size}-r{round}-{index:02}"),
+        }
+    }
+
+    /// The name the pod has on the node: a static pod's name ends with the node's.
+    pub fn node_name(&self) -> String {
+        format!("{}-{NODE_NAME}", self.name)
+    }
+
+    fn file_name(&self) -> String {
+        format!("{}.yaml", self.name)
+    }
+
+    /// The manifest. `sleep` is the container's PID 1 and ignores SIGTERM, so the grace period
+    /// is 0 (swiftlet then waits its minimum of 2 s): the teardown between rounds stays short.
+    pub fn manifest(&self) -> String {
+        format!(
+            "apiVersion: v1\n\
+             kind: Pod\n\
+             metadata:\n  \
+               name: {name}\n  \
+               namespace: {NAMESPACE}\n  \
+               labels:\n    \
+                 app: swiftlet-bench-startup\n\
+             spec:\n  \
+               restartPolicy: Always\n  \
+               terminationGracePeriodSeconds: 0\n  \
+               containers:\n    \
+                 - name: sleep\n      \
+                   image: {IMAGE}\n      \
+                   imagePullPolicy: Never\n      \
+                   command: [\"sleep\", \"3600\"]\n",
+            name = self.name
+        )
+    }
+}
+
+/// Writes every manifest into `staging` first, then renames each into `manifests` (the same
+/// file system, so each appears whole and at once) and returns the instant each rename returned.
+/// The renames follow one another with nothing in between: the batch is written "at once".
+pub fn write_batch(pods: &[BenchPod], staging: &Path, manifests: &Path) -> Result<Vec<Instant>> {
+    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let from = staging.join(pod.file_name());
+        std::fs::write(&from, pod.manifest())
+            .with_context(|| format!("writing {}", from.display()))?;
+        staged.push((from, manifests.join(pod.file_name())));
+    }
+    let mut written = Vec::with_capacity(staged.len());
+    for (from, to) in &staged {
+        std::fs::rename(from, to)
+            .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
+        written.push(Instant::now());
+    }
+    Ok(written)
+}
+
+/// Removes the manifests of `pods` from `manifests` (those already gone are fine).
+pub fn delete_batch(pods: &[BenchPod], manifests: &Path) -> Result<()> {
+    for pod in pods {
+        let path = manifests.join(pod.file_name());
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", path.display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_per_round_and_carry_the_node_suffix() {
+        let pod = BenchPod::new(30, 2, 7);
+        assert_eq!(pod.name, "startup-30-r2-07");
+        assert_eq!(pod.node_name(), "startup-30-r2-07-bench");
+        assert_ne!(BenchPod::new(10, 1, 7).name, BenchPod::new(10, 2, 7).name);
+        assert_ne!(BenchPod::new(10, 1, 7).name, BenchPod::new(30, 1, 7).name);
+    }
+
+    #[test]
+    fn manifest_is_one_busybox_pod_in_the_bench_namespace() {
+        let text = BenchPod::new(10, 1, 3).manifest();
+        assert!(text.contains("  name: startup-10-r1-03\n"), "{text}");
+        assert!(text.contains("  namespace: swiftlet-bench\n"), "{text}");
+        assert!(
+            text.contains("      image: localhost/swiftlet/busybox:latest\n"),
+            "{text}"
+        );
+        assert!(text.contains("      imagePullPolicy: Never\n"), "{text}");
+        assert!(
+            text.contains("      command: [\"sleep\", \"3600\"]\n"),
+            "{text}"
+        );
+        assert_eq!(text.matches("- name:").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_batch_is_staged_then_renamed_into_place() {
+        let base = std::env::temp_dir().join(format!(
+            "swiftlet-bench-manifest-test-{}",
+            std::process::id()
+        ));
+        let (staging, manifests) = (base.join("staging"), base.join("manifests"));
+        std::fs::create_dir_all(&staging).expect("staging dir");
+        std::fs::create_dir_all(&manifests).expect("manifests dir");
+        let pods: Vec<BenchPod> = (0..3).map(|i| BenchPod::new(3, 1, i)).collect();
+        let written = write_batch(&pods, &staging, &manifests).expect("write");
+        assert_eq!(written.len(), 3);
+        assert!(written.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(std::fs::read_dir(&staging).expect("ls").count(), 0);
+        let on_disk =
+            std::fs::read_to_string(manifests.join("startup-3-r1-01.yaml")).expect("read");
+        assert_eq!(on_disk, pods[1].manifest());
+        delete_batch(&pods, &manifests).expect("delete");
+        delete_batch(&pods, &manifests).expect("deleting again is fine");
+        assert_eq!(std::fs::read_dir(&manifests).expect("ls").count(), 0);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+}
