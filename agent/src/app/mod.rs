@@ -15,7 +15,7 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{Config, ConfigError, PlegMode, RunArgs},
+    config::{Config, ConfigError, PlegMode, RunArgs, defaults},
     kernel::{self, KernelEvents, StreamItem},
     metrics::{KernelCountersCollector, Metrics},
     server::{self, EventsService, Health, HttpState},
@@ -92,11 +92,21 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
-    match KernelEvents::load(&config.kernel.load_options()) {
+    let cgroups = pods::cgroups(&config)?;
+    let want_kernel_pleg = config.pleg == PlegMode::Ebpf;
+    let mut load = config.kernel.load_options();
+    if want_kernel_pleg {
+        // The kernel-event PLEG needs the pods' events, and only those.
+        load.watch.push(pods::kubepods_path(&config).into());
+    }
+    let (published, _) = broadcast::channel(BUS_CAPACITY);
+    let source = match KernelEvents::load(&load) {
         Ok(events) => {
             metrics
                 .registry
                 .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
+            let cgroup2_root = events.info().cgroup2_root.clone();
+            let pleg_events = bus.subscribe();
             tasks.spawn(pump(
                 events,
                 bus.clone(),
@@ -104,27 +114,68 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
                 health.clone(),
                 shutdown.clone(),
             ));
+            if want_kernel_pleg {
+                pods::PlegSource::Kernel {
+                    events: pleg_events,
+                    cgroup2_root,
+                    period: config.pleg_relist_period,
+                }
+            } else {
+                pods::PlegSource::Relist {
+                    period: config.pleg_relist_period,
+                }
+            }
         }
-        Err(e) if config.pleg == PlegMode::Ebpf => return Err(e.into()),
-        Err(e) => tracing::warn!(
-            error = %e,
-            hint = e.hint().unwrap_or_default(),
-            "kernel events are unavailable: pods still run (relist PLEG), but \
-             swiftlet.v1.Events/Watch streams nothing"
-        ),
-    }
-    if config.pleg == PlegMode::Ebpf {
-        tracing::warn!(
-            "the kernel-event PLEG is not built yet: pods are tracked by the relist PLEG"
-        );
-    }
+        Err(e) if want_kernel_pleg && config.pleg_explicit => return Err(e.into()),
+        Err(e) => {
+            let why = format!("{e}");
+            if want_kernel_pleg {
+                tracing::warn!(
+                    error = why,
+                    hint = e.hint().unwrap_or_default(),
+                    "kernel events are unavailable: falling back to the relist PLEG"
+                );
+                health.set_note("pleg", format!("relist (kernel events unavailable: {why})"));
+            } else {
+                tracing::warn!(
+                    error = why,
+                    "kernel events are unavailable: swiftlet.v1.Events/Watch streams no kernel events"
+                );
+            }
+            // The default period belongs to the kernel-event PLEG; alone, the relist runs at 1 s.
+            let period = if config.pleg_relist_period == defaults::EBPF_PLEG_RELIST_PERIOD {
+                defaults::PLEG_RELIST_PERIOD
+            } else {
+                config.pleg_relist_period
+            };
+            pods::PlegSource::Relist { period }
+        }
+    };
+    let mode = match &source {
+        pods::PlegSource::Kernel { .. } => "ebpf",
+        pods::PlegSource::Relist { .. } => "relist",
+    };
+    metrics.pleg_mode(mode)?;
+    tracing::info!(pleg = mode, "pod lifecycle events from the {mode} PLEG");
 
-    let pods = pods::start(&config, &metrics, &health, &mut tasks, &shutdown).await?;
+    let pods = pods::start(
+        &config,
+        &metrics,
+        &health,
+        &mut tasks,
+        &shutdown,
+        cgroups,
+        source,
+        published.clone(),
+    )
+    .await?;
 
     let grpc = bind_unix(&config.grpc_socket)?;
     tasks.spawn({
         let shutdown = shutdown.clone();
-        let service = swiftlet_proto::v1::events_server::EventsServer::new(EventsService::new(bus));
+        let service = swiftlet_proto::v1::events_server::EventsServer::new(EventsService::new(
+            bus, published,
+        ));
         async move {
             tonic::transport::Server::builder()
                 .add_service(service)

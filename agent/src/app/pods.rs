@@ -2,11 +2,12 @@
 //! the kubelet core and its sources, each task spawned into the app's task set.
 
 use std::{
+    path::PathBuf,
     sync::{Arc, Mutex},
-    time::SystemTime,
+    time::{Duration, SystemTime},
 };
 
-use tokio::task::JoinSet;
+use tokio::{sync::broadcast, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, node::NodeFacts};
@@ -17,6 +18,7 @@ use crate::{
     },
     config::Config,
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
+    kernel::StreamItem,
     kubelet::{
         Kubelet, admission::NodeCapacity, metrics::KubeletMetrics, pod_manager::PodManager,
         sync_loop, syncer::KubeletSyncer,
@@ -24,7 +26,8 @@ use crate::{
     kuberuntime::manager::{KubeRuntimeManager, RuntimeManagerConfig},
     metrics::Metrics,
     pleg::{
-        Health as PlegHealth, Pleg, PlegConfig,
+        Health as PlegHealth, Pleg, PlegConfig, PublishedEvent,
+        ebpf::{self, EbpfPleg, EbpfPlegMetrics},
         relist::{PlegMetrics, RelistPleg},
     },
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
@@ -41,12 +44,59 @@ pub struct Pods {
     pub status: Arc<StatusManager>,
 }
 
+/// How the pod half learns of container changes.
+pub enum PlegSource {
+    /// Relisting the runtime every `period`.
+    Relist { period: Duration },
+    /// Kernel events from `events`, with a relist every `period` as the safety net.
+    Kernel {
+        events: broadcast::Receiver<Arc<StreamItem>>,
+        cgroup2_root: PathBuf,
+        period: Duration,
+    },
+}
+
+/// The `kubepods` cgroup hierarchy, made before anything else needs it (the kernel programs
+/// watch it from their first event).
+pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
+    let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
+    let cgroups = Arc::new(PodCgroups::new(
+        PodCgroupConfig {
+            per_qos: config.cgroups_per_qos,
+            root: kubepods_path(config),
+            pod_pids_limit: config.pod_pids_limit,
+        },
+        layout,
+    ));
+    cgroups
+        .ensure_qos_hierarchy()
+        .map_err(|e| Error::Cgroups(e.to_string()))?;
+    Ok(cgroups)
+}
+
+/// `kubepods` below `cgroupRoot`, relative to the cgroup root.
+pub fn kubepods_path(config: &Config) -> String {
+    config
+        .cgroup_root
+        .join("kubepods")
+        .strip_prefix("/")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kubepods".into())
+}
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the composition root hands every part in"
+)]
 pub async fn start(
     config: &Config,
     metrics: &Metrics,
     health: &Health,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
+    cgroups: Arc<PodCgroups>,
+    source: PlegSource,
+    published: broadcast::Sender<Arc<PublishedEvent>>,
 ) -> Result<Pods, Error> {
     let node = NodeFacts::detect();
     let runtime = GrpcRuntime::connect(
@@ -72,24 +122,6 @@ pub async fn start(
         "connected to the container runtime"
     );
 
-    let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
-    let cgroup_root = config
-        .cgroup_root
-        .join("kubepods")
-        .strip_prefix("/")
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "kubepods".into());
-    let cgroups = Arc::new(PodCgroups::new(
-        PodCgroupConfig {
-            per_qos: config.cgroups_per_qos,
-            root: cgroup_root,
-            pod_pids_limit: config.pod_pids_limit,
-        },
-        layout,
-    ));
-    cgroups
-        .ensure_qos_hierarchy()
-        .map_err(|e| Error::Cgroups(e.to_string()))?;
     if !node.has_cap_sys_resource {
         tracing::info!(
             "no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0"
@@ -112,15 +144,51 @@ pub async fn start(
             runtime_handler: String::new(),
         },
     ));
-    let (pleg, pleg_events) = RelistPleg::new(
+    let period = match &source {
+        PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
+    };
+    let (relist, pleg_events) = RelistPleg::new(
         manager.clone(),
         &runtime_name,
         PlegConfig {
-            relist_period: config.pleg_relist_period,
-            ..PlegConfig::default()
+            relist_period: period,
+            relist_threshold: match source {
+                PlegSource::Relist { .. } => PlegConfig::default().relist_threshold,
+                PlegSource::Kernel { .. } => ebpf::RELIST_THRESHOLD,
+            },
         },
         PlegMetrics::register(&metrics.registry)?,
     );
+    relist.set_observer(published);
+    tasks.spawn({
+        let relist = relist.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            relist.run(shutdown).await;
+            Ok(())
+        }
+    });
+    let pleg: Arc<dyn Pleg> = match source {
+        PlegSource::Relist { .. } => relist,
+        PlegSource::Kernel {
+            events,
+            cgroup2_root,
+            ..
+        } => {
+            let ebpf = EbpfPleg::new(
+                relist,
+                cgroup2_root,
+                EbpfPlegMetrics::register(&metrics.registry)?,
+            );
+            let shutdown = shutdown.clone();
+            let runner = ebpf.clone();
+            tasks.spawn(async move {
+                runner.run(events, shutdown).await;
+                Ok(())
+            });
+            ebpf
+        }
+    };
     {
         let pleg = pleg.clone();
         health.add_check(
@@ -131,14 +199,6 @@ pub async fn start(
             }),
         );
     }
-    tasks.spawn({
-        let pleg = pleg.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            pleg.run(shutdown).await;
-            Ok(())
-        }
-    });
 
     let status = Arc::new(StatusManager::default());
     let pod_manager = Arc::new(PodManager::default());

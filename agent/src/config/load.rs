@@ -60,6 +60,10 @@ pub struct Config {
     pub node_status_update_frequency: Duration,
     pub node_lease_duration_seconds: u32,
     pub pleg: PlegMode,
+    /// Whether `pleg` was asked for (flag or file) rather than defaulted: an asked-for `ebpf`
+    /// that cannot load stops the agent; a defaulted one falls back to `relist`.
+    pub pleg_explicit: bool,
+    /// The relist period: the relist PLEG's period, or the kernel-event PLEG's safety net.
     pub pleg_relist_period: Duration,
     /// swiftlet's state directory (the kubelet's `--root-dir`).
     pub root_dir: PathBuf,
@@ -86,6 +90,8 @@ pub mod defaults {
     pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
     pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
     pub const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
+    /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
+    pub const EBPF_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);
     pub const ROOT_DIR: &str = "/var/lib/swiftlet";
 }
 
@@ -151,12 +157,6 @@ impl Config {
             (None, ""),
             &file.node_status_update_frequency,
             defaults::NODE_STATUS_UPDATE_FREQUENCY,
-        )?;
-        let pleg_relist_period = r.duration(
-            "plegRelistPeriod",
-            (args.pleg_relist_period, "--pleg-relist-period"),
-            &file.pleg_relist_period,
-            defaults::PLEG_RELIST_PERIOD,
         )?;
 
         let max_pods = match (args.max_pods, file.max_pods) {
@@ -278,6 +278,16 @@ impl Config {
             })?,
             (None, None) => PlegMode::default(),
         };
+        let pleg_explicit = args.pleg.is_some() || file.pleg.is_some();
+        let pleg_relist_period = r.duration(
+            "plegRelistPeriod",
+            (args.pleg_relist_period, "--pleg-relist-period"),
+            &file.pleg_relist_period,
+            match pleg {
+                PlegMode::Relist => defaults::PLEG_RELIST_PERIOD,
+                PlegMode::Ebpf => defaults::EBPF_PLEG_RELIST_PERIOD,
+            },
+        )?;
 
         let static_pod_path = args
             .manifests
@@ -324,6 +334,7 @@ impl Config {
             node_status_update_frequency,
             node_lease_duration_seconds,
             pleg,
+            pleg_explicit,
             pleg_relist_period,
             root_dir,
             grpc_socket,

@@ -77,8 +77,9 @@ fn defaults_without_file_or_flags() {
     assert_eq!(config.cluster_domain, None);
     assert_eq!(config.node_status_update_frequency, Duration::from_secs(10));
     assert_eq!(config.node_lease_duration_seconds, 40);
-    assert_eq!(config.pleg, PlegMode::Relist);
-    assert_eq!(config.pleg_relist_period, Duration::from_secs(1));
+    assert_eq!(config.pleg, PlegMode::Ebpf);
+    assert!(!config.pleg_explicit);
+    assert_eq!(config.pleg_relist_period, Duration::from_secs(300));
     assert_eq!(config.root_dir, PathBuf::from("/var/lib/swiftlet"));
     assert_eq!(
         config.grpc_socket,

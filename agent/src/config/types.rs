@@ -11,11 +11,11 @@ use clap::ValueEnum;
 /// How the agent learns that containers changed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum PlegMode {
-    /// List the runtime every `plegRelistPeriod`, as the kubelet's generic PLEG does. The
-    /// default until the kernel-event PLEG is done.
-    #[default]
+    /// List the runtime every `plegRelistPeriod`, as the kubelet's generic PLEG does.
     Relist,
-    /// Kernel events (exit, OOM kill, cgroup changes) with a slow relist as the safety net.
+    /// Kernel events (exit, OOM kill, cgroup changes) with a slow relist as the safety net. The
+    /// default whenever the programs load.
+    #[default]
     Ebpf,
 }
 

@@ -19,6 +19,19 @@ impl Metrics {
         Ok(Metrics { registry, kernel })
     }
 
+    /// `swiftlet_pleg_mode{mode}` = 1 for the PLEG in use.
+    pub fn pleg_mode(&self, mode: &str) -> Result<(), prometheus::Error> {
+        let gauge = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(
+                "swiftlet_pleg_mode",
+                "The PLEG in use (1): ebpf, or relist (chosen, or fallen back to).",
+            ),
+            &["mode"],
+        )?;
+        gauge.with_label_values(&[mode]).set(1);
+        self.registry.register(Box::new(gauge))
+    }
+
     /// The Prometheus text exposition of everything registered.
     pub fn render(&self) -> Result<String, prometheus::Error> {
         let mut buf = Vec::new();

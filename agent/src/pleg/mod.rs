@@ -8,13 +8,15 @@
 //! Not here: what the events mean for a pod (the sync loop and pod workers decide).
 
 pub mod cache;
+pub mod ebpf;
+pub mod index;
 pub mod relist;
 
 use std::{sync::Arc, time::Duration};
 
 pub use cache::PodCache;
 
-use crate::container::{ContainerId, PodStatus, PodUid, RunningPod};
+use crate::container::{ContainerId, ContainerStatus, PodStatus, PodUid, RunningPod};
 
 /// Capacity of the event channel (upstream `plegChannelCapacity`).
 pub const CHANNEL_CAPACITY: usize = 1000;
@@ -43,12 +45,26 @@ impl EventType {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PodLifecycleEvent {
     pub pod: PodUid,
     pub kind: EventType,
     /// The container (or sandbox) the event is about, if any.
     pub container: Option<ContainerId>,
+    /// When the kernel saw what caused it (CLOCK_MONOTONIC ns), for kernel-triggered events.
+    pub kernel_ts_ns: Option<u64>,
+    /// The container's status as the runtime reported it in the refresh that produced the event.
+    pub status: Option<ContainerStatus>,
+}
+
+/// A sent event as watchers see it: with the pod's name and when it was sent.
+#[derive(Clone, Debug)]
+pub struct PublishedEvent {
+    pub event: PodLifecycleEvent,
+    pub pod_name: String,
+    pub namespace: String,
+    /// CLOCK_MONOTONIC ns at which the PLEG sent it.
+    pub sent_ns: u64,
 }
 
 /// The runtime as the PLEG sees it: a list of every pod and a full status of one.

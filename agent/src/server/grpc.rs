@@ -9,20 +9,32 @@ use tokio::sync::{broadcast, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::kernel::{EventBody, KernelEvent, StreamItem};
+use crate::{
+    container::ContainerState,
+    kernel::{EventBody, KernelEvent, StreamItem},
+    pleg::PublishedEvent,
+};
 
 /// Per-watcher queue between the bus and the client's HTTP/2 stream.
 const WATCH_QUEUE: usize = 1024;
 
 pub struct EventsService {
     bus: broadcast::Sender<Arc<StreamItem>>,
+    pods: broadcast::Sender<Arc<PublishedEvent>>,
 }
 
 impl EventsService {
-    pub fn new(bus: broadcast::Sender<Arc<StreamItem>>) -> Self {
-        EventsService { bus }
+    /// Kernel events from `bus`, pod lifecycle events from `pods`.
+    pub fn new(
+        bus: broadcast::Sender<Arc<StreamItem>>,
+        pods: broadcast::Sender<Arc<PublishedEvent>>,
+    ) -> Self {
+        EventsService { bus, pods }
     }
 }
+
+/// The kind name of pod lifecycle events in `WatchRequest.kinds`.
+pub const POD_KIND: &str = "pod";
 
 #[tonic::async_trait]
 impl Events for EventsService {
@@ -33,10 +45,37 @@ impl Events for EventsService {
         request: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let request = request.into_inner();
-        let kinds = parse_kinds(&request.kinds)?;
+        let want_pods = request.kinds.is_empty() || request.kinds.iter().any(|k| k == POD_KIND);
+        let kernel_kinds: Vec<String> = request
+            .kinds
+            .iter()
+            .filter(|k| *k != POD_KIND)
+            .cloned()
+            .collect();
+        let want_kernel = request.kinds.is_empty() || !kernel_kinds.is_empty();
+        let kinds = parse_kinds(&kernel_kinds)?;
         let cgroups = request.cgroup_ids;
         let mut rx = self.bus.subscribe();
         let (tx, out) = mpsc::channel(WATCH_QUEUE);
+        if want_pods {
+            let mut pods = self.pods.subscribe();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let message = match pods.recv().await {
+                        Ok(published) => pod_to_proto(&published),
+                        Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    };
+                    if tx.send(Ok(message)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        if !want_kernel {
+            return Ok(Response::new(ReceiverStream::new(out)));
+        }
         tokio::spawn(async move {
             loop {
                 let message = match rx.recv().await {
@@ -73,7 +112,8 @@ fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, Status> {
                 .into_iter()
                 .find(|k| k.as_str() == name)
                 .ok_or_else(|| {
-                    let known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                    let mut known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                    known.push(POD_KIND);
                     Status::invalid_argument(format!(
                         "kinds: unknown kind {name:?}; expected one of {}",
                         known.join(", ")
@@ -135,6 +175,39 @@ pub fn to_proto(event: &KernelEvent) -> v1::Event {
     }
 }
 
+/// A pod lifecycle event on the wire.
+pub fn pod_to_proto(published: &PublishedEvent) -> v1::Event {
+    let event = &published.event;
+    let status = event.status.as_ref();
+    let state = status.map_or("", |s| match s.state {
+        ContainerState::Created => "created",
+        ContainerState::Running => "running",
+        ContainerState::Exited => "exited",
+        ContainerState::Unknown => "unknown",
+    });
+    v1::Event {
+        ts_ns: event.kernel_ts_ns.unwrap_or(published.sent_ns),
+        cgroup_id: 0,
+        kind: Some(v1::event::Kind::Pod(v1::PodLifecycle {
+            pod_uid: event.pod.0.clone(),
+            pod_name: published.pod_name.clone(),
+            namespace: published.namespace.clone(),
+            r#type: event.kind.as_str().to_owned(),
+            container_id: event
+                .container
+                .as_ref()
+                .map(|c| c.id.clone())
+                .unwrap_or_default(),
+            container_name: status.map(|s| s.name.clone()).unwrap_or_default(),
+            kernel_ts_ns: event.kernel_ts_ns.unwrap_or(0),
+            state: state.to_owned(),
+            exit_code: status.and_then(|s| s.exit_code),
+            reason: status.map(|s| s.reason.clone()).unwrap_or_default(),
+            sent_ns: published.sent_ns,
+        })),
+    }
+}
+
 fn cgroup_change(c: &crate::kernel::CgroupChange) -> v1::CgroupChange {
     v1::CgroupChange {
         level: c.level,
@@ -169,7 +242,8 @@ mod tests {
     #[tokio::test]
     async fn watch_filters_by_cgroup_and_reports_losses() {
         let (bus, _keep) = broadcast::channel(16);
-        let service = EventsService::new(bus.clone());
+        let (pods, _keep_pods) = broadcast::channel(16);
+        let service = EventsService::new(bus.clone(), pods);
         let response = service
             .watch(Request::new(v1::WatchRequest {
                 kinds: vec!["exit".into()],
@@ -194,7 +268,8 @@ mod tests {
     #[tokio::test]
     async fn unknown_kinds_are_rejected_by_name() {
         let (bus, _keep) = broadcast::channel(1);
-        let Err(status) = EventsService::new(bus)
+        let (pods, _keep_pods) = broadcast::channel(1);
+        let Err(status) = EventsService::new(bus, pods)
             .watch(Request::new(v1::WatchRequest {
                 kinds: vec!["exits".into()],
                 cgroup_ids: vec![],

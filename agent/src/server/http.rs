@@ -17,6 +17,8 @@ pub type HealthCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 pub struct Health {
     problems: Arc<Mutex<Vec<(&'static str, String)>>>,
     checks: Arc<Mutex<Vec<(&'static str, HealthCheck)>>>,
+    /// Facts worth telling with a healthy answer (e.g. a fallback in force).
+    notes: Arc<Mutex<Vec<(&'static str, String)>>>,
 }
 
 impl Health {
@@ -32,6 +34,22 @@ impl Health {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(c, _)| *c != component);
+    }
+
+    /// Adds a line to every healthy answer.
+    pub fn set_note(&self, component: &'static str, note: String) {
+        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        notes.retain(|(c, _)| *c != component);
+        notes.push((component, note));
+    }
+
+    /// `ok`, then the notes, one per line.
+    pub fn healthy_body(&self) -> String {
+        let mut body = "ok\n".to_owned();
+        for (component, note) in self.notes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            body.push_str(&format!("{component}: {note}\n"));
+        }
+        body
     }
 
     /// Adds a check run at every health request.
@@ -104,7 +122,7 @@ async fn pods(State(state): State<HttpState>) -> impl IntoResponse {
 
 async fn healthz(State(state): State<HttpState>) -> impl IntoResponse {
     match state.health.problems() {
-        None => (StatusCode::OK, "ok\n".to_owned()),
+        None => (StatusCode::OK, state.health.healthy_body()),
         Some(problems) => (StatusCode::SERVICE_UNAVAILABLE, format!("{problems}\n")),
     }
 }

@@ -77,6 +77,8 @@ pub fn compute_events(
             pod: uid.clone(),
             kind,
             container: Some(id.clone()),
+            kernel_ts_ns: None,
+            status: None,
         };
         match after {
             PlegState::Running => events.push(event(EventType::ContainerStarted)),
@@ -172,8 +174,31 @@ pub struct RelistPleg {
     metrics: PlegMetrics,
     records: Mutex<Records>,
     on_demand: Mutex<HashSet<PodUid>>,
+    /// A full relist was asked for (lost kernel events).
+    full_requested: std::sync::atomic::AtomicBool,
     wake: Notify,
     started: Instant,
+    /// Every event sent is also told here (the gRPC watchers), when set.
+    observer: Mutex<Option<tokio::sync::broadcast::Sender<Arc<super::PublishedEvent>>>>,
+    /// Kernel timestamp → event sent, for kernel-triggered refreshes.
+    event_latency: Mutex<Option<Histogram>>,
+    /// Corrects a status with what the runtime cannot know (an OOM kill the kernel reported).
+    amend: Mutex<Option<StatusAmender>>,
+}
+
+/// See [`RelistPleg::set_amender`].
+pub type StatusAmender = Arc<dyn Fn(&mut PodStatus) + Send + Sync>;
+
+/// What a targeted refresh waits to see (the runtime learns of an exit a little after the
+/// kernel does).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// The container no longer runs (exited or gone).
+    Stopped,
+    /// The container runs.
+    Running,
+    /// Anything: one refresh.
+    Any,
 }
 
 impl RelistPleg {
@@ -193,8 +218,12 @@ impl RelistPleg {
             metrics,
             records: Mutex::new(Records::default()),
             on_demand: Mutex::new(HashSet::new()),
+            full_requested: std::sync::atomic::AtomicBool::new(false),
             wake: Notify::new(),
             started: Instant::now(),
+            observer: Mutex::new(None),
+            event_latency: Mutex::new(None),
+            amend: Mutex::new(None),
         });
         (pleg, rx)
     }
@@ -209,6 +238,10 @@ impl RelistPleg {
                     next = tokio::time::Instant::now() + self.config.relist_period;
                 }
                 () = self.wake.notified() => {
+                    if self.full_requested.swap(false, std::sync::atomic::Ordering::AcqRel) {
+                        self.relist().await;
+                        next = tokio::time::Instant::now() + self.config.relist_period;
+                    }
                     let pods: Vec<PodUid> = lock(&self.on_demand).drain().collect();
                     for uid in pods {
                         self.relist_pod(&uid).await;
@@ -263,7 +296,7 @@ impl RelistPleg {
         };
         // Statuses before events: a worker woken by an event must find the status in the cache.
         for (uid, name, namespace) in to_inspect.drain(..) {
-            self.update_cache(&uid, &name, &namespace).await;
+            self.update_cache(&uid, &name, &namespace, None).await;
         }
         self.cache.update_time(observed);
         let discarded = events
@@ -291,30 +324,99 @@ impl RelistPleg {
 
     /// Relists one pod now: a fresh status in the cache and events for what changed.
     pub async fn relist_pod(&self, uid: &PodUid) {
-        let Some((name, namespace)) = self.identity(uid) else {
-            // Not seen by a relist yet: the pod worker created it; the full status comes from
-            // the runtime by uid alone.
-            self.update_cache(uid, "", "").await;
-            return;
-        };
-        self.update_cache(uid, &name, &namespace).await;
+        let (name, namespace) = self.identity(uid).unwrap_or_default();
+        self.update_cache(uid, &name, &namespace, None).await;
     }
 
-    fn identity(&self, uid: &PodUid) -> Option<(String, String)> {
+    /// A refresh of one pod triggered by the kernel: fetched until the runtime shows `expect`
+    /// for `container_id` (it learns of an exit a moment after the kernel), at most `patience`,
+    /// then events for what changed, carrying `kernel_ts_ns`.
+    pub async fn refresh_pod_expecting(
+        &self,
+        uid: &PodUid,
+        container_id: &str,
+        expect: Expect,
+        kernel_ts_ns: u64,
+        patience: Duration,
+    ) {
+        let (name, namespace) = self.identity(uid).unwrap_or_default();
+        let give_up = Instant::now() + patience;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            let status = self
+                .update_cache(uid, &name, &namespace, Some(kernel_ts_ns))
+                .await;
+            let seen = status.as_ref().map(|s| {
+                s.containers
+                    .iter()
+                    .find(|c| c.id.id == container_id)
+                    .map(|c| c.state)
+            });
+            let met = match (expect, seen) {
+                (Expect::Any, _) | (_, None) => true,
+                (Expect::Stopped, Some(state)) => state != Some(ContainerState::Running),
+                (Expect::Running, Some(state)) => state == Some(ContainerState::Running),
+            };
+            if met || Instant::now() >= give_up {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// Asks for a full relist at once (kernel events were lost).
+    pub fn request_full_relist(&self) {
+        self.full_requested
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// Also tells `observer` of every event sent.
+    pub fn set_observer(
+        &self,
+        observer: tokio::sync::broadcast::Sender<Arc<super::PublishedEvent>>,
+    ) {
+        *lock(&self.observer) = Some(observer);
+    }
+
+    /// Applies `amend` to every status before it is cached.
+    pub fn set_amender(&self, amend: StatusAmender) {
+        *lock(&self.amend) = Some(amend);
+    }
+
+    /// Observes kernel-to-event latency of kernel-triggered refreshes in `histogram`.
+    pub fn set_event_latency(&self, histogram: Histogram) {
+        *lock(&self.event_latency) = Some(histogram);
+    }
+
+    /// The name and namespace of a pod the PLEG has seen in the runtime.
+    pub fn identity(&self, uid: &PodUid) -> Option<(String, String)> {
         lock(&self.records)
             .pods
             .get(uid)
             .map(|p| (p.name.clone(), p.namespace.clone()))
     }
 
-    /// Fetches one pod's status into the cache; with an on-demand fetch, also diffs it against
-    /// the last record and sends its events.
-    async fn update_cache(&self, uid: &PodUid, name: &str, namespace: &str) {
+    /// Fetches one pod's status into the cache, diffs it against the last record and sends its
+    /// events (each with the container's status, and the kernel's timestamp when a kernel event
+    /// caused the fetch). Returns the status, if the runtime gave one.
+    async fn update_cache(
+        &self,
+        uid: &PodUid,
+        name: &str,
+        namespace: &str,
+        kernel_ts_ns: Option<u64>,
+    ) -> Option<PodStatus> {
         let observed = SystemTime::now();
         match self.runtime.pod_status(uid, name, namespace).await {
-            Ok(status) => {
+            Ok(mut status) => {
+                let amend = lock(&self.amend).clone();
+                if let Some(amend) = amend {
+                    amend(&mut status);
+                }
                 let running = running_pod_of(&status);
-                let events = {
+                let mut events = {
                     let mut records = lock(&self.records);
                     let events = compute_events(
                         uid,
@@ -329,7 +431,14 @@ impl RelistPleg {
                     }
                     events
                 };
-                self.cache.set(uid, status, observed);
+                for event in &mut events {
+                    event.kernel_ts_ns = kernel_ts_ns;
+                    event.status = event
+                        .container
+                        .as_ref()
+                        .and_then(|id| status.containers.iter().find(|c| &c.id == id).cloned());
+                }
+                self.cache.set(uid, status.clone(), observed);
                 let discarded = events
                     .into_iter()
                     .map(|e| self.send(e))
@@ -338,11 +447,13 @@ impl RelistPleg {
                 if discarded > 0 {
                     tracing::warn!(pod = %uid, discarded, "PLEG: event channel is full, discarding events");
                 }
+                Some(status)
             }
             Err(error) => {
                 tracing::warn!(pod = %uid, %error, "PLEG: cannot get pod status; will retry");
                 self.cache.set_error(uid, error.to_string(), observed);
                 lock(&self.records).reinspect.insert(uid.clone());
+                None
             }
         }
     }
@@ -351,6 +462,21 @@ impl RelistPleg {
     fn send(&self, event: PodLifecycleEvent) -> bool {
         if event.kind == EventType::ContainerChanged {
             return true;
+        }
+        if let Some(ts) = event.kernel_ts_ns
+            && let Some(histogram) = lock(&self.event_latency).as_ref()
+        {
+            let seconds = crate::kernel::monotonic_ns().saturating_sub(ts) as f64 / 1e9;
+            histogram.observe(seconds);
+        }
+        if let Some(observer) = lock(&self.observer).as_ref() {
+            let (pod_name, namespace) = self.identity(&event.pod).unwrap_or_default();
+            let _ = observer.send(Arc::new(super::PublishedEvent {
+                event: event.clone(),
+                pod_name,
+                namespace,
+                sent_ns: crate::kernel::monotonic_ns(),
+            }));
         }
         if self.events.try_send(event).is_err() {
             self.metrics.discard_events.inc();

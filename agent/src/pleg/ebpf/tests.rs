@@ -1,0 +1,265 @@
+//! The kernel-event PLEG against synthetic kernel events and a scripted runtime view.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::{Arc, Mutex as StdMutex},
+    time::{Duration, SystemTime},
+};
+
+use prometheus::Registry;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::{
+    container::{
+        ContainerId, ContainerState, ContainerStatus, PodStatus, RunningPod, SandboxState,
+        SandboxStatus,
+    },
+    kernel::{CgroupChange, ProcessExec, ProcessExit},
+    pleg::{
+        EventType, PlegConfig, PodLifecycleEvent, RuntimeView, RuntimeViewError,
+        relist::PlegMetrics,
+    },
+};
+
+/// A runtime whose container state follows a script: each status call takes the next state.
+#[derive(Default)]
+struct ScriptedRuntime {
+    states: StdMutex<Vec<ContainerState>>,
+    calls: StdMutex<usize>,
+}
+
+#[tonic::async_trait]
+impl RuntimeView for ScriptedRuntime {
+    async fn list_pods(&self) -> Result<Vec<RunningPod>, RuntimeViewError> {
+        Ok(Vec::new())
+    }
+
+    async fn pod_status(
+        &self,
+        uid: &PodUid,
+        name: &str,
+        namespace: &str,
+    ) -> Result<PodStatus, RuntimeViewError> {
+        *self.calls.lock().expect("lock") += 1;
+        let state = {
+            let mut states = self.states.lock().expect("lock");
+            if states.len() > 1 {
+                states.remove(0)
+            } else {
+                states[0]
+            }
+        };
+        let mut status = PodStatus::empty(uid.clone(), name, namespace);
+        status.sandboxes.push(SandboxStatus {
+            id: "sb".into(),
+            state: SandboxState::Ready,
+            created_at: SystemTime::UNIX_EPOCH,
+            attempt: 0,
+            ips: vec![],
+            host_network: true,
+            labels: Default::default(),
+            annotations: Default::default(),
+        });
+        status.containers.push(ContainerStatus {
+            id: ContainerId::new("containerd", "c1"),
+            name: "main".into(),
+            state,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            exit_code: (state == ContainerState::Exited).then_some(3),
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            restart_count: 0,
+            hash: 0,
+            sandbox_id: "sb".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+        });
+        Ok(status)
+    }
+}
+
+struct Fixture {
+    pleg: Arc<EbpfPleg>,
+    runtime: Arc<ScriptedRuntime>,
+    events: mpsc::Receiver<PodLifecycleEvent>,
+    metrics: EbpfPlegMetrics,
+}
+
+fn fixture(states: Vec<ContainerState>) -> Fixture {
+    let runtime = Arc::new(ScriptedRuntime {
+        states: StdMutex::new(states),
+        calls: StdMutex::new(0),
+    });
+    let registry = Registry::new();
+    let (relist, events) = RelistPleg::new(
+        runtime.clone(),
+        "containerd",
+        PlegConfig {
+            relist_period: RELIST_PERIOD,
+            relist_threshold: RELIST_THRESHOLD,
+        },
+        PlegMetrics::register(&registry).expect("metrics"),
+    );
+    let metrics = EbpfPlegMetrics::register(&registry).expect("metrics");
+    // An empty root: nothing to index at start.
+    let pleg = EbpfPleg::new(relist, PathBuf::from("/nonexistent"), metrics.clone());
+    Fixture {
+        pleg,
+        runtime,
+        events,
+        metrics,
+    }
+}
+
+fn event(ts_ns: u64, body: EventBody) -> StreamItem {
+    StreamItem::Event(KernelEvent {
+        ts_ns,
+        received_ns: ts_ns,
+        cpu: 0,
+        body,
+    })
+}
+
+fn mkdir(id: u64, path: &str) -> StreamItem {
+    event(
+        1,
+        EventBody::CgroupMkdir(CgroupChange {
+            cgroup_id: id,
+            level: 4,
+            path: path.into(),
+        }),
+    )
+}
+
+fn exec(cgroup: u64, pid: u32) -> StreamItem {
+    event(
+        2,
+        EventBody::Exec(ProcessExec {
+            cgroup_id: cgroup,
+            pid,
+            tid: pid,
+            old_pid: pid,
+            comm: "sh".into(),
+            filename: "/bin/sh".into(),
+        }),
+    )
+}
+
+fn exit(cgroup: u64, pid: u32) -> StreamItem {
+    event(
+        3,
+        EventBody::Exit(ProcessExit {
+            cgroup_id: cgroup,
+            pid,
+            tid: pid,
+            comm: "sh".into(),
+            exit_code: Some(3),
+            signal: None,
+            core_dumped: false,
+            wait_status: 3 << 8,
+        }),
+    )
+}
+
+async fn next_event(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> PodLifecycleEvent {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("an event in time")
+        .expect("channel open")
+}
+
+#[tokio::test]
+async fn the_first_exec_starts_a_container_and_only_its_init_exit_kills_it() {
+    let mut f = fixture(vec![
+        ContainerState::Running,
+        // The runtime lags the kernel: the exit shows on the third look.
+        ContainerState::Running,
+        ContainerState::Running,
+        ContainerState::Exited,
+    ]);
+    f.pleg.handle(&mkdir(10, "/kubepods/besteffort/podu1/c1"));
+    f.pleg.handle(&exec(10, 100));
+    let started = next_event(&mut f.events).await;
+    assert_eq!(started.kind, EventType::ContainerStarted);
+    assert_eq!(started.pod, PodUid::from("u1"));
+    assert_eq!(started.kernel_ts_ns, Some(2));
+
+    // A second exec (a child) and a child's exit are not pod events.
+    let calls = *f.runtime.calls.lock().expect("lock");
+    f.pleg.handle(&exec(10, 101));
+    f.pleg.handle(&exit(10, 101));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        *f.runtime.calls.lock().expect("lock"),
+        calls,
+        "no refresh for a child"
+    );
+
+    f.pleg.handle(&exit(10, 100));
+    let died = loop {
+        let e = next_event(&mut f.events).await;
+        if e.kind == EventType::ContainerDied {
+            break e;
+        }
+    };
+    assert_eq!(died.kernel_ts_ns, Some(3));
+    let status = died.status.expect("the refreshed status");
+    assert_eq!(
+        (status.state, status.exit_code),
+        (ContainerState::Exited, Some(3))
+    );
+    assert_eq!(
+        f.metrics.triggers.with_label_values(&["exit"]).get(),
+        1,
+        "only the init's exit triggered"
+    );
+}
+
+#[tokio::test]
+async fn events_outside_container_cgroups_are_ignored() {
+    let mut f = fixture(vec![ContainerState::Running]);
+    f.pleg.handle(&mkdir(20, "/kubepods/besteffort/podu1"));
+    f.pleg.handle(&exec(20, 5));
+    f.pleg.handle(&exec(999, 6));
+    f.pleg.handle(&exit(999, 6));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(*f.runtime.calls.lock().expect("lock"), 0);
+    assert!(f.events.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn lost_events_force_a_full_relist() {
+    let f = fixture(vec![ContainerState::Running]);
+    f.pleg.handle(&StreamItem::Lost { count: 3 });
+    assert_eq!(f.metrics.relists.with_label_values(&["lost"]).get(), 1);
+}
+
+#[tokio::test]
+async fn an_oom_kill_marks_the_container() {
+    let f = fixture(vec![ContainerState::Running]);
+    f.pleg.handle(&mkdir(30, "/kubepods/podu2/c9"));
+    f.pleg.handle(&event(
+        4,
+        EventBody::Oom(crate::kernel::OomKill {
+            cgroup_id: 30,
+            pid: 77,
+            comm: "hog".into(),
+            exit_ts_ns: 5,
+            total_vm_kb: None,
+            anon_rss_kb: None,
+            file_rss_kb: None,
+            shmem_rss_kb: None,
+            pgtables_kb: None,
+            uid: None,
+            oom_score_adj: None,
+        }),
+    ));
+    assert!(f.pleg.oom_killed("c9"));
+    let _ = HashMap::<u8, u8>::new();
+}

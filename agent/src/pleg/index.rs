@@ -1,0 +1,191 @@
+//! The index from a cgroup2 id to the container it belongs to, so that a kernel event (which
+//! carries only a cgroup id) is mapped to its pod and container in O(1).
+//!
+//! The cgroupfs driver names container cgroups after their pod and id:
+//! `/kubepods[/burstable|/besteffort]/pod<uid>/<container or sandbox id>`. The index is filled by
+//! a walk of that tree at start (containers created before swiftlet started) and kept current from
+//! cgroup mkdir/rmdir events. Each entry also remembers the container's init process — the first
+//! process that exec'd in the cgroup, or, for containers found running, the process that is pid 1
+//! in its pid namespace — because only its exit is the container's death.
+
+use std::{
+    collections::HashMap,
+    os::unix::fs::MetadataExt as _,
+    path::{Path, PathBuf},
+};
+
+use crate::container::PodUid;
+
+/// What a cgroup is, in pod terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainerCgroup {
+    pub pod: PodUid,
+    /// The runtime's id of the container (or of the sandbox: the pause container).
+    pub container_id: String,
+    /// The host pid of the container's init process, once known.
+    pub init_pid: Option<u32>,
+    /// An OOM kill hit a process of this container.
+    pub oom_killed: bool,
+}
+
+/// Pod cgroups by id, and the containers below them.
+#[derive(Debug, Default)]
+pub struct ContainerIndex {
+    containers: HashMap<u64, ContainerCgroup>,
+}
+
+/// `(pod uid, container id)` of a container cgroup path relative to the cgroup2 root, `None` for
+/// any other cgroup (the QoS levels, the pod's own cgroup, anything outside `kubepods`).
+pub fn parse_container_path(path: &str) -> Option<(PodUid, String)> {
+    let mut parts = path.trim_start_matches('/').split('/');
+    if parts.next()? != "kubepods" {
+        return None;
+    }
+    let mut next = parts.next()?;
+    if next == "burstable" || next == "besteffort" {
+        next = parts.next()?;
+    }
+    let uid = next.strip_prefix("pod")?;
+    let id = parts.next()?;
+    if parts.next().is_some() || uid.is_empty() || id.is_empty() {
+        return None;
+    }
+    Some((PodUid(uid.to_owned()), id.to_owned()))
+}
+
+impl ContainerIndex {
+    pub fn get(&self, cgroup_id: u64) -> Option<&ContainerCgroup> {
+        self.containers.get(&cgroup_id)
+    }
+
+    pub fn get_mut(&mut self, cgroup_id: u64) -> Option<&mut ContainerCgroup> {
+        self.containers.get_mut(&cgroup_id)
+    }
+
+    /// Records a new cgroup if it is a container's.
+    pub fn insert_path(&mut self, cgroup_id: u64, path: &str) -> Option<&ContainerCgroup> {
+        let (pod, container_id) = parse_container_path(path)?;
+        self.containers.insert(
+            cgroup_id,
+            ContainerCgroup {
+                pod,
+                container_id,
+                init_pid: None,
+                oom_killed: false,
+            },
+        );
+        self.containers.get(&cgroup_id)
+    }
+
+    pub fn remove(&mut self, cgroup_id: u64) -> Option<ContainerCgroup> {
+        self.containers.remove(&cgroup_id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.containers.len()
+    }
+
+    pub fn containers(&self) -> impl Iterator<Item = &ContainerCgroup> {
+        self.containers.values()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.containers.is_empty()
+    }
+
+    /// Fills the index from the cgroup2 tree below `root/kubepods`, finding each running
+    /// container's init process (pid 1 in its pid namespace) among the cgroup's processes.
+    pub fn scan(&mut self, cgroup2_root: &Path) {
+        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join("kubepods")];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(entry.path());
+                }
+            }
+            let Ok(rel) = dir.strip_prefix(cgroup2_root) else {
+                continue;
+            };
+            let path = format!("/{}", rel.display());
+            let Ok(meta) = std::fs::metadata(&dir) else {
+                continue;
+            };
+            if self.insert_path(meta.ino(), &path).is_some() {
+                let init = find_init(&dir);
+                if let Some(e) = self.containers.get_mut(&meta.ino()) {
+                    e.init_pid = init;
+                }
+            }
+        }
+    }
+}
+
+/// The process of a container cgroup that is pid 1 of its pid namespace (`NSpid: <host> 1`).
+pub fn find_init(cgroup_dir: &Path) -> Option<u32> {
+    let procs = std::fs::read_to_string(cgroup_dir.join("cgroup.procs")).ok()?;
+    procs
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|status| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("NSpid:"))
+                        .map(|ns| ns.split_whitespace().last() == Some("1"))
+                })
+                .unwrap_or(false)
+        })
+}
+
+/// Whether a cgroup has no process left.
+pub fn is_empty_cgroup(cgroup_dir: &Path) -> bool {
+    std::fs::read_to_string(cgroup_dir.join("cgroup.procs"))
+        .map(|p| p.trim().is_empty())
+        .unwrap_or(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn container_paths_name_their_pod_and_container() {
+        let cases = [
+            ("/kubepods/burstable/podu1/abc", Some(("u1", "abc"))),
+            ("/kubepods/besteffort/podu2/def", Some(("u2", "def"))),
+            ("/kubepods/podu3/0123", Some(("u3", "0123"))),
+            ("/kubepods/burstable/podu1", None),
+            ("/kubepods/burstable", None),
+            ("/kubepods", None),
+            ("/system.slice/foo", None),
+            ("/kubepods/burstable/podu1/abc/nested", None),
+        ];
+        for (path, want) in cases {
+            let got = parse_container_path(path);
+            let want = want.map(|(u, c)| (PodUid::from(u), c.to_owned()));
+            assert_eq!(got, want, "{path}");
+        }
+    }
+
+    #[test]
+    fn entries_come_and_go_by_cgroup_id() {
+        let mut index = ContainerIndex::default();
+        assert!(index.insert_path(7, "/kubepods/pods").is_none());
+        let entry = index
+            .insert_path(8, "/kubepods/besteffort/podu/cid")
+            .cloned();
+        assert_eq!(entry.map(|e| e.container_id), Some("cid".to_owned()));
+        assert_eq!(index.len(), 1);
+        if let Some(e) = index.get_mut(8) {
+            e.init_pid = Some(42);
+        }
+        assert_eq!(index.get(8).and_then(|e| e.init_pid), Some(42));
+        assert!(index.remove(8).is_some());
+        assert!(index.is_empty());
+    }
+}
