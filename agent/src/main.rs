@@ -18,7 +18,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(args.command)) {
+    let result = runtime.block_on(commands::run(args.command));
+    // Blocking threads (a file watcher's read) must not hold the process up once the agent ends.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             commands::report(&error);

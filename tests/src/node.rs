@@ -49,8 +49,11 @@ impl Node {
         let manifests = dir.join("manifests");
         std::fs::create_dir_all(&manifests)
             .unwrap_or_else(|e| panic!("mkdir {}: {e}", manifests.display()));
+        // Unique per test process: pods' UIDs derive from their node's name, and a run must not
+        // adopt what an earlier, interrupted run left in the runtime.
+        let name = format!("{name}{}", std::process::id());
         let mut node = Node {
-            name: name.to_owned(),
+            name,
             manifests,
             port: 0,
             dir,
@@ -69,7 +72,7 @@ impl Node {
         self.port = free_port();
         let agent = Running::start(
             Command::new(swiftlet_bin())
-                .args(["run", "--pleg", "relist", "--node-name", &self.name])
+                .args(["run", "--node-name", &self.name])
                 .arg("--manifests")
                 .arg(&self.manifests)
                 .args(["--runtime-endpoint", &self.endpoint])
@@ -91,7 +94,14 @@ impl Node {
         if let Some(mut agent) = self.agent.take() {
             let pid = nix::unistd::Pid::from_raw(agent.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = agent.child.wait();
+            let deadline = Instant::now() + EVENT_WAIT;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = agent.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            panic!("swiftlet did not stop within {EVENT_WAIT:?} of SIGTERM");
         }
     }
 
@@ -145,9 +155,12 @@ impl Node {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        let log = self.log_lines();
+        let tail = &log[log.len().saturating_sub(60)..];
         panic!(
-            "pod {name} never got {what}; last seen: {:#?}",
-            last.map(|p| p.status)
+            "pod {name} never got {what}; last seen: {:#?}\nthe agent's last log lines:\n{}",
+            last.map(|p| p.status),
+            tail.join("\n")
         );
     }
 
@@ -164,6 +177,28 @@ impl Node {
             "pod {name} is still listed: {:#?}",
             self.pod(name).map(|p| p.status)
         );
+    }
+
+    /// The agent's `/metrics` text (on its read-only port).
+    pub fn metrics(&self) -> String {
+        crate::http_get(self.port, "/metrics")
+    }
+
+    /// One sample of the agent's metrics: the value of the line starting with `series`
+    /// (e.g. `swiftlet_pleg_mode{mode="ebpf"}`), 0 when absent.
+    pub fn metric(&self, series: &str) -> f64 {
+        self.metrics()
+            .lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix(series)?;
+                rest.strip_prefix(' ')?.trim().parse().ok()
+            })
+            .unwrap_or(0.0)
+    }
+
+    /// The agent's gRPC socket.
+    pub fn grpc_socket(&self) -> PathBuf {
+        self.dir.join("swiftlet.sock")
     }
 
     /// The agent's log so far (stderr lines received).

@@ -119,6 +119,25 @@ fn exit_codes_and_restart_policies() {
     let Some(node) = node("exit_codes_and_restart_policies", "exits") else {
         return;
     };
+    exit_codes_and_restart_policies_on(&node);
+}
+
+/// The same with the relist PLEG (the kubelet's baseline) instead of kernel events.
+#[test]
+fn exit_codes_and_restart_policies_with_the_relist_pleg() {
+    let test = "exit_codes_and_restart_policies_with_the_relist_pleg";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let node = Node::start_with("relist", &endpoint, &["--pleg", "relist"]);
+    assert_eq!(node.metric(r#"swiftlet_pleg_mode{mode="relist"}"#), 1.0);
+    exit_codes_and_restart_policies_on(&node);
+}
+
+fn exit_codes_and_restart_policies_on(node: &Node) {
     node.write_manifest("never.yaml", &pod("never", "Never", "exit 3", ""));
     node.write_manifest(
         "onfailure.yaml",
@@ -489,7 +508,10 @@ spec:
         status::running(status::container(p, "main"))
     });
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let log = std::path::PathBuf::from(format!("/var/log/pods/default_env-env_{uid}/main/0.log"));
+    let log = std::path::PathBuf::from(format!(
+        "/var/log/pods/default_env-{}_{uid}/main/0.log",
+        node.name
+    ));
     let mut text = String::new();
     for _ in 0..100 {
         text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -499,7 +521,10 @@ spec:
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(
-        text.contains("stdout F hello env-env tier=front dir=/tmp"),
+        text.contains(&format!(
+            "stdout F hello env-{} tier=front dir=/tmp",
+            node.name
+        )),
         "{}: {text:?}",
         log.display()
     );

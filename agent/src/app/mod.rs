@@ -21,6 +21,9 @@ use crate::{
     server::{self, EventsService, Health, HttpState},
 };
 
+/// How long shutdown waits for the tasks to finish.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Capacity of the event bus; a subscriber further behind than this is told what it missed.
 const BUS_CAPACITY: usize = 16 * 1024;
 
@@ -232,10 +235,21 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         }
     }
     shutdown.cancel();
-    while let Some(done) = tasks.join_next().await {
-        if let Ok(Err(e)) = done {
-            tracing::warn!(error = %e, "while shutting down");
+    // Shutdown is bounded: a gRPC watcher that never hangs up must not keep the agent alive.
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while let Some(done) = tasks.join_next().await {
+            if let Ok(Err(e)) = done {
+                tracing::warn!(error = %e, "while shutting down");
+            }
         }
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            left = tasks.len(),
+            "tasks still running after {SHUTDOWN_GRACE:?}; stopping them"
+        );
+        tasks.abort_all();
     }
     let _ = std::fs::remove_file(&config.grpc_socket);
     result

@@ -180,10 +180,21 @@ pub async fn get_pod_status(
     }
     container_statuses.sort_by_key(|c| Reverse(c.created_at));
 
+    // A caller that knows the pod only by UID (a kernel event, an on-demand relist of a pod the
+    // PLEG has not listed yet) learns its name from the sandbox.
+    let meta = sandboxes.first().and_then(|s| s.metadata.as_ref());
+    let name = match (name, meta) {
+        ("", Some(m)) => m.name.clone(),
+        _ => name.to_owned(),
+    };
+    let namespace = match (namespace, meta) {
+        ("", Some(m)) => m.namespace.clone(),
+        _ => namespace.to_owned(),
+    };
     Ok(PodStatus {
         uid: uid.clone(),
-        name: name.to_owned(),
-        namespace: namespace.to_owned(),
+        name,
+        namespace,
         sandboxes: sandbox_statuses,
         containers: container_statuses,
         observed_at,

@@ -24,6 +24,9 @@ pub struct ContainerCgroup {
     pub container_id: String,
     /// The host pid of the container's init process, once known.
     pub init_pid: Option<u32>,
+    /// The container's own program has started (the runtime's bootstrap is over): from now on
+    /// its cgroup emptying means its death.
+    pub started: bool,
     /// An OOM kill hit a process of this container.
     pub oom_killed: bool,
 }
@@ -62,15 +65,24 @@ impl ContainerIndex {
         self.containers.get_mut(&cgroup_id)
     }
 
-    /// Records a new cgroup if it is a container's.
+    /// Records a new cgroup if it is a container's. A cgroup already known (found by the start
+    /// scan, then reported again by its buffered mkdir) keeps what was learnt of it.
     pub fn insert_path(&mut self, cgroup_id: u64, path: &str) -> Option<&ContainerCgroup> {
         let (pod, container_id) = parse_container_path(path)?;
+        if self
+            .containers
+            .get(&cgroup_id)
+            .is_some_and(|e| e.pod == pod && e.container_id == container_id)
+        {
+            return self.containers.get(&cgroup_id);
+        }
         self.containers.insert(
             cgroup_id,
             ContainerCgroup {
                 pod,
                 container_id,
                 init_pid: None,
+                started: false,
                 oom_killed: false,
             },
         );
@@ -115,8 +127,10 @@ impl ContainerIndex {
             };
             if self.insert_path(meta.ino(), &path).is_some() {
                 let init = find_init(&dir);
+                let running = !is_empty_cgroup(&dir);
                 if let Some(e) = self.containers.get_mut(&meta.ino()) {
                     e.init_pid = init;
+                    e.started = running;
                 }
             }
         }
@@ -129,17 +143,25 @@ pub fn find_init(cgroup_dir: &Path) -> Option<u32> {
     procs
         .lines()
         .filter_map(|l| l.trim().parse::<u32>().ok())
-        .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|status| {
-                    status
-                        .lines()
-                        .find_map(|l| l.strip_prefix("NSpid:"))
-                        .map(|ns| ns.split_whitespace().last() == Some("1"))
+        .find(|pid| is_namespace_init(*pid))
+}
+
+/// Whether host process `pid` is pid 1 of its own pid namespace — a container's init (not so for
+/// pods sharing one pid namespace or using the host's; their containers are judged by their
+/// cgroup emptying instead). False once the process is gone.
+pub fn is_namespace_init(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .map(|ns| {
+                    let ids: Vec<&str> = ns.split_whitespace().collect();
+                    ids.len() > 1 && ids.last() == Some(&"1")
                 })
-                .unwrap_or(false)
         })
+        .unwrap_or(false)
 }
 
 /// Whether a cgroup has no process left.
@@ -147,6 +169,16 @@ pub fn is_empty_cgroup(cgroup_dir: &Path) -> bool {
     std::fs::read_to_string(cgroup_dir.join("cgroup.procs"))
         .map(|p| p.trim().is_empty())
         .unwrap_or(true)
+}
+
+/// Whether an exec is the OCI runtime's own bootstrap rather than the container's program: runc
+/// re-executes itself from a sealed copy (`/dev/fd/N`, `/proc/self/fd/N`, a memfd) inside the
+/// container's cgroup before the container's program starts.
+pub fn is_runtime_bootstrap(comm: &str, filename: &str) -> bool {
+    comm.starts_with("runc")
+        || filename.starts_with("/dev/fd/")
+        || filename.starts_with("/proc/self/fd/")
+        || filename.starts_with("/memfd:")
 }
 
 #[cfg(test)]
@@ -187,5 +219,14 @@ mod tests {
         assert_eq!(index.get(8).and_then(|e| e.init_pid), Some(42));
         assert!(index.remove(8).is_some());
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn runc_bootstrap_execs_are_not_the_containers_program() {
+        assert!(is_runtime_bootstrap("runc:[2:INIT]", "/usr/bin/runc"));
+        assert!(is_runtime_bootstrap("5", "/dev/fd/5"));
+        assert!(is_runtime_bootstrap("x", "/proc/self/fd/7"));
+        assert!(!is_runtime_bootstrap("sleep", "/bin/sleep"));
+        assert!(!is_runtime_bootstrap("sh", "/bin/sh"));
     }
 }

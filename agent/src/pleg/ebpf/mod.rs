@@ -5,11 +5,11 @@
 //! it lost events or the event stream breaks — upstream's Evented PLEG shape, with the kernel as
 //! the event source instead of the runtime.
 //!
-//! Which kernel events matter: the exit of a container's init process (the first process that
-//! exec'd in its cgroup, or pid 1 of its pid namespace for containers found running), the first
-//! exec in a new container cgroup, and OOM kills of any process of a container. Exits of other
-//! processes (a shell's children, exec probes) make no pod event. Processes outside pods never
-//! reach userspace: the programs are filtered to the `kubepods` subtree.
+//! Which kernel events matter: the exit that leaves a container's cgroup without processes (its
+//! death), the exec of its init (the process that is pid 1 of its pid namespace: its start), and
+//! OOM kills of any process of a container. Exits of other processes (runc's bootstrap, a
+//! shell's children, exec probes) make no pod event. Processes outside pods never reach
+//! userspace: the programs are filtered to the `kubepods` subtree.
 
 use std::{
     path::PathBuf,
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Health, Pleg, PodCache,
-    index::{ContainerIndex, is_empty_cgroup},
+    index::{ContainerCgroup, ContainerIndex, is_empty_cgroup, is_runtime_bootstrap},
     relist::{Expect, RelistPleg},
 };
 use crate::{
@@ -38,6 +38,8 @@ use crate::{
 pub const RELIST_PERIOD: Duration = Duration::from_secs(300);
 /// Unhealthy past this without a relist (upstream `eventedPlegRelistThreshold`).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(600);
+/// When the relist after a loss is repeated, for what the runtime had not caught up with.
+const FOLLOW_UP_RELIST: Duration = Duration::from_secs(1);
 /// How long a targeted refresh waits for the runtime to catch up with the kernel.
 const PATIENCE: Duration = Duration::from_secs(2);
 
@@ -109,8 +111,15 @@ pub struct EbpfPleg {
     /// in the runtime); bounded.
     oom_killed: Arc<Mutex<std::collections::VecDeque<String>>>,
     /// Pods with an OOM series, to drop it with the pod.
-    oom_series: Mutex<std::collections::HashMap<PodUid, (String, String)>>,
+    oom_series: OomSeries,
+    /// Whether a host pid is pid 1 of its pid namespace (injected: tests have no containers).
+    is_init: fn(u32) -> bool,
+    /// Whether the exit of a process left its container's cgroup empty (injected likewise).
+    is_last_process: fn(&EbpfPleg, &ContainerCgroup, u32) -> bool,
 }
+
+/// Pod → (namespace, name) of its `swiftlet_oom_kills_total` series.
+type OomSeries = Arc<Mutex<std::collections::HashMap<PodUid, (String, String)>>>;
 
 /// How many OOM-killed container ids are remembered.
 const OOM_MEMORY: usize = 4096;
@@ -140,6 +149,22 @@ impl EbpfPleg {
                 }
             }));
         }
+        // The OOM series of a pod lives as long as the pod does in the runtime: a Failed pod
+        // still shows why it failed, a deleted one leaves no stale series.
+        let oom_series: OomSeries = Arc::default();
+        {
+            let oom_series = oom_series.clone();
+            let counter = metrics.oom_kills.clone();
+            relist.set_on_gone(Arc::new(move |uid| {
+                let series = oom_series
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(uid);
+                if let Some((namespace, name)) = series {
+                    let _ = counter.remove_label_values(&[namespace.as_str(), name.as_str()]);
+                }
+            }));
+        }
         let mut index = ContainerIndex::default();
         index.scan(&cgroup2_root);
         tracing::info!(
@@ -153,7 +178,12 @@ impl EbpfPleg {
             metrics,
             stream_alive: AtomicBool::new(true),
             oom_killed,
-            oom_series: Mutex::new(std::collections::HashMap::new()),
+            oom_series,
+            is_init: super::index::is_namespace_init,
+            is_last_process: |pleg, entry, _| {
+                // A cgroup already removed (the runtime cleans up fast) is empty too.
+                pleg.cgroup_dir(entry).is_none_or(|d| is_empty_cgroup(&d))
+            },
         })
     }
 
@@ -191,9 +221,17 @@ impl EbpfPleg {
         }
     }
 
+    /// A relist now, and another a moment later: what the lost events were about may not have
+    /// reached the runtime yet when the first one lists it (it learns of an exit after the
+    /// kernel does).
     fn force_relist(&self, reason: &str) {
         self.metrics.relists.with_label_values(&[reason]).inc();
         self.relist.request_full_relist();
+        let relist = self.relist.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(FOLLOW_UP_RELIST).await;
+            relist.request_full_relist();
+        });
     }
 
     /// One kernel event (public for tests).
@@ -211,6 +249,13 @@ impl EbpfPleg {
                 .triggers
                 .with_label_values(&[event.body.kind().as_str()])
                 .inc();
+            let pid = match &event.body {
+                EventBody::Exec(e) => e.pid,
+                EventBody::Exit(e) => e.pid,
+                EventBody::Oom(e) => e.pid,
+                _ => 0,
+            };
+            tracing::debug!(pod = %uid, container, ?expect, pid, kind = event.body.kind().as_str(), "kernel event: refreshing the pod");
             let relist = self.relist.clone();
             let ts = event.ts_ns;
             tokio::spawn(async move {
@@ -231,17 +276,22 @@ impl EbpfPleg {
             }
             EventBody::CgroupRmdir(c) => {
                 index.remove(c.cgroup_id);
-                drop(index);
-                self.forget_pod_cgroup(&c.path.display().to_string());
                 None
             }
             EventBody::Exec(exec) => {
                 let entry = index.get_mut(exec.cgroup_id)?;
-                if entry.init_pid.is_some() {
+                if is_runtime_bootstrap(&exec.comm, &exec.filename) {
                     return None;
                 }
-                // The first program to start in a container's cgroup is its init.
-                entry.init_pid = Some(exec.pid);
+                // The container's own program starts: its init is the process that is pid 1 of
+                // its pid namespace (pods sharing one pid namespace have none of their own).
+                if entry.init_pid.is_none() && (self.is_init)(exec.pid) {
+                    entry.init_pid = Some(exec.pid);
+                }
+                if entry.started {
+                    return None;
+                }
+                entry.started = true;
                 Some((
                     entry.pod.clone(),
                     entry.container_id.clone(),
@@ -249,13 +299,17 @@ impl EbpfPleg {
                 ))
             }
             EventBody::Exit(exit) => {
+                // Before the container's program started, exits are the runtime's bootstrap.
+                // After, the container is dead when its init exits, or when no process is left
+                // in its cgroup (no init of its own, or the init's death took the rest of its pid
+                // namespace with it after its own exit was read).
                 let entry = index.get(exit.cgroup_id)?;
-                let is_init = match entry.init_pid {
-                    Some(init) => init == exit.pid,
-                    // Unknown init: the container died once its last process is gone.
-                    None => self.cgroup_dir(entry).is_some_and(|d| is_empty_cgroup(&d)),
-                };
-                is_init.then(|| {
+                if !entry.started {
+                    return None;
+                }
+                let dead = entry.init_pid == Some(exit.pid)
+                    || (self.is_last_process)(self, entry, exit.pid);
+                dead.then(|| {
                     (
                         entry.pod.clone(),
                         entry.container_id.clone(),
@@ -274,7 +328,7 @@ impl EbpfPleg {
         }
     }
 
-    fn cgroup_dir(&self, entry: &super::index::ContainerCgroup) -> Option<PathBuf> {
+    fn cgroup_dir(&self, entry: &ContainerCgroup) -> Option<PathBuf> {
         // Containers sit below a pod cgroup in one of the QoS levels.
         ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
             .iter()
@@ -308,28 +362,6 @@ impl EbpfPleg {
             .insert(pod.clone(), (namespace, name));
     }
 
-    /// A pod's own cgroup went away: its OOM series goes with it.
-    fn forget_pod_cgroup(&self, path: &str) {
-        let Some(uid) = path
-            .rsplit('/')
-            .next()
-            .and_then(|last| last.strip_prefix("pod"))
-        else {
-            return;
-        };
-        let series = self
-            .oom_series
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&PodUid::from(uid));
-        if let Some((namespace, name)) = series {
-            let _ = self
-                .metrics
-                .oom_kills
-                .remove_label_values(&[namespace.as_str(), name.as_str()]);
-        }
-    }
-
     /// Whether an OOM kill hit the container (for its status).
     pub fn oom_killed(&self, container_id: &str) -> bool {
         self.oom_killed
@@ -337,6 +369,22 @@ impl EbpfPleg {
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .any(|c| c == container_id)
+    }
+
+    /// Uses `is_init` and `is_last_process` instead of looking at /proc and the cgroup (tests).
+    pub fn with_process_checks(
+        self: Arc<Self>,
+        is_init: fn(u32) -> bool,
+        is_last_process: fn(&EbpfPleg, &ContainerCgroup, u32) -> bool,
+    ) -> Arc<Self> {
+        match Arc::try_unwrap(self) {
+            Ok(mut pleg) => {
+                pleg.is_init = is_init;
+                pleg.is_last_process = is_last_process;
+                Arc::new(pleg)
+            }
+            Err(shared) => shared,
+        }
     }
 
     pub fn relist(&self) -> &Arc<RelistPleg> {

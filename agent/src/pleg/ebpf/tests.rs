@@ -1,7 +1,6 @@
 //! The kernel-event PLEG against synthetic kernel events and a scripted runtime view.
 
 use std::{
-    collections::HashMap,
     path::PathBuf,
     sync::{Arc, Mutex as StdMutex},
     time::{Duration, SystemTime},
@@ -50,6 +49,12 @@ impl RuntimeView for ScriptedRuntime {
             } else {
                 states[0]
             }
+        };
+        // Pods it is asked about by uid alone are the "web" pod of "default".
+        let (name, namespace) = if name.is_empty() {
+            ("web", "default")
+        } else {
+            (name, namespace)
         };
         let mut status = PodStatus::empty(uid.clone(), name, namespace);
         status.sandboxes.push(SandboxStatus {
@@ -108,7 +113,10 @@ fn fixture(states: Vec<ContainerState>) -> Fixture {
     );
     let metrics = EbpfPlegMetrics::register(&registry).expect("metrics");
     // An empty root: nothing to index at start.
-    let pleg = EbpfPleg::new(relist, PathBuf::from("/nonexistent"), metrics.clone());
+    // Pid 100 plays the container's init (pid 1 in its namespace); no exit empties a cgroup
+    // but the init's.
+    let pleg = EbpfPleg::new(relist, PathBuf::from("/nonexistent"), metrics.clone())
+        .with_process_checks(|pid| pid == 100, |_, _, _| false);
     Fixture {
         pleg,
         runtime,
@@ -130,6 +138,17 @@ fn mkdir(id: u64, path: &str) -> StreamItem {
     event(
         1,
         EventBody::CgroupMkdir(CgroupChange {
+            cgroup_id: id,
+            level: 4,
+            path: path.into(),
+        }),
+    )
+}
+
+fn rmdir(id: u64, path: &str) -> StreamItem {
+    event(
+        9,
+        EventBody::CgroupRmdir(CgroupChange {
             cgroup_id: id,
             level: 4,
             path: path.into(),
@@ -184,16 +203,36 @@ async fn the_first_exec_starts_a_container_and_only_its_init_exit_kills_it() {
         ContainerState::Exited,
     ]);
     f.pleg.handle(&mkdir(10, "/kubepods/besteffort/podu1/c1"));
+    // runc's bootstrap runs and exits in the container's cgroup first: no event.
+    f.pleg.handle(&event(
+        2,
+        EventBody::Exec(ProcessExec {
+            cgroup_id: 10,
+            pid: 99,
+            tid: 99,
+            old_pid: 99,
+            comm: "runc".into(),
+            filename: "/dev/fd/6".into(),
+        }),
+    ));
+    f.pleg.handle(&exit(10, 99));
+    assert_eq!(
+        *f.runtime.calls.lock().expect("lock"),
+        0,
+        "no refresh for the bootstrap"
+    );
     f.pleg.handle(&exec(10, 100));
     let started = next_event(&mut f.events).await;
     assert_eq!(started.kind, EventType::ContainerStarted);
     assert_eq!(started.pod, PodUid::from("u1"));
     assert_eq!(started.kernel_ts_ns, Some(2));
 
-    // A second exec (a child) and a child's exit are not pod events.
+    // A second exec (a child) and a child's exit are not pod events; nor is a buffered mkdir
+    // of the same cgroup (it must not forget the init).
     let calls = *f.runtime.calls.lock().expect("lock");
     f.pleg.handle(&exec(10, 101));
     f.pleg.handle(&exit(10, 101));
+    f.pleg.handle(&mkdir(10, "/kubepods/besteffort/podu1/c1"));
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         *f.runtime.calls.lock().expect("lock"),
@@ -225,7 +264,7 @@ async fn the_first_exec_starts_a_container_and_only_its_init_exit_kills_it() {
 async fn events_outside_container_cgroups_are_ignored() {
     let mut f = fixture(vec![ContainerState::Running]);
     f.pleg.handle(&mkdir(20, "/kubepods/besteffort/podu1"));
-    f.pleg.handle(&exec(20, 5));
+    f.pleg.handle(&exec(20, 100));
     f.pleg.handle(&exec(999, 6));
     f.pleg.handle(&exit(999, 6));
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -261,5 +300,54 @@ async fn an_oom_kill_marks_the_container() {
         }),
     ));
     assert!(f.pleg.oom_killed("c9"));
-    let _ = HashMap::<u8, u8>::new();
+}
+
+fn oom_series(metrics: &EbpfPlegMetrics) -> Vec<(Vec<String>, f64)> {
+    use prometheus::core::Collector;
+    metrics
+        .oom_kills
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric().to_vec())
+        .map(|m| {
+            let labels = m.get_label().iter().map(|l| l.value().to_owned()).collect();
+            (labels, m.get_counter().get_value())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_oom_series_lives_as_long_as_the_pod_in_the_runtime() {
+    let f = fixture(vec![ContainerState::Running]);
+    let pod = PodUid::from("u2");
+    // The runtime has the pod (its name is what the series is labelled with).
+    f.pleg.relist.relist_pod(&pod).await;
+    f.pleg.handle(&mkdir(30, "/kubepods/podu2/c9"));
+    f.pleg.handle(&event(
+        4,
+        EventBody::Oom(crate::kernel::OomKill {
+            cgroup_id: 30,
+            pid: 77,
+            comm: "hog".into(),
+            exit_ts_ns: 5,
+            total_vm_kb: None,
+            anon_rss_kb: None,
+            file_rss_kb: None,
+            shmem_rss_kb: None,
+            pgtables_kb: None,
+            uid: None,
+            oom_score_adj: None,
+        }),
+    ));
+    assert_eq!(
+        oom_series(&f.metrics),
+        vec![(vec!["default".to_owned(), "web".to_owned()], 1.0)]
+    );
+    // The pod's cgroups go (it terminated) but the runtime still has its sandbox: kept.
+    f.pleg.handle(&rmdir(30, "/kubepods/podu2/c9"));
+    f.pleg.handle(&rmdir(29, "/kubepods/podu2"));
+    assert_eq!(oom_series(&f.metrics).len(), 1);
+    // The runtime no longer has it (this runtime lists no pods): the series goes.
+    f.pleg.relist.relist().await;
+    assert!(oom_series(&f.metrics).is_empty());
 }

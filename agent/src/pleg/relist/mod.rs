@@ -184,7 +184,12 @@ pub struct RelistPleg {
     event_latency: Mutex<Option<Histogram>>,
     /// Corrects a status with what the runtime cannot know (an OOM kill the kernel reported).
     amend: Mutex<Option<StatusAmender>>,
+    /// Told of pods the runtime no longer has (no sandbox, no container left).
+    on_gone: Mutex<Option<GoneHook>>,
 }
+
+/// See [`RelistPleg::set_on_gone`].
+pub type GoneHook = Arc<dyn Fn(&PodUid) + Send + Sync>;
 
 /// See [`RelistPleg::set_amender`].
 pub type StatusAmender = Arc<dyn Fn(&mut PodStatus) + Send + Sync>;
@@ -224,6 +229,7 @@ impl RelistPleg {
             observer: Mutex::new(None),
             event_latency: Mutex::new(None),
             amend: Mutex::new(None),
+            on_gone: Mutex::new(None),
         });
         (pleg, rx)
     }
@@ -270,7 +276,7 @@ impl RelistPleg {
         };
         let current: HashMap<PodUid, RunningPod> =
             pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
-        let (mut events, mut to_inspect) = {
+        let (mut events, mut to_inspect, gone) = {
             let mut records = lock(&self.records);
             records.last_relist = Some(start);
             let uids: BTreeSet<&PodUid> = records.pods.keys().chain(current.keys()).collect();
@@ -290,10 +296,17 @@ impl RelistPleg {
                 }
                 events.extend(pod_events);
             }
+            let gone: Vec<PodUid> = records
+                .pods
+                .keys()
+                .filter(|uid| !current.contains_key(*uid))
+                .cloned()
+                .collect();
             records.pods = current;
             records.reinspect.clear();
-            (events, to_inspect)
+            (events, to_inspect, gone)
         };
+        self.tell_gone(&gone);
         // Statuses before events: a worker woken by an event must find the status in the cache.
         for (uid, name, namespace) in to_inspect.drain(..) {
             self.update_cache(&uid, &name, &namespace, None).await;
@@ -346,18 +359,28 @@ impl RelistPleg {
             let status = self
                 .update_cache(uid, &name, &namespace, Some(kernel_ts_ns))
                 .await;
+            // The id may be a container's or the sandbox's (the pause container's cgroup).
             let seen = status.as_ref().map(|s| {
                 s.containers
                     .iter()
                     .find(|c| c.id.id == container_id)
-                    .map(|c| c.state)
+                    .map(|c| c.state == ContainerState::Running)
+                    .or_else(|| {
+                        s.sandboxes
+                            .iter()
+                            .find(|sb| sb.id == container_id)
+                            .map(|sb| sb.state == SandboxState::Ready)
+                    })
             });
             let met = match (expect, seen) {
                 (Expect::Any, _) | (_, None) => true,
-                (Expect::Stopped, Some(state)) => state != Some(ContainerState::Running),
-                (Expect::Running, Some(state)) => state == Some(ContainerState::Running),
+                (Expect::Stopped, Some(running)) => running != Some(true),
+                (Expect::Running, Some(running)) => running == Some(true),
             };
             if met || Instant::now() >= give_up {
+                if !met {
+                    tracing::warn!(pod = %uid, container_id, ?expect, state = ?seen, "the runtime did not show what the kernel reported in time");
+                }
                 return;
             }
             tokio::time::sleep(pause).await;
@@ -383,6 +406,22 @@ impl RelistPleg {
     /// Applies `amend` to every status before it is cached.
     pub fn set_amender(&self, amend: StatusAmender) {
         *lock(&self.amend) = Some(amend);
+    }
+
+    /// Calls `hook` for every pod that disappears from the runtime (per-pod state elsewhere,
+    /// such as metric series, goes with it).
+    pub fn set_on_gone(&self, hook: GoneHook) {
+        *lock(&self.on_gone) = Some(hook);
+    }
+
+    fn tell_gone(&self, uids: &[PodUid]) {
+        if uids.is_empty() {
+            return;
+        }
+        let hook = lock(&self.on_gone).clone();
+        if let Some(hook) = hook {
+            uids.iter().for_each(|uid| hook(uid));
+        }
     }
 
     /// Observes kernel-to-event latency of kernel-triggered refreshes in `histogram`.
@@ -416,7 +455,7 @@ impl RelistPleg {
                     amend(&mut status);
                 }
                 let running = running_pod_of(&status);
-                let mut events = {
+                let (mut events, gone) = {
                     let mut records = lock(&self.records);
                     let events = compute_events(
                         uid,
@@ -424,13 +463,17 @@ impl RelistPleg {
                         Some(&running),
                         &self.runtime_name,
                     );
-                    if running.sandboxes.is_empty() && running.containers.is_empty() {
-                        records.pods.remove(uid);
+                    let gone = if running.sandboxes.is_empty() && running.containers.is_empty() {
+                        records.pods.remove(uid).is_some()
                     } else {
                         records.pods.insert(uid.clone(), running);
-                    }
-                    events
+                        false
+                    };
+                    (events, gone)
                 };
+                if gone {
+                    self.tell_gone(std::slice::from_ref(uid));
+                }
                 for event in &mut events {
                     event.kernel_ts_ns = kernel_ts_ns;
                     event.status = event

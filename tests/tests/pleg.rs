@@ -1,0 +1,300 @@
+//! The kernel-event PLEG on the real kernel and containerd: container deaths reach the pod's
+//! status with no relist (relist period 300 s, resync 10 min), lost kernel events force a relist,
+//! containers started before the agent are tracked, processes outside pods are ignored, and the
+//! pod events reach gRPC watchers.
+#![expect(
+    clippy::expect_used,
+    reason = "helpers of tests: a failed step fails the test"
+)]
+
+use std::process::Command;
+
+use swiftlet_proto::v1::{self, events_client::EventsClient};
+use swiftlet_tests::{
+    node::{Node, status},
+    privileged, runtime_endpoint,
+};
+
+const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
+
+/// No safety net within the test's time: only kernel events can tell the agent anything.
+const NO_RELIST: [&str; 4] = ["--pleg-relist-period", "300s", "--sync-frequency", "10m"];
+
+fn pod(name: &str, restart: &str, command: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: {restart}
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+{resources}      command: [\"sh\", \"-c\", {command:?}]
+"
+    )
+}
+
+fn node(test: &str, name: &str, extra: &[&str]) -> Option<Node> {
+    if !privileged(test) {
+        return None;
+    }
+    let endpoint = runtime_endpoint(test)?;
+    let mut args: Vec<&str> = NO_RELIST.to_vec();
+    args.extend_from_slice(extra);
+    let node = Node::start_with(name, &endpoint, &args);
+    assert_eq!(
+        node.metric(r#"swiftlet_pleg_mode{mode="ebpf"}"#),
+        1.0,
+        "the kernel-event PLEG is in use"
+    );
+    Some(node)
+}
+
+/// The host pid of the container's init process (pid 1 in its namespace).
+fn init_pid(container_id: &str) -> u32 {
+    let id = container_id.trim_start_matches("containerd://");
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .find(|pid| {
+            let in_container = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                .is_ok_and(|c| c.contains(id));
+            in_container && swiftlet::pleg::index::is_namespace_init(*pid)
+        })
+        .unwrap_or_else(|| panic!("no init process for container {id}"))
+}
+
+fn relists(node: &Node) -> f64 {
+    node.metric("kubelet_pleg_relist_duration_seconds_count")
+}
+
+#[test]
+fn deaths_reach_the_status_with_no_relist() {
+    let Some(node) = node("deaths_reach_the_status_with_no_relist", "deaths", &[]) else {
+        return;
+    };
+    let limit = "      resources:\n        limits:\n          memory: 32Mi\n";
+    node.write_manifest("code.yaml", &pod("code", "Never", "sleep 2; exit 3", ""));
+    node.write_manifest(
+        "signal.yaml",
+        &pod("signal", "Never", "exec sleep 3600", ""),
+    );
+    node.write_manifest(
+        "oom.yaml",
+        &pod(
+            "oom",
+            "Never",
+            "sleep 2; head -c 1000m /dev/zero | tail",
+            limit,
+        ),
+    );
+    let victim = node.wait_pod("signal", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let id = status::container(&victim, "main")
+        .and_then(|c| c.container_id.clone())
+        .expect("a container id");
+    let before = relists(&node);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init_pid(&id) as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill the container's init");
+
+    let killed = node.wait_pod("signal", "Failed", |p| status::phase(p) == "Failed");
+    assert_eq!(
+        status::terminated(status::container(&killed, "main")),
+        Some(("Error".to_owned(), 137))
+    );
+    let exited = node.wait_pod("code", "Failed", |p| status::phase(p) == "Failed");
+    assert_eq!(
+        status::terminated(status::container(&exited, "main")),
+        Some(("Error".to_owned(), 3))
+    );
+    let oom = node.wait_pod("oom", "Failed", |p| status::phase(p) == "Failed");
+    let (reason, _) = status::terminated(status::container(&oom, "main")).unwrap_or_default();
+    assert_eq!(reason, "OOMKilled");
+    assert_eq!(
+        relists(&node),
+        before,
+        "every death was learnt from the kernel: no relist ran in between"
+    );
+    assert!(node.metric(r#"swiftlet_pleg_kernel_triggers_total{kind="exit"}"#) >= 3.0);
+    let series = format!(
+        r#"swiftlet_oom_kills_total{{namespace="default",pod="oom-{}"}}"#,
+        node.name
+    );
+    assert!(node.metric(&series) >= 1.0, "{series}");
+}
+
+#[test]
+fn a_container_started_before_the_agent_is_tracked() {
+    let Some(mut node) = node(
+        "a_container_started_before_the_agent_is_tracked",
+        "before",
+        &[],
+    ) else {
+        return;
+    };
+    node.write_manifest("old.yaml", &pod("old", "Never", "exec sleep 3600", ""));
+    let running = node.wait_pod("old", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let id = status::container(&running, "main")
+        .and_then(|c| c.container_id.clone())
+        .expect("a container id");
+    node.restart();
+    node.wait_pod("old", "Running after the restart", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let before = relists(&node);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(init_pid(&id) as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    let dead = node.wait_pod("old", "Failed", |p| status::phase(p) == "Failed");
+    assert_eq!(
+        status::terminated(status::container(&dead, "main")).map(|(_, code)| code),
+        Some(137)
+    );
+    assert_eq!(
+        relists(&node),
+        before,
+        "found through the index built at start"
+    );
+}
+
+#[test]
+fn lost_events_force_a_relist_and_no_death_is_missed() {
+    // A one-page ring buffer, and the agent stopped (SIGSTOP: as if descheduled under load) while
+    // a pod's container forks a storm and then exits: the ring overflows, the container's own
+    // exit is among what is lost, and only the relist the loss forces can find it.
+    let Some(node) = node(
+        "lost_events_force_a_relist_and_no_death_is_missed",
+        "lost",
+        &["--ring-buffer-bytes", "4096"],
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "storm.yaml",
+        &pod(
+            "storm",
+            "Never",
+            "read go < /dev/null; sleep 3; i=0; while [ $i -lt 2000 ]; do true & i=$((i+1)); done; wait; exit 4",
+            "",
+        ),
+    );
+    let running = node.wait_pod("storm", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let id = status::container(&running, "main")
+        .and_then(|c| c.container_id.clone())
+        .expect("a container id");
+    let init = init_pid(&id);
+    let agent = nix::unistd::Pid::from_raw(
+        node.agent
+            .as_ref()
+            .map(|a| a.child.id() as i32)
+            .expect("agent running"),
+    );
+    nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+    while std::path::Path::new(&format!("/proc/{init}")).exists()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    let done = node.wait_pod("storm", "Failed", |p| status::phase(p) == "Failed");
+    assert_eq!(
+        status::terminated(status::container(&done, "main")),
+        Some(("Error".to_owned(), 4))
+    );
+    let lost = node.metric(r#"swiftlet_kernel_events_lost_total{kind="exit"}"#);
+    assert!(lost > 0.0, "the storm overflowed the ring");
+    assert!(
+        node.metric(r#"swiftlet_pleg_forced_relists_total{reason="lost"}"#) >= 1.0,
+        "a loss forces a relist"
+    );
+}
+
+#[test]
+fn processes_outside_pods_are_ignored() {
+    let Some(node) = node("processes_outside_pods_are_ignored", "outside", &[]) else {
+        return;
+    };
+    node.write_manifest(
+        "inside.yaml",
+        &pod("inside", "Never", "exec sleep 3600", ""),
+    );
+    node.wait_pod("inside", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let exits = |n: &Node| n.metric(r#"swiftlet_kernel_events_received_total{kind="exit"}"#);
+    let before = exits(&node);
+    for _ in 0..20 {
+        let _ = Command::new("true").status();
+    }
+    // The agent's own kernel filter keeps them out: nothing more reached it.
+    assert_eq!(exits(&node), before);
+}
+
+#[tokio::test]
+async fn pod_events_reach_grpc_watchers_with_the_refreshed_status() {
+    let Some(node) = node(
+        "pod_events_reach_grpc_watchers_with_the_refreshed_status",
+        "grpc",
+        &[],
+    ) else {
+        return;
+    };
+    let socket = node.grpc_socket();
+    let channel = tonic::transport::Endpoint::try_from("http://swiftlet.invalid")
+        .expect("endpoint")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .expect("connect");
+    let mut stream = EventsClient::new(channel)
+        .watch(v1::WatchRequest {
+            kinds: vec!["pod".into()],
+            cgroup_ids: vec![],
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    node.write_manifest(
+        "watched.yaml",
+        &pod("watched", "Never", "sleep 1; exit 9", ""),
+    );
+    let died = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, async {
+        loop {
+            let event = stream.message().await.expect("stream").expect("open");
+            if let Some(v1::event::Kind::Pod(pod)) = event.kind
+                && pod.r#type == "ContainerDied"
+                && pod.container_name == "main"
+            {
+                return pod;
+            }
+        }
+    })
+    .await
+    .expect("a ContainerDied in time");
+    assert_eq!(died.pod_name, format!("watched-{}", node.name));
+    assert_eq!(died.state, "exited");
+    assert_eq!(died.exit_code, Some(9));
+    assert!(died.kernel_ts_ns > 0, "caused by a kernel event");
+    assert!(died.sent_ns >= died.kernel_ts_ns);
+}
