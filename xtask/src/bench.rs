@@ -39,6 +39,23 @@ pub enum Which {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// Exit detection latency (kill of a container's init → ContainerDied on the gRPC stream)
+    /// and idle cost with 10, 50 and 100 containers, `--pleg relist` (1 s) against `--pleg
+    /// ebpf`, on the private containerd.
+    Pleg {
+        /// Where to write the JSON results (default target/bench/pleg.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// A smoke run in under two minutes: 10 containers, 20 exits, a 10 s idle window.
+        #[arg(long)]
+        quick: bool,
+        /// Running containers (repeatable; default 10, 50 and 100).
+        #[arg(long = "size", value_name = "N")]
+        sizes: Vec<usize>,
+        /// Exits measured per PLEG and size (default 200; 20 with --quick).
+        #[arg(long)]
+        exits: Option<usize>,
+    },
 }
 
 pub fn run(which: Which) -> anyhow::Result<()> {
@@ -78,6 +95,38 @@ pub fn run(which: Which) -> anyhow::Result<()> {
                     "--out-dir".to_owned(),
                     out_dir.display().to_string(),
                 ]
+            })
+        }
+        Which::Pleg {
+            json,
+            quick,
+            sizes,
+            exits,
+        } => {
+            let json = json.unwrap_or_else(|| out_dir.join("pleg.json"));
+            let swiftlet = release.join("swiftlet");
+            with_containerd(&driver, |containerd| {
+                let mut args = vec![
+                    "pleg".to_owned(),
+                    "--runtime-endpoint".to_owned(),
+                    containerd.endpoint(),
+                    "--swiftlet".to_owned(),
+                    swiftlet.display().to_string(),
+                    "--json".to_owned(),
+                    json.display().to_string(),
+                    "--out-dir".to_owned(),
+                    out_dir.display().to_string(),
+                ];
+                if quick {
+                    args.push("--quick".to_owned());
+                }
+                for n in sizes {
+                    args.extend(["--size".to_owned(), n.to_string()]);
+                }
+                if let Some(exits) = exits {
+                    args.extend(["--exits".to_owned(), exits.to_string()]);
+                }
+                args
             })
         }
     }

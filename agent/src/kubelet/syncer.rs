@@ -117,6 +117,13 @@ impl PodSyncer for KubeletSyncer {
             .runtime
             .sync_pod(pod, status, &parent, &NoProbes, cancel)
             .await;
+        if !outcome.errors.is_empty() || outcome.retry_in.is_some() {
+            // The sync has just put why a container is not running into the reason cache
+            // (CrashLoopBackOff, ImagePullBackOff, a failed start). The kubelet shows it only from
+            // the next sync, which for a back-off is when the back-off ends: for the whole window
+            // the status would say the container merely terminated. Show it now.
+            self.record_status(pod, status, false);
+        }
         if let Some(first) = outcome.errors.into_iter().next() {
             return Err(Box::new(first));
         }

@@ -3,8 +3,10 @@
 //! They live in the library so that the arithmetic is unit-tested without root.
 
 pub mod events;
+pub mod harness;
 pub mod machine;
 pub mod plot;
+pub mod pleg;
 pub mod report;
 pub mod startup;
 pub mod stats;

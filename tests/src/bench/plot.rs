@@ -1,5 +1,5 @@
-//! The latency plot: one empirical CDF per scenario, latency on a log axis so that the p50 (µs)
-//! and the tail (ms) are both readable.
+//! The latency plot: one empirical CDF per scenario, latency on a log axis so that the median
+//! and the tail are both readable when they are orders of magnitude apart.
 
 use std::path::Path;
 
@@ -11,8 +11,8 @@ use super::stats::cdf_points;
 /// Points per curve: plenty for a smooth line, few enough for a small SVG.
 const POINTS: usize = 2000;
 
-/// Smallest latency drawn (µs): the log axis cannot show 0.
-const FLOOR_US: f64 = 0.01;
+/// Smallest latency drawn (ns): the log axis cannot show 0.
+const FLOOR_NS: f64 = 10.0;
 
 /// One curve: its legend and its latencies in ns, ascending.
 pub struct Curve<'a> {
@@ -20,15 +20,24 @@ pub struct Curve<'a> {
     pub sorted_ns: &'a [u64],
 }
 
+/// The axes of a plot: the latency's unit and what each axis says.
+pub struct Axes<'a> {
+    /// Nanoseconds per unit of the x axis (1e3 for µs, 1e6 for ms).
+    pub ns_per_unit: f64,
+    pub x_desc: &'a str,
+    pub y_desc: &'a str,
+}
+
 /// Writes the CDFs of `curves` (empty ones are left out) as an SVG to `path`.
-pub fn latency_cdf(path: &Path, title: &str, curves: &[Curve<'_>]) -> Result<()> {
+pub fn latency_cdf(path: &Path, title: &str, axes: &Axes<'_>, curves: &[Curve<'_>]) -> Result<()> {
+    let floor = FLOOR_NS / axes.ns_per_unit;
     let lines: Vec<(&str, Vec<(f64, f64)>)> = curves
         .iter()
         .filter(|c| !c.sorted_ns.is_empty())
         .map(|c| {
             let points = cdf_points(c.sorted_ns, POINTS)
                 .into_iter()
-                .map(|(us, fraction)| (us.max(FLOOR_US), fraction))
+                .map(|(us, fraction)| ((us * 1e3 / axes.ns_per_unit).max(floor), fraction))
                 .collect();
             (c.name, points)
         })
@@ -47,10 +56,10 @@ pub fn latency_cdf(path: &Path, title: &str, curves: &[Curve<'_>]) -> Result<()>
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
-        .x_desc("latency, kernel to userspace (µs, log scale)")
+        .x_desc(axes.x_desc)
         // `Display` of f64 prints 10 as "10" and 0.5 as "0.5": no needless decimals.
-        .x_label_formatter(&|us| format!("{us}"))
-        .y_desc("fraction of exit events")
+        .x_label_formatter(&|x| format!("{x}"))
+        .y_desc(axes.y_desc)
         .draw()?;
     for (i, (name, points)) in lines.into_iter().enumerate() {
         let style = Palette99::pick(i).stroke_width(2);

@@ -9,15 +9,10 @@
 //! pod names, and leaves nothing behind: its pods are deleted through their manifests, swiftlet
 //! is stopped, and whatever remains in the runtime is cleared over CRI.
 //!
-//! Submodules: `manifest` (the pods and how they are written), `agent` (one swiftlet), `pods`
-//! (`/pods`), `cri` (the runtime's clean-up), `cgroups` (the pod cgroups left behind), `report`
-//! (table, JSON, plot).
+//! Submodules: `manifest` (the pods and how they are written) and `report` (table, JSON,
+//! plot); swiftlet itself, `/pods` and the runtime's clean-up are the shared `harness`.
 
-mod agent;
-mod cgroups;
-mod cri;
 mod manifest;
-mod pods;
 pub mod report;
 
 use std::{
@@ -30,18 +25,18 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
-use self::{
+use self::manifest::BenchPod;
+use super::harness::{
+    self,
     agent::{Agent, AgentOptions},
+    cgroups,
     cri::Cri,
-    manifest::BenchPod,
+    http as pods,
 };
 
-/// Bound on each wait of the teardown (pods gone from `/pods`, sandboxes gone from the runtime).
-/// A teardown that takes longer is reported, and the CRI clean-up does the rest.
+/// Bound on the teardown (pods gone from `/pods`, sandboxes gone from the runtime). A teardown
+/// that takes longer is reported, and the CRI clean-up does the rest.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// How often the teardown looks again: it is not measured, so it need not be fast.
-const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// After an interruption: how long the runtime must stay free of the benchmark's pods before the
 /// clean-up trusts it (calls swiftlet made before it died may still be completing), and how many
@@ -290,6 +285,9 @@ async fn run_round(
         log: settings
             .log_dir
             .join(format!("swiftlet-{size}-r{round}.log")),
+        // The numbers in the README were taken with the relist PLEG; kept for comparability.
+        pleg: "relist".to_owned(),
+        extra_args: Vec::new(),
     })
     .await?;
     let pods: Vec<BenchPod> = (0..size).map(|i| BenchPod::new(size, round, i)).collect();
@@ -413,26 +411,7 @@ async fn remove_pods(
 ) -> Result<bool> {
     manifest::delete_batch(pods, manifests)?;
     let names: Vec<String> = pods.iter().map(BenchPod::node_name).collect();
-    let deadline = Instant::now() + TEARDOWN_TIMEOUT;
-    loop {
-        let listed = pods::list(&pods::get(agent.port, "/pods").await?)?;
-        if !names.iter().any(|n| listed.contains_key(n)) {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(TEARDOWN_POLL).await;
-    }
-    loop {
-        if cri.sandboxes().await?.is_empty() {
-            return Ok(true);
-        }
-        if Instant::now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(TEARDOWN_POLL).await;
-    }
+    harness::wait_removed(agent.port, cri, &names, TEARDOWN_TIMEOUT).await
 }
 
 fn nanos(d: Duration) -> u64 {

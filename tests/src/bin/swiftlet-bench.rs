@@ -5,6 +5,8 @@
 //! swiftlet-bench startup --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--rounds N]
 //!                        [--batch N]... [--json FILE] [--out-dir DIR] [--poll-ms MS]
 //!                        [--timeout-s S]
+//! swiftlet-bench pleg --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--size N]...
+//!                     [--exits N] [--idle-s S] [--quick] [--json FILE] [--out-dir DIR]
 //! ```
 //!
 //! `events` measures, on the running kernel, how long a process-exit event takes from the
@@ -17,6 +19,11 @@
 //! directory, against a real container runtime (`cargo xtask bench startup` starts its private
 //! containerd). Same outputs: a table, JSON, an SVG plot; plus each round's swiftlet log and
 //! `/metrics` snapshot under `<out-dir>/startup/`.
+//!
+//! `pleg` measures, with `--pleg relist` (1 s) and `--pleg ebpf` side by side for each number of
+//! running containers, how long after a container's init is killed its `ContainerDied` reaches
+//! swiftlet's gRPC stream, and what each costs idle (CPU, CRI calls, RSS). Same outputs, logs
+//! under `<out-dir>/pleg/`.
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -34,9 +41,9 @@ use clap::{Args, Parser, Subcommand};
 use swiftlet_tests::bench::{
     events::{self, Outcome, Scenario},
     machine::{self, Machine},
-    plot::{self, Curve},
+    plot::{self, Axes, Curve},
     report::{Report, ScenarioReport},
-    startup,
+    pleg, startup,
 };
 
 #[derive(Parser)]
@@ -52,6 +59,8 @@ enum Bench {
     Events(EventsArgs),
     /// Static pod startup latency: manifest written → Running in /pods, batches of 10 and 30.
     Startup(StartupArgs),
+    /// Exit detection latency and idle cost, relist PLEG against kernel-event PLEG.
+    Pleg(PlegArgs),
 }
 
 #[derive(Args)]
@@ -99,6 +108,36 @@ struct StartupArgs {
     timeout_s: u64,
 }
 
+#[derive(Args)]
+struct PlegArgs {
+    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
+    /// imported, as `cargo xtask bench pleg` does).
+    #[arg(long)]
+    runtime_endpoint: String,
+    /// The swiftlet binary (default: the one next to this driver).
+    #[arg(long)]
+    swiftlet: Option<PathBuf>,
+    /// Running containers (repeatable; default 10, 50 and 100). Each is run with both PLEGs.
+    #[arg(long = "size", value_name = "N")]
+    sizes: Vec<usize>,
+    /// Exits measured per PLEG and size, at least (default 200).
+    #[arg(long)]
+    exits: Option<usize>,
+    /// The idle window over which CPU, CRI calls and RSS are taken, in seconds (default 60).
+    #[arg(long)]
+    idle_s: Option<u64>,
+    /// A smoke run in under two minutes: 10 containers, 20 exits, a 10 s idle window (sizes,
+    /// exits and idle window given explicitly still win).
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the JSON results (default <out-dir>/pleg.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the JSON (by default), the plot, and the logs go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+}
+
 /// Below this, p99.9 rests on fewer than ten samples.
 const MEANINGFUL_EXITS: u64 = 10_000;
 
@@ -107,6 +146,7 @@ async fn main() -> ExitCode {
     let result = match Cli::parse().bench {
         Bench::Events(args) => events_bench(args).await,
         Bench::Startup(args) => startup_bench(args).await,
+        Bench::Pleg(args) => pleg_bench(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -243,6 +283,77 @@ async fn startup_bench(args: StartupArgs) -> Result<()> {
     Ok(())
 }
 
+async fn pleg_bench(args: PlegArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "swiftlet loads eBPF programs and manages cgroups, and the benchmark kills containers, \
+             which needs root: run `cargo xtask bench pleg`"
+        );
+    }
+    let sizes = match (args.sizes.is_empty(), args.quick) {
+        (false, _) => args.sizes,
+        (true, true) => vec![10],
+        (true, false) => vec![10, 50, 100],
+    };
+    let exits = args.exits.unwrap_or(if args.quick { 20 } else { 200 });
+    let idle_s = args.idle_s.unwrap_or(if args.quick { 10 } else { 60 });
+    let settings = pleg::Settings {
+        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
+        runtime_endpoint: args.runtime_endpoint,
+        sizes,
+        exits,
+        idle: Duration::from_secs(idle_s),
+        log_dir: args.out_dir.join("pleg"),
+    };
+    eprintln!(
+        "pleg: {:?} containers, each with --pleg {}; {} exits each, {} s idle window; swiftlet \
+         logs in {}",
+        settings.sizes,
+        pleg::PLEGS.join(" and --pleg "),
+        settings.exits,
+        idle_s,
+        settings.log_dir.display()
+    );
+    let outcomes = tokio::select! {
+        outcomes = pleg::run(&settings) => outcomes?,
+        signal = interrupted() => {
+            eprintln!("pleg: {signal}: clearing the benchmark's pods");
+            pleg::clean_up(&settings.runtime_endpoint).await?;
+            bail!("interrupted by {signal}");
+        }
+    };
+
+    let machine = Machine::detect();
+    let epoch_secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let date = swiftlet_tests::bench::report::utc_rfc3339(epoch_secs);
+    let entries: Vec<pleg::report::Entry> = outcomes
+        .iter()
+        .map(|o| pleg::report::Entry::new(o, &machine, &date))
+        .collect();
+    println!("{}", pleg::report::markdown(&entries));
+    for verdict in pleg::report::verdicts(&entries) {
+        println!("{verdict}");
+    }
+    for problem in pleg::report::warnings(&entries) {
+        println!("WARNING: {problem}");
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let json = args.json.unwrap_or_else(|| args.out_dir.join("pleg.json"));
+    write_json(&json, &entries)?;
+    let svg = args.out_dir.join("pleg-latency.svg");
+    let title = format!(
+        "Container exit → pod lifecycle event, relist vs kernel events (Linux {}, {} CPUs)",
+        machine.kernel_release, machine.cpus
+    );
+    pleg::report::plot(&svg, &title, &outcomes)
+        .with_context(|| format!("plotting {}", svg.display()))?;
+    eprintln!("wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
 /// The first SIGINT or SIGTERM ("SIGINT"/"SIGTERM"); never, if the handlers cannot be set.
 async fn interrupted() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
@@ -276,5 +387,11 @@ fn write_plot(path: &Path, machine: &Machine, outcomes: &[Outcome]) -> Result<()
         "Exit event latency, kernel to swiftlet (Linux {}, {} CPUs)",
         machine.kernel_release, machine.cpus
     );
-    plot::latency_cdf(path, &title, &curves).with_context(|| format!("plotting {}", path.display()))
+    let axes = Axes {
+        ns_per_unit: 1e3,
+        x_desc: "latency, kernel to userspace (µs, log scale)",
+        y_desc: "fraction of exit events",
+    };
+    plot::latency_cdf(path, &title, &axes, &curves)
+        .with_context(|| format!("plotting {}", path.display()))
 }

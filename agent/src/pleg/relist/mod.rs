@@ -206,6 +206,45 @@ pub enum Expect {
     Any,
 }
 
+/// Where the runtime says a container is in its life, for [`Expect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seen {
+    /// Created, its start not yet done: what CRI reports while `StartContainer` is in flight,
+    /// even when the kernel has already seen the program start, or exit.
+    NotStarted,
+    Running,
+    /// Exited, or in a state the runtime cannot tell (which it reports only for dead tasks).
+    Stopped,
+}
+
+impl Seen {
+    fn of_container(state: ContainerState) -> Seen {
+        match state {
+            ContainerState::Created => Seen::NotStarted,
+            ContainerState::Running => Seen::Running,
+            ContainerState::Exited | ContainerState::Unknown => Seen::Stopped,
+        }
+    }
+
+    fn of_sandbox(state: SandboxState) -> Seen {
+        match state {
+            SandboxState::Ready => Seen::Running,
+            SandboxState::NotReady => Seen::Stopped,
+        }
+    }
+
+    /// Whether the runtime has caught up with what the kernel saw. A start is caught up with
+    /// once the container runs or already ran; an exit only once the runtime says it exited:
+    /// "created" is not "stopped", and caching it would leave the exit unreported.
+    fn meets(self, expect: Expect) -> bool {
+        match expect {
+            Expect::Any => true,
+            Expect::Running => self != Seen::NotStarted,
+            Expect::Stopped => self == Seen::Stopped,
+        }
+    }
+}
+
 impl RelistPleg {
     pub fn new(
         runtime: Arc<dyn RuntimeView>,
@@ -364,18 +403,19 @@ impl RelistPleg {
                 s.containers
                     .iter()
                     .find(|c| c.id.id == container_id)
-                    .map(|c| c.state == ContainerState::Running)
+                    .map(|c| Seen::of_container(c.state))
                     .or_else(|| {
                         s.sandboxes
                             .iter()
                             .find(|sb| sb.id == container_id)
-                            .map(|sb| sb.state == SandboxState::Ready)
+                            .map(|sb| Seen::of_sandbox(sb.state))
                     })
             });
             let met = match (expect, seen) {
-                (Expect::Any, _) | (_, None) => true,
-                (Expect::Stopped, Some(running)) => running != Some(true),
-                (Expect::Running, Some(running)) => running == Some(true),
+                // No status (the refresh failed and is retried by the relist) or no such
+                // container any more: nothing to wait for.
+                (Expect::Any, _) | (_, None | Some(None)) => true,
+                (_, Some(Some(seen))) => seen.meets(expect),
             };
             if met || Instant::now() >= give_up {
                 if !met {

@@ -281,6 +281,65 @@ async fn an_on_demand_relist_refreshes_one_pod_and_reports_its_changes() {
     assert!(drain(&mut rx).is_empty());
 }
 
+/// The kernel can see a container's program exit while `StartContainer` is still in flight: CRI
+/// then says "created". That is not the exit; the refresh keeps asking until CRI says "exited",
+/// and the death is reported.
+#[tokio::test]
+async fn a_refresh_expecting_an_exit_waits_past_created_until_exited() {
+    let runtime = Arc::new(FakeRuntime::default());
+    *runtime.pods.lock().expect("lock") = vec![pod("p", &[("a", ContainerState::Created)])];
+    let (pleg, mut rx, _) = pleg(runtime.clone(), PlegConfig::default());
+    pleg.relist().await;
+    drain(&mut rx);
+    let refresh = {
+        let pleg = pleg.clone();
+        tokio::spawn(async move {
+            pleg.refresh_pod_expecting(
+                &PodUid::from("p"),
+                "a",
+                Expect::Stopped,
+                0,
+                Duration::from_secs(30),
+            )
+            .await;
+        })
+    };
+    // Several refreshes see "created" and report nothing.
+    let calls = || runtime.status_calls.lock().expect("lock").len();
+    let before = calls();
+    for _ in 0..1000 {
+        if calls() >= before + 3 || refresh.is_finished() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(drain(&mut rx).is_empty());
+    assert!(!refresh.is_finished());
+    *runtime.pods.lock().expect("lock") = vec![pod("p", &[("a", ContainerState::Exited)])];
+    refresh.await.expect("refresh");
+    assert_eq!(
+        drain(&mut rx),
+        vec![("p".into(), EventType::ContainerDied, "a".into())]
+    );
+}
+
+/// A start is caught up with once the runtime shows the container running, or already exited.
+#[test]
+fn what_each_expectation_waits_for() {
+    use ContainerState::*;
+    let meets = |state, expect| Seen::of_container(state).meets(expect);
+    assert!(!meets(Created, Expect::Running));
+    assert!(meets(Running, Expect::Running));
+    assert!(meets(Exited, Expect::Running));
+    assert!(!meets(Created, Expect::Stopped));
+    assert!(!meets(Running, Expect::Stopped));
+    assert!(meets(Exited, Expect::Stopped));
+    assert!(meets(Unknown, Expect::Stopped));
+    assert!(meets(Created, Expect::Any));
+    assert!(Seen::of_sandbox(SandboxState::NotReady).meets(Expect::Stopped));
+    assert!(!Seen::of_sandbox(SandboxState::Ready).meets(Expect::Stopped));
+}
+
 #[test]
 fn unhealthy_once_the_last_relist_is_older_than_the_threshold() {
     let runtime = Arc::new(FakeRuntime::default());

@@ -3,22 +3,11 @@
 //! rounds would meet the previous round's leftovers), and written so that each manifest appears
 //! in the watched directory whole, by a rename, at an instant the benchmark records.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Instant,
-};
+use std::{path::Path, time::Instant};
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 
-/// The namespace of every benchmark pod: what the CRI clean-up selects on
-/// (`io.kubernetes.pod.namespace`), so it never touches another pod.
-pub const NAMESPACE: &str = "swiftlet-bench";
-
-/// `--node-name` of the benchmark's swiftlet; static pod names get it as a suffix.
-pub const NODE_NAME: &str = "bench";
-
-/// The local image xtask imports into its containerd (never pulled).
-const IMAGE: &str = "localhost/swiftlet/busybox:latest";
+use super::super::harness::{IMAGE, NAMESPACE, NODE_NAME, manifests};
 
 /// One pod of a batch.
 #[derive(Clone, Debug)]
@@ -68,38 +57,16 @@ impl BenchPod {
     }
 }
 
-/// Writes every manifest into `staging` first, then renames each into `manifests` (the same
-/// file system, so each appears whole and at once) and returns the instant each rename returned.
-/// The renames follow one another with nothing in between: the batch is written "at once".
+/// Writes the batch at once (see [`manifests::write_all`]): the instant each manifest appeared.
 pub fn write_batch(pods: &[BenchPod], staging: &Path, manifests: &Path) -> Result<Vec<Instant>> {
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(pods.len());
-    for pod in pods {
-        let from = staging.join(pod.file_name());
-        std::fs::write(&from, pod.manifest())
-            .with_context(|| format!("writing {}", from.display()))?;
-        staged.push((from, manifests.join(pod.file_name())));
-    }
-    let mut written = Vec::with_capacity(staged.len());
-    for (from, to) in &staged {
-        std::fs::rename(from, to)
-            .with_context(|| format!("renaming {} to {}", from.display(), to.display()))?;
-        written.push(Instant::now());
-    }
-    Ok(written)
+    let files: Vec<(String, String)> = pods.iter().map(|p| (p.file_name(), p.manifest())).collect();
+    manifests::write_all(&files, staging, manifests)
 }
 
 /// Removes the manifests of `pods` from `manifests` (those already gone are fine).
 pub fn delete_batch(pods: &[BenchPod], manifests: &Path) -> Result<()> {
-    for pod in pods {
-        let path = manifests.join(pod.file_name());
-        match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e).with_context(|| format!("removing {}", path.display()));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    let files: Vec<String> = pods.iter().map(BenchPod::file_name).collect();
+    manifests::remove_all(&files, manifests)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! One `swiftlet run` per round: started on a fresh manifest directory, root directory and
-//! sockets, with the relist PLEG and a read-only port for `/pods`; ready when its log says
+//! sockets, with the PLEG asked for and a read-only port for `/pods`; ready when its log says
 //! "swiftlet is running"; stopped with SIGTERM. Its log (stderr) goes to a file for the whole
 //! round, read continuously so that a full pipe never stalls the agent being measured.
 
@@ -20,7 +20,7 @@ use tokio::{
     task::JoinHandle,
 };
 
-use super::manifest::NODE_NAME;
+use super::NODE_NAME;
 
 /// The line swiftlet logs once its servers listen.
 const READY_LINE: &str = "swiftlet is running";
@@ -46,6 +46,17 @@ pub struct AgentOptions {
     pub work_dir: PathBuf,
     /// Where its stderr goes.
     pub log: PathBuf,
+    /// `--pleg` (`relist` or `ebpf`).
+    pub pleg: String,
+    /// Further arguments of `swiftlet run`.
+    pub extra_args: Vec<String>,
+}
+
+impl AgentOptions {
+    /// Where its gRPC API listens.
+    pub fn grpc_socket(&self) -> PathBuf {
+        self.work_dir.join("s.sock")
+    }
 }
 
 /// A running swiftlet; SIGKILLed if dropped without [`Agent::stop`].
@@ -67,16 +78,17 @@ impl Agent {
             .arg("--manifests")
             .arg(&options.manifests)
             .args(["--runtime-endpoint", &options.runtime_endpoint])
-            .args(["--pleg", "relist"])
+            .args(["--pleg", &options.pleg])
             .args(["--read-only-port", &port.to_string()])
             // The read-only port is unauthenticated: not on every interface.
             .args(["--address", "127.0.0.1"])
             .args(["--http-address", "127.0.0.1:0"])
             .arg("--grpc-socket")
-            .arg(options.work_dir.join("s.sock"))
+            .arg(options.grpc_socket())
             .arg("--root-dir")
             .arg(options.work_dir.join("root"))
             .args(["--node-name", NODE_NAME])
+            .args(&options.extra_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -114,6 +126,11 @@ impl Agent {
             log: options.log.clone(),
             logger,
         })
+    }
+
+    /// Its process id (for its CPU time and memory in /proc).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
     }
 
     /// Whether swiftlet has exited, and how.

@@ -57,6 +57,9 @@ fn body_of(raw: &[u8]) -> Result<String> {
 pub struct Listed {
     pub uid: String,
     pub running: bool,
+    /// The runtime's ids of its containers (`containerID` without the `containerd://`), in the
+    /// order of `containerStatuses`; those without an id yet are left out.
+    pub container_ids: Vec<String>,
 }
 
 /// Every pod of a PodList by `metadata.name`.
@@ -77,10 +80,22 @@ pub fn list(pod_list: &str) -> Result<BTreeMap<String, Listed>> {
             let listed = Listed {
                 uid: text("/metadata/uid"),
                 running: is_running(pod),
+                container_ids: container_ids(pod),
             };
             (text("/metadata/name"), listed)
         })
         .collect())
+}
+
+fn container_ids(pod: &Value) -> Vec<String> {
+    pod.pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+        .iter()
+        .filter_map(|s| s.get("containerID").and_then(Value::as_str))
+        .filter(|id| !id.is_empty())
+        .map(|id| id.split_once("://").map_or(id, |(_, bare)| bare).to_owned())
+        .collect()
 }
 
 /// Phase Running, and a status for each of the spec's containers, every one `running`.
@@ -123,7 +138,14 @@ mod tests {
             .collect();
         let statuses: Vec<Value> = states
             .iter()
-            .map(|s| serde_json::json!({"name": "c", "state": {*s: {}}}))
+            .enumerate()
+            .map(|(i, s)| {
+                serde_json::json!({
+                    "name": "c",
+                    "state": {*s: {}},
+                    "containerID": format!("containerd://{name}-{i}"),
+                })
+            })
             .collect();
         serde_json::json!({
             "metadata": {"name": name, "uid": format!("uid-{name}")},
@@ -150,6 +172,9 @@ mod tests {
         assert_eq!(found.len(), 6);
         assert!(found["up"].running);
         assert_eq!(found["up"].uid, "uid-up");
+        assert_eq!(found["up"].container_ids, ["up-0"]);
+        assert_eq!(found["half"].container_ids, ["half-0", "half-1"]);
+        assert!(found["bare"].container_ids.is_empty());
         for name in ["pending", "half", "unreported", "no-containers", "bare"] {
             assert!(!found[name].running, "{name}");
         }

@@ -11,13 +11,13 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use k8s_cri::v1::{
-    ContainerFilter, ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter,
+    ContainerFilter, ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter,
     RemoveContainerRequest, RemovePodSandboxRequest, StopPodSandboxRequest, VersionRequest,
     runtime_service_client::RuntimeServiceClient,
 };
 use tonic::transport::Channel;
 
-use super::manifest::NAMESPACE;
+use super::NAMESPACE;
 
 /// The labels the kubelet (and swiftlet) puts on every sandbox and container: the pod's
 /// namespace and UID.
@@ -132,6 +132,30 @@ impl Cri {
             .into_iter()
             .map(|c| c.id)
             .collect())
+    }
+
+    /// The host pid of a running container's init, from the runtime's verbose status
+    /// (containerd reports it as `pid` in the `info` JSON).
+    pub async fn container_pid(&mut self, id: &str) -> Result<u32> {
+        let status = self
+            .runtime
+            .container_status(ContainerStatusRequest {
+                container_id: id.to_owned(),
+                verbose: true,
+            })
+            .await
+            .with_context(|| format!("ContainerStatus {id}"))?
+            .into_inner();
+        let info = status
+            .info
+            .get("info")
+            .with_context(|| format!("ContainerStatus {id}: no verbose info"))?;
+        let pid = serde_json::from_str::<serde_json::Value>(info)
+            .ok()
+            .and_then(|v| v.get("pid").and_then(serde_json::Value::as_u64))
+            .filter(|&pid| pid > 0)
+            .with_context(|| format!("ContainerStatus {id}: no pid in its info"))?;
+        Ok(u32::try_from(pid)?)
     }
 
     /// Stops and removes every sandbox and container of the benchmark, and its pod logs. After a

@@ -1,0 +1,58 @@
+//! What the benchmarks that run pods share: one `swiftlet run` per measurement (`agent`), the
+//! node as a user sees it through the read-only port (`http`), the runtime's clean-up over CRI
+//! (`cri`) and the pod cgroups left behind (`cgroups`).
+
+pub mod agent;
+pub mod cgroups;
+pub mod cri;
+pub mod http;
+pub mod manifests;
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use self::cri::Cri;
+
+/// The namespace of every benchmark pod: what the CRI clean-up selects on
+/// (`io.kubernetes.pod.namespace`), so it never touches another pod.
+pub const NAMESPACE: &str = "swiftlet-bench";
+
+/// `--node-name` of the benchmarks' swiftlet; static pod names get it as a suffix.
+pub const NODE_NAME: &str = "bench";
+
+/// The local image xtask imports into its containerd (never pulled).
+pub const IMAGE: &str = "localhost/swiftlet/busybox:latest";
+
+/// How often [`wait_removed`] looks again: teardowns are not measured, so it need not be fast.
+const TEARDOWN_POLL: Duration = Duration::from_millis(100);
+
+/// Waits until the swiftlet on `port` no longer lists the pods `names` in `/pods` and the
+/// runtime has no sandbox of the benchmark left. Whether that happened within `timeout`.
+pub async fn wait_removed(
+    port: u16,
+    cri: &mut Cri,
+    names: &[String],
+    timeout: Duration,
+) -> Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let listed = http::list(&http::get(port, "/pods").await?)?;
+        if !names.iter().any(|n| listed.contains_key(n)) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(TEARDOWN_POLL).await;
+    }
+    loop {
+        if cri.sandboxes().await?.is_empty() {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(TEARDOWN_POLL).await;
+    }
+}

@@ -1,0 +1,679 @@
+//! The PLEG benchmark (`swiftlet-bench pleg`): how soon each PLEG tells that a container died, and
+//! what it costs while nothing happens, with the same workload against `--pleg relist` (1 s, the
+//! kubelet's default) and `--pleg ebpf`, one after the other in one run, for each number of
+//! containers.
+//!
+//! One configuration (a PLEG and N) has its own swiftlet. It runs generations of N static pods
+//! (one busybox `sleep` container each, `restartPolicy: Never`):
+//! - once the first generation runs and has settled, the agent is left idle for a window, over
+//!   which its CPU time, containerd's CPU time, the CRI calls it made (its own
+//!   `kubelet_runtime_operations_total`) and its RSS are taken;
+//! - then the init process of every container is SIGKILLed, one at a time in a random order, a
+//!   random 100–500 ms apart; the time from just before `kill(2)` to the arrival of the
+//!   `ContainerDied` pod lifecycle event for that container on swiftlet's gRPC stream
+//!   (`swiftlet.v1.Events/Watch`), which carries the status CRI reported, is one sample. The
+//!   killed containers stay in the runtime as exited containers, so a relist lists N containers
+//!   throughout;
+//! - the pods are deleted and the next generation starts, until enough exits were measured.
+//!
+//! Submodules: `report` (table, JSON, plot).
+
+pub mod report;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, Result, bail};
+use nix::{sys::signal::Signal, unistd::Pid};
+use serde::Serialize;
+use swiftlet_proto::v1::{self, events_client::EventsClient};
+use tokio::sync::mpsc;
+
+use super::harness::{
+    self, IMAGE, NAMESPACE, NODE_NAME,
+    agent::{Agent, AgentOptions},
+    cgroups,
+    cri::Cri,
+    http, manifests,
+};
+
+/// The two PLEGs, in the order each N runs them.
+pub const PLEGS: [&str; 2] = ["relist", "ebpf"];
+
+/// The relist PLEG's period: the kubelet's default (`relistPeriod`).
+const RELIST_PERIOD: &str = "1s";
+
+/// Time between two kills: drawn uniformly from this range (ms), so that kills fall at every
+/// phase of the relist period.
+const KILL_GAP_MS: (u64, u64) = (100, 500);
+
+/// How long a generation waits for its pods to run.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long after the last kill the events still missing are waited for: far above what either
+/// PLEG takes (the relist period plus its own time), so that a missing event is a miss, not a
+/// slow one.
+const EVENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// After a generation runs, before the idle window: the start's own work (statuses, on-demand
+/// relists, the first resync) is done by then.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Bound on a generation's teardown.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How often `/pods` is read while a generation starts (not measured).
+const START_POLL: Duration = Duration::from_millis(100);
+
+/// The seed of the kill order and gaps: runs are repeatable.
+const SEED: u64 = 0x5EED_F1E7;
+
+/// What to run, and against what.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub swiftlet: PathBuf,
+    pub runtime_endpoint: String,
+    /// Running containers (one per pod), each run with both PLEGs.
+    pub sizes: Vec<usize>,
+    /// Exits to measure per configuration, at least.
+    pub exits: usize,
+    /// The idle window over which the steady-state cost is taken.
+    pub idle: Duration,
+    /// Where each configuration's swiftlet log and `/metrics` snapshot go.
+    pub log_dir: PathBuf,
+}
+
+/// One configuration's measurements.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConfigOutcome {
+    pub pleg: String,
+    pub containers: usize,
+    /// Kill → `ContainerDied` received, per exit measured, ascending.
+    pub latencies_ns: Vec<u64>,
+    /// Kills whose `ContainerDied` did not come within [`EVENT_TIMEOUT`].
+    pub missed: usize,
+    /// Events whose status was not `exited` with code 137 (SIGKILL).
+    pub wrong_status: usize,
+    /// Of the events measured, those a kernel event caused (a kernel timestamp on the event).
+    pub kernel_caused: usize,
+    pub generations: usize,
+    pub idle: IdleCost,
+}
+
+/// The steady-state cost over the idle window.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IdleCost {
+    pub seconds: f64,
+    /// swiftlet's CPU time (user + system).
+    pub agent_cpu_seconds: f64,
+    /// containerd's (the CRI server's) CPU time; `None` if its process was not found.
+    pub runtime_cpu_seconds: Option<f64>,
+    /// CRI calls swiftlet made, by operation.
+    pub cri_calls: BTreeMap<String, f64>,
+    /// swiftlet's resident set at the end of the window.
+    pub rss_bytes: u64,
+    /// Full relists during the window.
+    pub relists: f64,
+}
+
+impl IdleCost {
+    fn per_minute(&self, value: f64) -> f64 {
+        if self.seconds > 0.0 {
+            value * 60.0 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    pub fn agent_cpu_per_minute(&self) -> f64 {
+        self.per_minute(self.agent_cpu_seconds)
+    }
+
+    pub fn runtime_cpu_per_minute(&self) -> Option<f64> {
+        self.runtime_cpu_seconds.map(|s| self.per_minute(s))
+    }
+
+    pub fn cri_calls_per_minute(&self) -> f64 {
+        self.per_minute(self.cri_calls.values().sum())
+    }
+}
+
+/// Runs every configuration, each N with both PLEGs back to back.
+pub async fn run(settings: &Settings) -> Result<Vec<ConfigOutcome>> {
+    if settings.sizes.contains(&0) || settings.exits == 0 {
+        bail!("container counts and exits must not be zero");
+    }
+    let _ = std::fs::remove_dir_all(&settings.log_dir);
+    std::fs::create_dir_all(&settings.log_dir)
+        .with_context(|| format!("creating {}", settings.log_dir.display()))?;
+    let mut cri = Cri::connect(&settings.runtime_endpoint).await?;
+    clear(&mut cri)
+        .await
+        .context("clearing an earlier run's pods")?;
+    let containerd = runtime_pid(&settings.runtime_endpoint);
+    if containerd.is_none() {
+        eprintln!(
+            "note: no containerd process serves {}; its CPU time is not reported",
+            settings.runtime_endpoint
+        );
+    }
+    let mut rng = fastrand::Rng::with_seed(SEED);
+    let mut outcomes = Vec::new();
+    for &size in &settings.sizes {
+        for pleg in PLEGS {
+            let config = Config {
+                settings,
+                pleg,
+                size,
+                containerd,
+            };
+            let outcome = config
+                .run(&mut cri, &mut rng)
+                .await
+                .with_context(|| format!("--pleg {pleg} with {size} containers"))?;
+            eprintln!("{}", progress_line(&outcome));
+            outcomes.push(outcome);
+        }
+    }
+    Ok(outcomes)
+}
+
+/// Clears every pod of the benchmark from the runtime at `endpoint` and their cgroups, after an
+/// interrupted run.
+pub async fn clean_up(endpoint: &str) -> Result<usize> {
+    let mut cri = Cri::connect(endpoint).await?;
+    clear(&mut cri).await
+}
+
+async fn clear(cri: &mut Cri) -> Result<usize> {
+    let cleared = cri.clear().await?;
+    cgroups::remove_pod_dirs(&cleared.pod_uids);
+    Ok(cleared.found)
+}
+
+fn progress_line(o: &ConfigOutcome) -> String {
+    let latency = super::stats::Latency::of(&o.latencies_ns);
+    let ms = |ns: u64| ns as f64 / 1e6;
+    format!(
+        "--pleg {} with {} containers: {} exits, p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms, {} \
+         missed; idle: {:.3} CPU s/min, {:.0} CRI calls/min",
+        o.pleg,
+        o.containers,
+        latency.count,
+        ms(latency.p50_ns),
+        ms(latency.p99_ns),
+        ms(latency.max_ns),
+        o.missed,
+        o.idle.agent_cpu_per_minute(),
+        o.idle.cri_calls_per_minute(),
+    )
+}
+
+/// One PLEG with one number of containers.
+struct Config<'a> {
+    settings: &'a Settings,
+    pleg: &'static str,
+    size: usize,
+    containerd: Option<u32>,
+}
+
+/// A `ContainerDied` as it arrived.
+struct Died {
+    container_id: String,
+    at: Instant,
+    status_ok: bool,
+    kernel_caused: bool,
+}
+
+impl Config<'_> {
+    fn pod_name(&self, generation: usize, index: usize) -> String {
+        format!("pleg-{}-{}-g{generation}-{index:03}", self.pleg, self.size)
+    }
+
+    async fn run(&self, cri: &mut Cri, rng: &mut fastrand::Rng) -> Result<ConfigOutcome> {
+        let work = tempdir(&format!("{}-{}", self.pleg, self.size))?;
+        let (staging, manifest_dir) = (work.join("staging"), work.join("manifests"));
+        for d in [&staging, &manifest_dir] {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        let label = format!("{}-{}", self.pleg, self.size);
+        let mut extra_args = Vec::new();
+        if self.pleg == "relist" {
+            extra_args.extend(["--pleg-relist-period".to_owned(), RELIST_PERIOD.to_owned()]);
+        }
+        let options = AgentOptions {
+            swiftlet: self.settings.swiftlet.clone(),
+            runtime_endpoint: self.settings.runtime_endpoint.clone(),
+            manifests: manifest_dir.clone(),
+            work_dir: work.clone(),
+            log: self.settings.log_dir.join(format!("swiftlet-{label}.log")),
+            pleg: self.pleg.to_owned(),
+            extra_args,
+        };
+        let agent = Agent::start(&options).await?;
+        let measured = self
+            .measure(&agent, &options, cri, rng, &staging, &manifest_dir)
+            .await;
+        if let Ok(text) = http::get(agent.port, "/metrics").await {
+            let snapshot = self.settings.log_dir.join(format!("metrics-{label}.txt"));
+            std::fs::write(&snapshot, text)
+                .with_context(|| format!("writing {}", snapshot.display()))?;
+        }
+        let stopped = agent.stop().await;
+        let cleared = clear(cri).await.context("clearing the configuration's pods");
+        let _ = std::fs::remove_dir_all(&work);
+        let outcome = measured?;
+        stopped.context("stopping swiftlet")?;
+        cleared?;
+        Ok(outcome)
+    }
+
+    async fn measure(
+        &self,
+        agent: &Agent,
+        options: &AgentOptions,
+        cri: &mut Cri,
+        rng: &mut fastrand::Rng,
+        staging: &Path,
+        manifest_dir: &Path,
+    ) -> Result<ConfigOutcome> {
+        let mut deaths = watch_deaths(&options.grpc_socket()).await?;
+        let mut outcome = ConfigOutcome {
+            pleg: self.pleg.to_owned(),
+            containers: self.size,
+            latencies_ns: Vec::new(),
+            missed: 0,
+            wrong_status: 0,
+            kernel_caused: 0,
+            generations: 0,
+            idle: IdleCost::default(),
+        };
+        while outcome.latencies_ns.len() + outcome.missed < self.settings.exits {
+            let generation = outcome.generations;
+            let names: Vec<String> = (0..self.size)
+                .map(|i| self.pod_name(generation, i))
+                .collect();
+            let files: Vec<(String, String)> = names
+                .iter()
+                .map(|n| (format!("{n}.yaml"), manifest(n)))
+                .collect();
+            manifests::write_all(&files, staging, manifest_dir)?;
+            let node_names: Vec<String> =
+                names.iter().map(|n| format!("{n}-{NODE_NAME}")).collect();
+            let containers = wait_running(agent, &node_names).await?;
+            if generation == 0 {
+                tokio::time::sleep(SETTLE).await;
+                outcome.idle = self.idle_cost(agent).await?;
+            }
+            let mut pids = Vec::with_capacity(containers.len());
+            for id in &containers {
+                pids.push((id.clone(), cri.container_pid(id).await?));
+            }
+            rng.shuffle(&mut pids);
+            // What came before this generation's kills (its starts) is not measured.
+            while deaths.try_recv().is_ok() {}
+            self.kill_all(&pids, &mut deaths, rng, &mut outcome).await?;
+            let removed = {
+                let files: Vec<String> = files.into_iter().map(|(f, _)| f).collect();
+                manifests::remove_all(&files, manifest_dir)?;
+                harness::wait_removed(agent.port, cri, &node_names, TEARDOWN_TIMEOUT).await?
+            };
+            if !removed {
+                eprintln!(
+                    "--pleg {} generation {generation}: swiftlet did not remove its pods within \
+                     {TEARDOWN_TIMEOUT:?}; clearing them over CRI",
+                    self.pleg
+                );
+                clear(cri).await?;
+            }
+            outcome.generations += 1;
+        }
+        outcome.latencies_ns.sort_unstable();
+        Ok(outcome)
+    }
+
+    /// Kills every `(container, pid)` in turn and collects the latencies of their deaths.
+    async fn kill_all(
+        &self,
+        pids: &[(String, u32)],
+        deaths: &mut mpsc::UnboundedReceiver<Died>,
+        rng: &mut fastrand::Rng,
+        outcome: &mut ConfigOutcome,
+    ) -> Result<()> {
+        let mut killed_at: HashMap<&str, Instant> = HashMap::with_capacity(pids.len());
+        let mut record = |died: Died, killed_at: &mut HashMap<&str, Instant>| {
+            if let Some(t0) = killed_at.remove(died.container_id.as_str()) {
+                outcome.latencies_ns.push(nanos(died.at.saturating_duration_since(t0)));
+                outcome.wrong_status += usize::from(!died.status_ok);
+                outcome.kernel_caused += usize::from(died.kernel_caused);
+            }
+        };
+        for (id, pid) in pids {
+            let gap = Duration::from_millis(rng.u64(KILL_GAP_MS.0..=KILL_GAP_MS.1));
+            let next = tokio::time::Instant::now() + gap;
+            while let Ok(Some(died)) = tokio::time::timeout_at(next, deaths.recv()).await {
+                record(died, &mut killed_at);
+            }
+            let t0 = Instant::now();
+            nix::sys::signal::kill(Pid::from_raw(i32::try_from(*pid)?), Signal::SIGKILL)
+                .with_context(|| format!("killing the init (pid {pid}) of container {id}"))?;
+            killed_at.insert(id.as_str(), t0);
+        }
+        let deadline = tokio::time::Instant::now() + EVENT_TIMEOUT;
+        while !killed_at.is_empty() {
+            match tokio::time::timeout_at(deadline, deaths.recv()).await {
+                Ok(Some(died)) => record(died, &mut killed_at),
+                Ok(None) => bail!("swiftlet's event stream ended"),
+                Err(_) => break,
+            }
+        }
+        outcome.missed += killed_at.len();
+        Ok(())
+    }
+
+    /// Leaves the agent alone for the idle window and takes what it cost.
+    async fn idle_cost(&self, agent: &Agent) -> Result<IdleCost> {
+        let pid = agent.pid().context("swiftlet has no pid")?;
+        let before_metrics = http::get(agent.port, "/metrics").await?;
+        let (agent_before, runtime_before) = (cpu_seconds(pid)?, self.containerd.map(cpu_seconds));
+        let start = Instant::now();
+        tokio::time::sleep(self.settings.idle).await;
+        let (agent_after, runtime_after) = (cpu_seconds(pid)?, self.containerd.map(cpu_seconds));
+        let seconds = start.elapsed().as_secs_f64();
+        let after_metrics = http::get(agent.port, "/metrics").await?;
+        let before_calls = samples(&before_metrics, "kubelet_runtime_operations_total");
+        let cri_calls = samples(&after_metrics, "kubelet_runtime_operations_total")
+            .into_iter()
+            .map(|(labels, after)| {
+                let before = before_calls.get(&labels).copied().unwrap_or(0.0);
+                (operation(&labels), after - before)
+            })
+            .filter(|(_, calls)| *calls > 0.0)
+            .collect();
+        let relists = |text: &str| {
+            samples(text, "kubelet_pleg_relist_duration_seconds_count")
+                .values()
+                .sum::<f64>()
+        };
+        let runtime_cpu_seconds = match (runtime_before, runtime_after) {
+            (Some(Ok(before)), Some(Ok(after))) => Some(after - before),
+            _ => None,
+        };
+        Ok(IdleCost {
+            seconds,
+            agent_cpu_seconds: agent_after - agent_before,
+            runtime_cpu_seconds,
+            cri_calls,
+            rss_bytes: rss_bytes(pid)?,
+            relists: relists(&after_metrics) - relists(&before_metrics),
+        })
+    }
+}
+
+/// One busybox `sleep` container that is never restarted; grace period 0 so that a generation's
+/// teardown is short.
+fn manifest(name: &str) -> String {
+    format!(
+        "apiVersion: v1\n\
+         kind: Pod\n\
+         metadata:\n  \
+           name: {name}\n  \
+           namespace: {NAMESPACE}\n  \
+           labels:\n    \
+             app: swiftlet-bench-pleg\n\
+         spec:\n  \
+           restartPolicy: Never\n  \
+           terminationGracePeriodSeconds: 0\n  \
+           containers:\n    \
+             - name: sleep\n      \
+               image: {IMAGE}\n      \
+               imagePullPolicy: Never\n      \
+               command: [\"sleep\", \"3600\"]\n"
+    )
+}
+
+/// Polls `/pods` until every pod of `names` runs; their containers' ids.
+async fn wait_running(agent: &Agent, names: &[String]) -> Result<Vec<String>> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        let listed = http::list(&http::get(agent.port, "/pods").await?)?;
+        let running: Option<Vec<String>> = names
+            .iter()
+            .map(|n| {
+                listed
+                    .get(n)
+                    .filter(|p| p.running)
+                    .and_then(|p| p.container_ids.first().cloned())
+            })
+            .collect();
+        if let Some(ids) = running {
+            return Ok(ids);
+        }
+        if Instant::now() >= deadline {
+            let up = names
+                .iter()
+                .filter(|n| listed.get(*n).is_some_and(|p| p.running))
+                .count();
+            bail!(
+                "{up} of {} pods ran within {START_TIMEOUT:?}; the end of swiftlet's log:\n{}",
+                names.len(),
+                agent.log_tail()
+            );
+        }
+        tokio::time::sleep(START_POLL).await;
+    }
+}
+
+/// Subscribes to swiftlet's pod lifecycle events; every `ContainerDied` is passed on with the
+/// instant it arrived.
+async fn watch_deaths(socket: &Path) -> Result<mpsc::UnboundedReceiver<Died>> {
+    let socket = socket.to_owned();
+    let channel = tonic::transport::Endpoint::try_from("http://swiftlet.invalid")?
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .context("connecting to swiftlet's gRPC socket")?;
+    let mut stream = EventsClient::new(channel)
+        .watch(v1::WatchRequest {
+            kinds: vec!["pod".into()],
+            cgroup_ids: vec![],
+        })
+        .await
+        .context("Events/Watch")?
+        .into_inner();
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok(Some(event)) = stream.message().await {
+            let at = Instant::now();
+            if let Some(v1::event::Kind::Pod(pod)) = event.kind
+                && pod.r#type == "ContainerDied"
+            {
+                let died = Died {
+                    status_ok: pod.state == "exited" && pod.exit_code == Some(137),
+                    kernel_caused: pod.kernel_ts_ns > 0,
+                    container_id: pod.container_id,
+                    at,
+                };
+                if tx.send(died).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// The containerd process that serves `endpoint` (`unix://DIR/containerd.sock`, its config in
+/// `DIR/config.toml` as xtask writes it, or the socket named on its command line).
+fn runtime_pid(endpoint: &str) -> Option<u32> {
+    let socket = Path::new(endpoint.strip_prefix("unix://")?);
+    let dir = socket.parent()?.display().to_string();
+    let socket = socket.display().to_string();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+        if comm.trim() != "containerd" {
+            return None;
+        }
+        let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).ok()?;
+        (cmdline.contains(&format!("{dir}/config.toml")) || cmdline.contains(&socket)).then_some(pid)
+    })
+}
+
+/// User + system CPU time of process `pid`, every thread included.
+fn cpu_seconds(pid: u32) -> Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let ticks = stat_cpu_ticks(&stat).with_context(|| format!("{path}: no utime/stime"))?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&hz| hz > 0)
+        .context("sysconf(CLK_TCK)")?;
+    Ok(ticks as f64 / hz as f64)
+}
+
+/// utime + stime (fields 14 and 15) of a `/proc/PID/stat` line; the command name (field 2) may
+/// hold spaces and parentheses, so fields are counted from its closing parenthesis.
+fn stat_cpu_ticks(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): utime is field 14, i.e. index 11.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// `VmRSS` of process `pid`, in bytes.
+fn rss_bytes(pid: u32) -> Result<u64> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    status
+        .lines()
+        .find_map(|l| {
+            let kb = l.strip_prefix("VmRSS:")?.trim().strip_suffix("kB")?;
+            kb.trim().parse::<u64>().ok()
+        })
+        .map(|kb| kb * 1024)
+        .with_context(|| format!("{path}: no VmRSS"))
+}
+
+/// Every sample of the metric `name` in a Prometheus text exposition, by its label set.
+fn samples(text: &str, name: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let (labels, value) = if let Some(labelled) = rest.strip_prefix('{') {
+                let (labels, value) = labelled.split_once('}')?;
+                (labels.to_owned(), value)
+            } else if rest.starts_with(' ') {
+                (String::new(), rest)
+            } else {
+                // Another metric whose name starts with this one.
+                return None;
+            };
+            Some((labels, value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The `operation_type` of a label set (the whole set when it has none).
+fn operation(labels: &str) -> String {
+    labels
+        .split(',')
+        .find_map(|l| l.strip_prefix("operation_type=\""))
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(labels)
+        .to_owned()
+}
+
+/// A fresh private folder for one configuration.
+fn tempdir(label: &str) -> Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!(
+        "swiftlet-bench-pleg-{}-{label}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_ticks_are_counted_after_the_command_name() {
+        let stat = "4242 (tokio (rt) x) S 1 4242 4242 0 -1 4194560 9000 0 0 0 \
+                    150 37 0 0 20 0 9 0 100 0 0";
+        assert_eq!(stat_cpu_ticks(stat), Some(187));
+        assert_eq!(stat_cpu_ticks("4242 (x) S 1"), None);
+    }
+
+    #[test]
+    fn samples_by_label_set_and_operation() {
+        let text = "# HELP kubelet_runtime_operations_total ...\n\
+                    kubelet_runtime_operations_total{operation_type=\"list_containers\"} 120\n\
+                    kubelet_runtime_operations_total{operation_type=\"container_status\"} 3\n\
+                    kubelet_runtime_operations_total_other 5\n\
+                    kubelet_pleg_relist_duration_seconds_count 61\n";
+        let calls = samples(text, "kubelet_runtime_operations_total");
+        assert_eq!(calls.len(), 2);
+        let ops: Vec<String> = calls.keys().map(|l| operation(l)).collect();
+        assert_eq!(ops, ["container_status", "list_containers"]);
+        assert_eq!(
+            samples(text, "kubelet_pleg_relist_duration_seconds_count").get(""),
+            Some(&61.0)
+        );
+    }
+
+    #[test]
+    fn idle_costs_are_scaled_to_a_minute() {
+        let idle = IdleCost {
+            seconds: 30.0,
+            agent_cpu_seconds: 0.5,
+            runtime_cpu_seconds: Some(1.0),
+            cri_calls: BTreeMap::from([("list_containers".into(), 30.0), ("x".into(), 30.0)]),
+            rss_bytes: 1,
+            relists: 30.0,
+        };
+        assert!((idle.agent_cpu_per_minute() - 1.0).abs() < 1e-9);
+        assert_eq!(idle.runtime_cpu_per_minute(), Some(2.0));
+        assert!((idle.cri_calls_per_minute() - 120.0).abs() < 1e-9);
+        assert!((IdleCost::default().cri_calls_per_minute()).abs() < 1e-9);
+    }
+
+    #[test]
+    fn pods_are_named_per_pleg_size_and_generation() {
+        let settings = Settings {
+            swiftlet: PathBuf::new(),
+            runtime_endpoint: String::new(),
+            sizes: vec![10],
+            exits: 1,
+            idle: Duration::ZERO,
+            log_dir: PathBuf::new(),
+        };
+        let config = Config {
+            settings: &settings,
+            pleg: "ebpf",
+            size: 100,
+            containerd: None,
+        };
+        assert_eq!(config.pod_name(2, 7), "pleg-ebpf-100-g2-007");
+        let text = manifest("x");
+        assert!(text.contains("restartPolicy: Never"), "{text}");
+        assert!(text.contains(&format!("namespace: {NAMESPACE}")), "{text}");
+    }
+}
