@@ -125,6 +125,15 @@ fn deaths_reach_the_status_with_no_relist() {
         "every death was learnt from the kernel: no relist ran in between"
     );
     assert!(node.metric(r#"swiftlet_pleg_kernel_triggers_total{kind="exit"}"#) >= 3.0);
+    // The statuses first came from the kernel's exit events; containerd then agreed with every
+    // exit code.
+    let metrics = node.metrics();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "swiftlet_pleg_exit_code_disagreements_total 0"),
+        "{metrics}"
+    );
     let series = format!(
         r#"swiftlet_oom_kills_total{{namespace="default",pod="oom-{}"}}"#,
         node.name

@@ -29,3 +29,12 @@ pub fn monotonic_ns() -> u64 {
         .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
     now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
 }
+
+/// The wall-clock time of a kernel timestamp (CLOCK_MONOTONIC ns), as of now: what a status
+/// shows as when something happened.
+pub fn wall_clock_of(ts_ns: u64) -> std::time::SystemTime {
+    let ago = std::time::Duration::from_nanos(monotonic_ns().saturating_sub(ts_ns));
+    std::time::SystemTime::now()
+        .checked_sub(ago)
+        .unwrap_or(std::time::SystemTime::UNIX_EPOCH)
+}

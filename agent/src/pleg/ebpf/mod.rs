@@ -5,6 +5,16 @@
 //! it lost events or the event stream breaks — upstream's Evented PLEG shape, with the kernel as
 //! the event source instead of the runtime.
 //!
+//! An exit is reported with the kernel's account of it. containerd shows a container as exited
+//! only after its shim has reaped the init and `runc delete` has run, tens of milliseconds after
+//! the kernel saw the exit, and a refresh costs several CRI round trips to a runtime busy with
+//! that very exit. So the exit of a container's init is reported at once: the pod's last status
+//! from CRI, with the dead container's state, exit code (or 128 + signal), reason and finish time
+//! from the kernel's exit event, is cached and the `ContainerDied` sent. The refresh follows,
+//! and follow-up refreshes run until CRI shows the exit; a disagreement on the exit code is
+//! counted and logged, and CRI's word is kept. Starts, OOM kills and deaths known only from an
+//! emptied cgroup wait for the refresh.
+//!
 //! Which kernel events matter: the exit that leaves a container's cgroup without processes (its
 //! death), the exec of its init (the process that is pid 1 of its pid namespace: its start), and
 //! OOM kills of any process of a container. Exits of other processes (runc's bootstrap, a
@@ -42,6 +52,13 @@ pub const RELIST_THRESHOLD: Duration = Duration::from_secs(600);
 const FOLLOW_UP_RELIST: Duration = Duration::from_secs(1);
 /// How long a targeted refresh waits for the runtime to catch up with the kernel.
 const PATIENCE: Duration = Duration::from_secs(2);
+/// How long follow-up refreshes wait for the runtime to confirm an exit the kernel reported.
+const CONFIRM_PATIENCE: Duration = Duration::from_secs(10);
+/// The first and the longest pause between two follow-up refreshes.
+const CONFIRM_PAUSES: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(200));
+/// How many unconfirmed exits are remembered (a container removed before the runtime ever showed
+/// it exited would otherwise stay forever).
+const EXIT_MEMORY: usize = 4096;
 
 #[derive(Clone)]
 pub struct EbpfPlegMetrics {
@@ -53,6 +70,8 @@ pub struct EbpfPlegMetrics {
     pub relists: IntCounterVec,
     /// OOM kills by pod (series removed with the pod).
     pub oom_kills: IntCounterVec,
+    /// Exits the runtime reported with another exit code than the kernel did.
+    pub exit_disagreements: prometheus::IntCounter,
 }
 
 impl EbpfPlegMetrics {
@@ -88,6 +107,12 @@ impl EbpfPlegMetrics {
             ),
             &["namespace", "pod"],
         )?;
+        let exit_disagreements = prometheus::IntCounter::new(
+            "swiftlet_pleg_exit_code_disagreements_total",
+            "Container exits the runtime reported with another exit code than the kernel's exit \
+             event carried (the runtime's is kept).",
+        )?;
+        registry.register(Box::new(exit_disagreements.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(triggers.clone()))?;
         registry.register(Box::new(relists.clone()))?;
@@ -97,6 +122,7 @@ impl EbpfPlegMetrics {
             triggers,
             relists,
             oom_kills,
+            exit_disagreements,
         })
     }
 }
@@ -112,10 +138,82 @@ pub struct EbpfPleg {
     oom_killed: Arc<Mutex<std::collections::VecDeque<String>>>,
     /// Pods with an OOM series, to drop it with the pod.
     oom_series: OomSeries,
+    /// Container exits the kernel reported that the runtime has not shown yet.
+    exits: Arc<Mutex<KernelExits>>,
     /// Whether a host pid is pid 1 of its pid namespace (injected: tests have no containers).
     is_init: fn(u32) -> bool,
     /// Whether the exit of a process left its container's cgroup empty (injected likewise).
     is_last_process: fn(&EbpfPleg, &ContainerCgroup, u32) -> bool,
+}
+
+/// The exit of a container's init as the kernel reported it.
+#[derive(Clone, Debug, PartialEq)]
+struct KernelExit {
+    pod: PodUid,
+    /// The runtime's convention: the exit code, or 128 + the signal.
+    exit_code: i32,
+    finished_at: std::time::SystemTime,
+}
+
+/// Exits awaiting the runtime's confirmation, by container id; the oldest forgotten first.
+#[derive(Default)]
+struct KernelExits {
+    by_container: std::collections::HashMap<String, KernelExit>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl KernelExits {
+    fn insert(&mut self, container: String, exit: KernelExit) {
+        if self.by_container.insert(container.clone(), exit).is_none() {
+            if self.order.len() >= EXIT_MEMORY
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.by_container.remove(&oldest);
+            }
+            self.order.push_back(container);
+        }
+    }
+
+    fn remove(&mut self, container: &str) {
+        if self.by_container.remove(container).is_some() {
+            self.order.retain(|c| c != container);
+        }
+    }
+
+    fn remove_pod(&mut self, pod: &PodUid) {
+        self.by_container.retain(|_, e| &e.pod != pod);
+        let by_container = &self.by_container;
+        self.order.retain(|c| by_container.contains_key(c));
+    }
+
+    /// Puts the kernel's account of each exit the runtime does not show yet into `status`, and
+    /// forgets those it shows (counting the exit codes it disagrees on).
+    fn amend(&mut self, status: &mut crate::container::PodStatus, disagreements: &prometheus::IntCounter) {
+        use crate::container::ContainerState;
+        for c in &mut status.containers {
+            let Some(exit) = self.by_container.get(&c.id.id) else {
+                continue;
+            };
+            if c.state == ContainerState::Exited {
+                if c.exit_code != Some(exit.exit_code) {
+                    disagreements.inc();
+                    tracing::warn!(container = c.id.id, kernel = exit.exit_code, runtime = ?c.exit_code, "the runtime reports another exit code than the kernel did; keeping the runtime's");
+                }
+                let id = c.id.id.clone();
+                self.remove(&id);
+                continue;
+            }
+            c.state = ContainerState::Exited;
+            c.exit_code = Some(exit.exit_code);
+            c.finished_at = Some(exit.finished_at);
+            // containerd's reasons; an OOM kill is marked after this.
+            c.reason = if exit.exit_code == 0 { "Completed" } else { "Error" }.into();
+        }
+    }
+
+    fn contains(&self, container: &str) -> bool {
+        self.by_container.contains_key(container)
+    }
 }
 
 /// Pod → (namespace, name) of its `swiftlet_oom_kills_total` series.
@@ -134,10 +232,17 @@ impl EbpfPleg {
     ) -> Arc<Self> {
         relist.set_event_latency(metrics.event_latency.clone());
         let oom_killed: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
+        let exits: Arc<Mutex<KernelExits>> = Arc::default();
         {
+            let exits = exits.clone();
+            let disagreements = metrics.exit_disagreements.clone();
             // containerd may not have seen the OOM kill when it reports the exit; the kernel has.
             let oom_killed = oom_killed.clone();
             relist.set_amender(Arc::new(move |status| {
+                exits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .amend(status, &disagreements);
                 let killed = oom_killed.lock().unwrap_or_else(|p| p.into_inner());
                 for c in &mut status.containers {
                     if c.state == crate::container::ContainerState::Exited
@@ -155,7 +260,12 @@ impl EbpfPleg {
         {
             let oom_series = oom_series.clone();
             let counter = metrics.oom_kills.clone();
+            let exits = exits.clone();
             relist.set_on_gone(Arc::new(move |uid| {
+                exits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove_pod(uid);
                 let series = oom_series
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -179,6 +289,7 @@ impl EbpfPleg {
             stream_alive: AtomicBool::new(true),
             oom_killed,
             oom_series,
+            exits,
             is_init: super::index::is_namespace_init,
             is_last_process: |pleg, entry, _| {
                 // A cgroup already removed (the runtime cleans up fast) is empty too.
@@ -256,12 +367,18 @@ impl EbpfPleg {
                 _ => 0,
             };
             tracing::debug!(pod = %uid, container, ?expect, pid, kind = event.body.kind().as_str(), "kernel event: refreshing the pod");
-            let relist = self.relist.clone();
+            // An exit the kernel gave an account of is reported now, from the cached status;
+            // the refresh below brings the runtime's view of the rest of the pod.
+            if expect == Expect::Stopped && self.exits_lock().contains(&container) {
+                self.relist.report_from_cache(&uid, event.ts_ns);
+            }
+            let pleg = self.clone();
             let ts = event.ts_ns;
             tokio::spawn(async move {
-                relist
+                pleg.relist
                     .refresh_pod_expecting(&uid, &container, expect, ts, PATIENCE)
                     .await;
+                pleg.confirm_exit(&uid, &container).await;
             });
         }
     }
@@ -307,8 +424,20 @@ impl EbpfPleg {
                 if !entry.started {
                     return None;
                 }
-                let dead = entry.init_pid == Some(exit.pid)
-                    || (self.is_last_process)(self, entry, exit.pid);
+                let init = entry.init_pid == Some(exit.pid);
+                if init {
+                    // The init's exit status is the container's; the last process of a cgroup
+                    // without an init of its own says nothing about the container's.
+                    self.exits_lock().insert(
+                        entry.container_id.clone(),
+                        KernelExit {
+                            pod: entry.pod.clone(),
+                            exit_code: exit.container_exit_code(),
+                            finished_at: crate::kernel::wall_clock_of(event.ts_ns),
+                        },
+                    );
+                }
+                let dead = init || (self.is_last_process)(self, entry, exit.pid);
                 dead.then(|| {
                     (
                         entry.pod.clone(),
@@ -325,6 +454,26 @@ impl EbpfPleg {
                 self.record_oom(&pod, &container);
                 Some((pod, container, Expect::Any))
             }
+        }
+    }
+
+    fn exits_lock(&self) -> std::sync::MutexGuard<'_, KernelExits> {
+        self.exits.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refreshes `pod` until the runtime shows the exit of `container` the kernel reported (the
+    /// amender then forgets it), so that the cache soon holds the runtime's own account.
+    async fn confirm_exit(&self, pod: &PodUid, container: &str) {
+        let give_up = tokio::time::Instant::now() + CONFIRM_PATIENCE;
+        let mut pause = CONFIRM_PAUSES.0;
+        while self.exits_lock().contains(container) {
+            if tokio::time::Instant::now() >= give_up {
+                tracing::warn!(pod = %pod, container, "the runtime has not shown the exit the kernel reported within {CONFIRM_PATIENCE:?}; the status keeps the kernel's account");
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            self.relist.relist_pod(pod).await;
+            pause = (pause * 2).min(CONFIRM_PAUSES.1);
         }
     }
 

@@ -351,3 +351,120 @@ async fn an_oom_series_lives_as_long_as_the_pod_in_the_runtime() {
     f.pleg.relist.relist().await;
     assert!(oom_series(&f.metrics).is_empty());
 }
+
+/// Starts container c1 of pod u1 (cgroup 10, init pid 100) and returns once its start is
+/// reported.
+async fn started(f: &mut Fixture) {
+    f.pleg.handle(&mkdir(10, "/kubepods/besteffort/podu1/c1"));
+    f.pleg.handle(&exec(10, 100));
+    let e = next_event(&mut f.events).await;
+    assert_eq!(e.kind, EventType::ContainerStarted);
+    // The sandbox's start came with it.
+    while f.events.try_recv().is_ok() {}
+}
+
+async fn next_death(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> PodLifecycleEvent {
+    loop {
+        let e = next_event(rx).await;
+        if e.kind == EventType::ContainerDied {
+            return e;
+        }
+    }
+}
+
+/// Waits (bounded) until the runtime has confirmed every exit the kernel reported.
+async fn confirmed(f: &Fixture) {
+    for _ in 0..1000 {
+        if f.pleg.exits_lock().by_container.is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the exit was never confirmed");
+}
+
+#[tokio::test]
+async fn an_exit_is_reported_with_the_kernels_account_before_the_runtime_shows_it() {
+    // The runtime shows the exit only on its fourth look after the start.
+    let mut f = fixture(vec![
+        ContainerState::Running,
+        ContainerState::Running,
+        ContainerState::Running,
+        ContainerState::Running,
+        ContainerState::Exited,
+    ]);
+    started(&mut f).await;
+    let calls = *f.runtime.calls.lock().expect("lock");
+    f.pleg.handle(&exit(10, 100));
+    // Reported before the runtime is asked anything (this test's runtime runs the spawned
+    // refresh only once the test awaits).
+    let died = f.events.try_recv().expect("ContainerDied at once");
+    assert_eq!(died.kind, EventType::ContainerDied);
+    assert_eq!(died.kernel_ts_ns, Some(3));
+    assert_eq!(*f.runtime.calls.lock().expect("lock"), calls);
+    let status = died.status.expect("a status");
+    assert_eq!(status.state, ContainerState::Exited);
+    assert_eq!(status.exit_code, Some(3));
+    assert_eq!(status.reason, "Error");
+    assert!(status.finished_at.is_some());
+    // The cache the pod worker reads has it too.
+    let cached = f.pleg.cache().get(&PodUid::from("u1")).status.expect("cached");
+    assert_eq!(cached.containers[0].state, ContainerState::Exited);
+    // Follow-up refreshes run until the runtime agrees; it agreed on the exit code.
+    confirmed(&f).await;
+    assert!(*f.runtime.calls.lock().expect("lock") >= calls + 4);
+    assert_eq!(f.metrics.exit_disagreements.get(), 0);
+    // No second death for the confirmation.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(f.events.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn the_runtime_wins_when_it_reports_another_exit_code() {
+    let mut f = fixture(vec![
+        ContainerState::Running,
+        ContainerState::Running,
+        ContainerState::Exited,
+    ]);
+    started(&mut f).await;
+    // The kernel says SIGKILL (137); this runtime says 3.
+    f.pleg.handle(&event(
+        3,
+        EventBody::Exit(ProcessExit {
+            cgroup_id: 10,
+            pid: 100,
+            tid: 100,
+            comm: "sh".into(),
+            exit_code: None,
+            signal: Some(9),
+            core_dumped: false,
+            wait_status: 9,
+        }),
+    ));
+    let died = next_death(&mut f.events).await;
+    assert_eq!(died.status.and_then(|s| s.exit_code), Some(137));
+    confirmed(&f).await;
+    assert_eq!(f.metrics.exit_disagreements.get(), 1);
+    let cached = f.pleg.cache().get(&PodUid::from("u1")).status.expect("cached");
+    assert_eq!(cached.containers[0].exit_code, Some(3));
+}
+
+#[test]
+fn unconfirmed_exits_are_bounded_and_go_with_their_pod() {
+    let mut exits = KernelExits::default();
+    let exit = |pod: &str| KernelExit {
+        pod: PodUid::from(pod),
+        exit_code: 0,
+        finished_at: SystemTime::UNIX_EPOCH,
+    };
+    for i in 0..EXIT_MEMORY + 2 {
+        exits.insert(format!("c{i}"), exit("a"));
+    }
+    assert_eq!(exits.by_container.len(), EXIT_MEMORY);
+    assert!(!exits.contains("c0") && !exits.contains("c1") && exits.contains("c2"));
+    exits.insert("b1".into(), exit("b"));
+    exits.remove_pod(&PodUid::from("a"));
+    assert_eq!(exits.by_container.len(), 1);
+    assert_eq!(exits.order.len(), 1);
+    assert!(exits.contains("b1"));
+}

@@ -347,10 +347,24 @@ impl RelistPleg {
         };
         self.tell_gone(&gone);
         // Statuses before events: a worker woken by an event must find the status in the cache.
+        let mut statuses = HashMap::with_capacity(to_inspect.len());
         for (uid, name, namespace) in to_inspect.drain(..) {
-            self.update_cache(&uid, &name, &namespace, None).await;
+            if let Some(status) = self.update_cache(&uid, &name, &namespace, None).await {
+                statuses.insert(uid, status);
+            }
         }
         self.cache.update_time(observed);
+        // Each event carries its container's status as just inspected, as targeted refreshes do.
+        for event in &mut events {
+            event.status = event.container.as_ref().and_then(|id| {
+                statuses
+                    .get(&event.pod)?
+                    .containers
+                    .iter()
+                    .find(|c| &c.id == id)
+                    .cloned()
+            });
+        }
         let discarded = events
             .drain(..)
             .map(|e| self.send(e))
@@ -489,49 +503,7 @@ impl RelistPleg {
     ) -> Option<PodStatus> {
         let observed = SystemTime::now();
         match self.runtime.pod_status(uid, name, namespace).await {
-            Ok(mut status) => {
-                let amend = lock(&self.amend).clone();
-                if let Some(amend) = amend {
-                    amend(&mut status);
-                }
-                let running = running_pod_of(&status);
-                let (mut events, gone) = {
-                    let mut records = lock(&self.records);
-                    let events = compute_events(
-                        uid,
-                        records.pods.get(uid),
-                        Some(&running),
-                        &self.runtime_name,
-                    );
-                    let gone = if running.sandboxes.is_empty() && running.containers.is_empty() {
-                        records.pods.remove(uid).is_some()
-                    } else {
-                        records.pods.insert(uid.clone(), running);
-                        false
-                    };
-                    (events, gone)
-                };
-                if gone {
-                    self.tell_gone(std::slice::from_ref(uid));
-                }
-                for event in &mut events {
-                    event.kernel_ts_ns = kernel_ts_ns;
-                    event.status = event
-                        .container
-                        .as_ref()
-                        .and_then(|id| status.containers.iter().find(|c| &c.id == id).cloned());
-                }
-                self.cache.set(uid, status.clone(), observed);
-                let discarded = events
-                    .into_iter()
-                    .map(|e| self.send(e))
-                    .filter(|sent| !sent)
-                    .count();
-                if discarded > 0 {
-                    tracing::warn!(pod = %uid, discarded, "PLEG: event channel is full, discarding events");
-                }
-                Some(status)
-            }
+            Ok(status) => Some(self.apply(uid, status, observed, kernel_ts_ns)),
             Err(error) => {
                 tracing::warn!(pod = %uid, %error, "PLEG: cannot get pod status; will retry");
                 self.cache.set_error(uid, error.to_string(), observed);
@@ -539,6 +511,70 @@ impl RelistPleg {
                 None
             }
         }
+    }
+
+    /// Reports what the kernel saw of a pod the cache already has a runtime status of, at once:
+    /// that status with the amender's kernel facts (an exit) becomes the pod's, and what changed
+    /// is sent. The runtime is not asked: the refresh that follows does. `false` when there is no
+    /// cached status to start from.
+    pub fn report_from_cache(&self, uid: &PodUid, kernel_ts_ns: u64) -> bool {
+        let Some(status) = self.cache.get(uid).status else {
+            return false;
+        };
+        self.apply(uid, status, SystemTime::now(), Some(kernel_ts_ns));
+        true
+    }
+
+    /// Makes `status` (observed at `observed`) the pod's: amended, compared with the last record
+    /// of the pod, cached, and its changes sent as events carrying their container's status.
+    fn apply(
+        &self,
+        uid: &PodUid,
+        mut status: PodStatus,
+        observed: SystemTime,
+        kernel_ts_ns: Option<u64>,
+    ) -> PodStatus {
+        let amend = lock(&self.amend).clone();
+        if let Some(amend) = amend {
+            amend(&mut status);
+        }
+        let running = running_pod_of(&status);
+        let (mut events, gone) = {
+            let mut records = lock(&self.records);
+            let events = compute_events(
+                uid,
+                records.pods.get(uid),
+                Some(&running),
+                &self.runtime_name,
+            );
+            let gone = if running.sandboxes.is_empty() && running.containers.is_empty() {
+                records.pods.remove(uid).is_some()
+            } else {
+                records.pods.insert(uid.clone(), running);
+                false
+            };
+            (events, gone)
+        };
+        if gone {
+            self.tell_gone(std::slice::from_ref(uid));
+        }
+        for event in &mut events {
+            event.kernel_ts_ns = kernel_ts_ns;
+            event.status = event
+                .container
+                .as_ref()
+                .and_then(|id| status.containers.iter().find(|c| &c.id == id).cloned());
+        }
+        self.cache.set(uid, status.clone(), observed);
+        let discarded = events
+            .into_iter()
+            .map(|e| self.send(e))
+            .filter(|sent| !sent)
+            .count();
+        if discarded > 0 {
+            tracing::warn!(pod = %uid, discarded, "PLEG: event channel is full, discarding events");
+        }
+        status
     }
 
     /// Sends one event without waiting; `false` (and counted) when the channel is full.
