@@ -3,11 +3,6 @@
 //! death carries the SIGKILL status, the kernel-event PLEG learnt every death from the kernel, and
 //! the report's table, JSON and plot are written. Latencies are not asserted: the benchmark
 //! reports them.
-#![expect(
-    clippy::expect_used,
-    reason = "helpers of tests: a failed step fails the test"
-)]
-
 use std::time::Duration;
 
 use swiftlet_tests::{
@@ -46,15 +41,29 @@ async fn the_pleg_benchmark_measures_every_exit_with_both_plegs() {
     for o in &outcomes {
         assert_eq!(o.missed, 0, "--pleg {}: no kill without its event", o.pleg);
         assert_eq!(o.latencies_ns.len(), 10, "--pleg {}", o.pleg);
-        assert_eq!(o.wrong_status, 0, "--pleg {}: every death is exit 137", o.pleg);
-        assert_eq!(o.generations, 2, "--pleg {}: 10 exits of 5 containers", o.pleg);
+        assert_eq!(
+            o.wrong_status, 0,
+            "--pleg {}: every death is exit 137",
+            o.pleg
+        );
+        assert_eq!(
+            o.generations, 2,
+            "--pleg {}: 10 exits of 5 containers",
+            o.pleg
+        );
         assert!(o.idle.seconds >= 3.0, "--pleg {}", o.pleg);
         assert!(o.idle.agent_cpu_seconds > 0.0, "--pleg {}", o.pleg);
         assert!(o.idle.rss_bytes > 0, "--pleg {}", o.pleg);
     }
     let (relist, ebpf) = (&outcomes[0], &outcomes[1]);
-    assert_eq!(relist.kernel_caused, 0, "the relist PLEG has no kernel events");
-    assert_eq!(ebpf.kernel_caused, 10, "every death came from a kernel event");
+    assert_eq!(
+        relist.kernel_caused, 0,
+        "the relist PLEG has no kernel events"
+    );
+    assert_eq!(
+        ebpf.kernel_caused, 10,
+        "every death came from a kernel event"
+    );
     // The relist PLEG listed the runtime about once a second while idle; the kernel-event PLEG
     // never did (its safety-net relist is 300 s away).
     assert!(relist.idle.relists >= 2.0, "{:?}", relist.idle);
@@ -66,13 +75,34 @@ async fn the_pleg_benchmark_measures_every_exit_with_both_plegs() {
         .map(|o| report::Entry::new(o, &machine, "now"))
         .collect();
     let table = report::markdown(&entries);
-    assert_eq!(table.lines().filter(|l| l.starts_with("| relist | 5 |")).count(), 1, "{table}");
-    assert_eq!(table.lines().filter(|l| l.starts_with("| ebpf | 5 |")).count(), 1, "{table}");
-    assert!(report::warnings(&entries).is_empty(), "{:?}", report::warnings(&entries));
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| relist | 5 |"))
+            .count(),
+        1,
+        "{table}"
+    );
+    assert_eq!(
+        table
+            .lines()
+            .filter(|l| l.starts_with("| ebpf | 5 |"))
+            .count(),
+        1,
+        "{table}"
+    );
+    assert!(
+        report::warnings(&entries).is_empty(),
+        "{:?}",
+        report::warnings(&entries)
+    );
     let svg = out.join("pleg-latency.svg");
     report::plot(&svg, "smoke", &outcomes).expect("the plot");
     let drawn = std::fs::read_to_string(&svg).expect("the SVG");
-    assert!(drawn.contains("--pleg ebpf, 5 containers"), "the legend names each curve");
+    assert!(
+        drawn.contains("--pleg ebpf, 5 containers"),
+        "the legend names each curve"
+    );
     assert!(settings.log_dir.join("swiftlet-ebpf-5.log").is_file());
     assert!(settings.log_dir.join("metrics-relist-5.txt").is_file());
     std::fs::remove_dir_all(&out).expect("removing the smoke run's folder");

@@ -44,14 +44,40 @@ pub fn is_manifest_name(name: &OsStr) -> bool {
     matches!(extension.as_deref(), Some("yaml" | "yml" | "json"))
 }
 
+/// What identifies one version of a file without reading it: a rescan reads again only files
+/// whose fingerprint changed (a write changes mtime and ctime, a rename-over the inode), so the
+/// safety-net rescan of a folder of unchanged manifests costs a `stat` per file, not a decode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fingerprint {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Fingerprint {
+    fn of(meta: &std::fs::Metadata) -> Fingerprint {
+        use std::os::unix::fs::MetadataExt as _;
+        Fingerprint {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
 /// What reading one path found.
 enum Reading {
     /// No such file (any more).
     Gone,
     /// Empty and just created: a writer has it open; its close will bring the content.
     NotYetWritten,
-    /// Boxed: a `Pod` is large and most readings are small.
-    Done(Box<Result<Pod, ManifestError>>),
+    /// Boxed: a `Pod` is large and most readings are small. The fingerprint is taken before the
+    /// content is read: a write in between makes the next rescan read it again.
+    Done(Box<Result<Pod, ManifestError>>, Option<Fingerprint>),
 }
 
 #[derive(Debug)]
@@ -60,6 +86,10 @@ pub struct ManifestDir {
     node_name: String,
     /// Every manifest file present, with its pod or the reason it was rejected.
     files: BTreeMap<PathBuf, Result<Pod, Arc<ManifestError>>>,
+    /// The version of each file that `files` holds.
+    fingerprints: HashMap<PathBuf, Fingerprint>,
+    /// Files read and decoded so far (what the fingerprints save).
+    reads: u64,
     /// `name_namespace` → the file whose pod is used.
     owners: HashMap<String, PathBuf>,
     /// How the last full listing went.
@@ -84,6 +114,8 @@ impl ManifestDir {
             dir,
             node_name,
             files: BTreeMap::new(),
+            fingerprints: HashMap::new(),
+            reads: 0,
             owners: HashMap::new(),
             listing: Listing::Never,
             ever_listed: false,
@@ -114,8 +146,12 @@ impl ManifestDir {
                     path.file_name()
                         .is_some_and(|n| present.iter().any(|p| p == n))
                 });
+                let files = &self.files;
+                self.fingerprints.retain(|path, _| files.contains_key(path));
                 for name in present {
-                    self.refresh(&name, false);
+                    if !self.unchanged(&name) {
+                        self.refresh(&name, false);
+                    }
                 }
                 Listing::Listed
             }
@@ -153,15 +189,30 @@ impl ManifestDir {
             return;
         }
         let path = self.dir.join(name);
+        self.reads += 1;
         match self.read(&path, just_created) {
             Reading::Gone => {
                 self.files.remove(&path);
+                self.fingerprints.remove(&path);
             }
             Reading::NotYetWritten => {}
-            Reading::Done(result) => {
+            Reading::Done(result, fingerprint) => {
+                match fingerprint {
+                    Some(f) => self.fingerprints.insert(path.clone(), f),
+                    None => self.fingerprints.remove(&path),
+                };
                 self.files.insert(path, (*result).map_err(Arc::new));
             }
         }
+    }
+
+    /// Whether the file `name` is the very version already read (by its fingerprint).
+    fn unchanged(&self, name: &OsStr) -> bool {
+        let path = self.dir.join(name);
+        let Some(known) = self.fingerprints.get(&path) else {
+            return false;
+        };
+        std::fs::metadata(&path).is_ok_and(|meta| Fingerprint::of(&meta) == *known)
     }
 
     fn read(&self, path: &Path, just_created: bool) -> Reading {
@@ -169,7 +220,7 @@ impl ManifestDir {
             if e.kind() == io::ErrorKind::NotFound {
                 Reading::Gone
             } else {
-                Reading::Done(Box::new(Err(ManifestError::Read(e))))
+                Reading::Done(Box::new(Err(ManifestError::Read(e))), None)
             }
         };
         // Follows symlinks: a link to a manifest is a manifest; a dangling one is nothing.
@@ -178,8 +229,9 @@ impl ManifestDir {
             Err(e) => return gone_or(e),
         };
         if !meta.is_file() {
-            return Reading::Done(Box::new(Err(ManifestError::NotAFile)));
+            return Reading::Done(Box::new(Err(ManifestError::NotAFile)), None);
         }
+        let fingerprint = Some(Fingerprint::of(&meta));
         if just_created && meta.len() == 0 {
             return Reading::NotYetWritten;
         }
@@ -189,12 +241,15 @@ impl ManifestDir {
         };
         let mut data = Vec::new();
         if let Err(e) = file.take(MAX_MANIFEST_BYTES + 1).read_to_end(&mut data) {
-            return Reading::Done(Box::new(Err(ManifestError::Read(e))));
+            return Reading::Done(Box::new(Err(ManifestError::Read(e))), None);
         }
         if data.len() as u64 > MAX_MANIFEST_BYTES {
-            return Reading::Done(Box::new(Err(ManifestError::TooLarge)));
+            return Reading::Done(Box::new(Err(ManifestError::TooLarge)), fingerprint);
         }
-        Reading::Done(Box::new(decode_static_pod(path, &data, &self.node_name)))
+        Reading::Done(
+            Box::new(decode_static_pod(path, &data, &self.node_name)),
+            fingerprint,
+        )
     }
 
     /// The pods to run, in file order, and every problem, in file order. Settles which file owns
@@ -245,5 +300,49 @@ impl ManifestDir {
             });
         }
         (pods, problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: c\n      image: busybox\n";
+
+    #[test]
+    fn a_rescan_reads_only_files_that_changed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (dir.path().join("a.yaml"), dir.path().join("b.yaml"));
+        std::fs::write(&a, POD).expect("write a");
+        std::fs::write(&b, POD.replace("web", "db")).expect("write b");
+        let mut manifests = ManifestDir::new(dir.path().to_owned(), "node-1".into());
+        manifests.rescan();
+        assert_eq!(manifests.reads, 2);
+        assert_eq!(manifests.snapshot().0.len(), 2);
+
+        manifests.rescan();
+        assert_eq!(manifests.reads, 2, "nothing changed: nothing read");
+
+        // Rewritten behind the watcher's back (same length, another image): read again.
+        std::fs::write(&b, POD.replace("web", "db").replace("busybox", "busyb0x"))
+            .expect("rewrite b");
+        manifests.rescan();
+        assert_eq!(manifests.reads, 3);
+        let (pods, _) = manifests.snapshot();
+        let images: Vec<String> = pods
+            .iter()
+            .flat_map(|p| p.spec.iter().flat_map(|s| s.containers.iter()))
+            .filter_map(|c| c.image.clone())
+            .collect();
+        assert!(images.contains(&"busyb0x".to_owned()), "{images:?}");
+
+        // Removed, then back with the same content: a new file, read again.
+        std::fs::remove_file(&a).expect("remove a");
+        manifests.rescan();
+        assert_eq!(manifests.snapshot().0.len(), 1);
+        std::fs::write(&a, POD).expect("write a again");
+        manifests.rescan();
+        assert_eq!(manifests.reads, 4);
+        assert_eq!(manifests.snapshot().0.len(), 2);
     }
 }

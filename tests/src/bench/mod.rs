@@ -5,8 +5,8 @@
 pub mod events;
 pub mod harness;
 pub mod machine;
-pub mod plot;
 pub mod pleg;
+pub mod plot;
 pub mod report;
 pub mod startup;
 pub mod stats;

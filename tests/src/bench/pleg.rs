@@ -263,8 +263,16 @@ impl Config<'_> {
         let agent = Agent::start(&options).await?;
         let measured = match CpuAccount::new(&label, agent.pid()) {
             Ok(account) => {
-                self.measure(&agent, &account, &options, cri, rng, &staging, &manifest_dir)
-                    .await
+                self.measure(
+                    &agent,
+                    &account,
+                    &options,
+                    cri,
+                    rng,
+                    &staging,
+                    &manifest_dir,
+                )
+                .await
             }
             Err(e) => Err(e),
         };
@@ -274,7 +282,9 @@ impl Config<'_> {
                 .with_context(|| format!("writing {}", snapshot.display()))?;
         }
         let stopped = agent.stop().await;
-        let cleared = clear(cri).await.context("clearing the configuration's pods");
+        let cleared = clear(cri)
+            .await
+            .context("clearing the configuration's pods");
         let outcome = measured?;
         stopped.context("stopping swiftlet")?;
         cleared?;
@@ -361,7 +371,9 @@ impl Config<'_> {
         let mut killed_at: HashMap<&str, Instant> = HashMap::with_capacity(pids.len());
         let mut record = |died: Died, killed_at: &mut HashMap<&str, Instant>| {
             if let Some(t0) = killed_at.remove(died.container_id.as_str()) {
-                outcome.latencies_ns.push(nanos(died.at.saturating_duration_since(t0)));
+                outcome
+                    .latencies_ns
+                    .push(nanos(died.at.saturating_duration_since(t0)));
                 outcome.wrong_status += usize::from(!died.status_ok);
                 outcome.kernel_caused += usize::from(died.kernel_caused);
             }
@@ -393,8 +405,7 @@ impl Config<'_> {
     async fn idle_cost(&self, agent: &Agent, account: &CpuAccount) -> Result<IdleCost> {
         let pid = agent.pid().context("swiftlet has no pid")?;
         let before_metrics = http::get(agent.port, "/metrics").await?;
-        let (agent_before, runtime_before) =
-            (account.seconds()?, self.containerd.map(cpu_seconds));
+        let (agent_before, runtime_before) = (account.seconds()?, self.containerd.map(cpu_seconds));
         let start = Instant::now();
         tokio::time::sleep(self.settings.idle).await;
         let (agent_after, runtime_after) = (account.seconds()?, self.containerd.map(cpu_seconds));
@@ -533,15 +544,19 @@ fn runtime_pid(endpoint: &str) -> Option<u32> {
     let socket = Path::new(endpoint.strip_prefix("unix://")?);
     let dir = socket.parent()?.display().to_string();
     let socket = socket.display().to_string();
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
-        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
-        if comm.trim() != "containerd" {
-            return None;
-        }
-        let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).ok()?;
-        (cmdline.contains(&format!("{dir}/config.toml")) || cmdline.contains(&socket)).then_some(pid)
-    })
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+            if comm.trim() != "containerd" {
+                return None;
+            }
+            let cmdline = std::fs::read_to_string(entry.path().join("cmdline")).ok()?;
+            (cmdline.contains(&format!("{dir}/config.toml")) || cmdline.contains(&socket))
+                .then_some(pid)
+        })
 }
 
 /// A cgroup (v2) of its own for swiftlet: its `cpu.stat` counts the agent's CPU time in µs, every
@@ -569,8 +584,10 @@ impl CpuAccount {
 
     fn seconds(&self) -> Result<f64> {
         let path = self.dir.join("cpu.stat");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let usec = cpu_stat_usage_usec(&text).with_context(|| format!("{}: no usage_usec", path.display()))?;
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let usec = cpu_stat_usage_usec(&text)
+            .with_context(|| format!("{}: no usage_usec", path.display()))?;
         Ok(usec as f64 / 1e6)
     }
 }
@@ -749,7 +766,11 @@ mod tests {
         assert_eq!(idle.runtime_cpu_per_minute(), Some(2.0));
         assert!((idle.cri_calls_per_minute() - 120.0).abs() < 1e-9);
         // Not -0.0, which would print as "-0".
-        assert!(IdleCost::default().cri_calls_per_minute().is_sign_positive());
+        assert!(
+            IdleCost::default()
+                .cri_calls_per_minute()
+                .is_sign_positive()
+        );
     }
 
     #[test]

@@ -41,9 +41,10 @@ use clap::{Args, Parser, Subcommand};
 use swiftlet_tests::bench::{
     events::{self, Outcome, Scenario},
     machine::{self, Machine},
+    pleg,
     plot::{self, Axes, Curve},
     report::{Report, ScenarioReport},
-    pleg, startup,
+    startup,
 };
 
 #[derive(Parser)]

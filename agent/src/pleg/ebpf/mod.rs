@@ -188,7 +188,11 @@ impl KernelExits {
 
     /// Puts the kernel's account of each exit the runtime does not show yet into `status`, and
     /// forgets those it shows (counting the exit codes it disagrees on).
-    fn amend(&mut self, status: &mut crate::container::PodStatus, disagreements: &prometheus::IntCounter) {
+    fn amend(
+        &mut self,
+        status: &mut crate::container::PodStatus,
+        disagreements: &prometheus::IntCounter,
+    ) {
         use crate::container::ContainerState;
         for c in &mut status.containers {
             let Some(exit) = self.by_container.get(&c.id.id) else {
@@ -207,7 +211,12 @@ impl KernelExits {
             c.exit_code = Some(exit.exit_code);
             c.finished_at = Some(exit.finished_at);
             // containerd's reasons; an OOM kill is marked after this.
-            c.reason = if exit.exit_code == 0 { "Completed" } else { "Error" }.into();
+            c.reason = if exit.exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .into();
         }
     }
 

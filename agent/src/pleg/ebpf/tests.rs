@@ -408,7 +408,12 @@ async fn an_exit_is_reported_with_the_kernels_account_before_the_runtime_shows_i
     assert_eq!(status.reason, "Error");
     assert!(status.finished_at.is_some());
     // The cache the pod worker reads has it too.
-    let cached = f.pleg.cache().get(&PodUid::from("u1")).status.expect("cached");
+    let cached = f
+        .pleg
+        .cache()
+        .get(&PodUid::from("u1"))
+        .status
+        .expect("cached");
     assert_eq!(cached.containers[0].state, ContainerState::Exited);
     // Follow-up refreshes run until the runtime agrees; it agreed on the exit code.
     confirmed(&f).await;
@@ -445,7 +450,12 @@ async fn the_runtime_wins_when_it_reports_another_exit_code() {
     assert_eq!(died.status.and_then(|s| s.exit_code), Some(137));
     confirmed(&f).await;
     assert_eq!(f.metrics.exit_disagreements.get(), 1);
-    let cached = f.pleg.cache().get(&PodUid::from("u1")).status.expect("cached");
+    let cached = f
+        .pleg
+        .cache()
+        .get(&PodUid::from("u1"))
+        .status
+        .expect("cached");
     assert_eq!(cached.containers[0].exit_code, Some(3));
 }
 

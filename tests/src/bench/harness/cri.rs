@@ -11,9 +11,9 @@ use std::{
 
 use anyhow::{Context as _, Result, bail};
 use k8s_cri::v1::{
-    ContainerFilter, ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest, PodSandboxFilter,
-    RemoveContainerRequest, RemovePodSandboxRequest, StopPodSandboxRequest, VersionRequest,
-    runtime_service_client::RuntimeServiceClient,
+    ContainerFilter, ContainerStatusRequest, ListContainersRequest, ListPodSandboxRequest,
+    PodSandboxFilter, RemoveContainerRequest, RemovePodSandboxRequest, StopPodSandboxRequest,
+    VersionRequest, runtime_service_client::RuntimeServiceClient,
 };
 use tonic::transport::Channel;
 

@@ -12,7 +12,11 @@ use anyhow::{Context as _, Result};
 /// same file system, so each appears whole and at once) and returns the instant each rename
 /// returned. The renames follow one another with nothing in between: the batch is written "at
 /// once".
-pub fn write_all(files: &[(String, String)], staging: &Path, manifests: &Path) -> Result<Vec<Instant>> {
+pub fn write_all(
+    files: &[(String, String)],
+    staging: &Path,
+    manifests: &Path,
+) -> Result<Vec<Instant>> {
     let mut staged: Vec<(PathBuf, PathBuf)> = Vec::with_capacity(files.len());
     for (name, text) in files {
         let from = staging.join(name);

@@ -162,11 +162,7 @@ fn latency_cell(ms: f64) -> String {
 /// One sentence per target: met or missed, with the numbers; a target whose configurations were
 /// not run says so.
 pub fn verdicts(entries: &[Entry]) -> Vec<String> {
-    let find = |pleg: &str, n: usize| {
-        entries
-            .iter()
-            .find(|e| e.pleg == pleg && e.containers == n)
-    };
+    let find = |pleg: &str, n: usize| entries.iter().find(|e| e.pleg == pleg && e.containers == n);
     // The targets are stated at N = 100; a quick run judges its largest N instead, and says so.
     let n = if entries.iter().any(|e| e.containers == TARGET_CONTAINERS) {
         TARGET_CONTAINERS
@@ -197,7 +193,11 @@ pub fn verdicts(entries: &[Entry]) -> Vec<String> {
         e.n,
         ebpf.missed
     )];
-    let ratio = if e.p99 > 0.0 { r.p50 / e.p99 } else { f64::INFINITY };
+    let ratio = if e.p99 > 0.0 {
+        r.p50 / e.p99
+    } else {
+        f64::INFINITY
+    };
     out.push(format!(
         "Target: its p99 at least {TARGET_LATENCY_RATIO:.0}× below the relist PLEG's p50 {at}: {} \
          (relist p50 {:.0} ms / kernel-event p99 {:.3} ms = {ratio:.0}×).",
@@ -238,7 +238,8 @@ pub fn warnings(entries: &[Entry]) -> Vec<String> {
                 e.wrong_status
             ));
         }
-        let relisted = e.exit_latency_ms.n as usize - e.kernel_caused.min(e.exit_latency_ms.n as usize);
+        let relisted =
+            e.exit_latency_ms.n as usize - e.kernel_caused.min(e.exit_latency_ms.n as usize);
         if e.pleg == "ebpf" && relisted > 0 {
             found.push(format!(
                 "{what}: {relisted} deaths were reported by a relist, not by a kernel event"
@@ -290,7 +291,11 @@ mod tests {
             latencies_ns: latencies_ms.iter().map(|ms| ms * 1_000_000).collect(),
             missed: 0,
             wrong_status: 0,
-            kernel_caused: if pleg == "ebpf" { latencies_ms.len() } else { 0 },
+            kernel_caused: if pleg == "ebpf" {
+                latencies_ms.len()
+            } else {
+                0
+            },
             generations: 1,
             idle: IdleCost {
                 seconds: 30.0,
@@ -356,7 +361,10 @@ mod tests {
             outcome("ebpf", 10, &[1, 2], 0.01),
         ]);
         let verdicts = verdicts(&quick);
-        assert!(verdicts[0].contains("N = 10 (the targets are stated at N = 100"), "{verdicts:?}");
+        assert!(
+            verdicts[0].contains("N = 10 (the targets are stated at N = 100"),
+            "{verdicts:?}"
+        );
         assert!(verdicts.iter().all(|v| v.contains(": met")), "{verdicts:?}");
     }
 
@@ -381,7 +389,13 @@ mod tests {
         ]);
         let table = markdown(&e);
         assert!(table.starts_with("Machine: Linux 6.8.0, 2 CPUs"), "{table}");
-        assert!(table.contains("| relist | 10 | 2 | 400 | 500 | 500 | 0 | 2.000 | n/a | 60 | 32.0 |"), "{table}");
-        assert!(table.contains("| ebpf | 10 | 2 | 1.000 | 2.000 | 2.000 | 0 | 0.020 |"), "{table}");
+        assert!(
+            table.contains("| relist | 10 | 2 | 400 | 500 | 500 | 0 | 2.000 | n/a | 60 | 32.0 |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| ebpf | 10 | 2 | 1.000 | 2.000 | 2.000 | 0 | 0.020 |"),
+            "{table}"
+        );
     }
 }
