@@ -48,6 +48,9 @@ pub const PLEGS: [&str; 2] = ["relist", "ebpf"];
 /// The relist PLEG's period: the kubelet's default (`relistPeriod`).
 const RELIST_PERIOD: &str = "1s";
 
+/// swiftlet's (and the kubelet's) default `maxPods`.
+const DEFAULT_MAX_PODS: usize = 110;
+
 /// The pod workers' resync period for both PLEGs: beyond the idle window.
 const SYNC_FREQUENCY: &str = "10m";
 
@@ -247,7 +250,14 @@ impl Config<'_> {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
         }
         let label = format!("{}-{}", self.pleg, self.size);
-        let mut extra_args = vec!["--sync-frequency".to_owned(), SYNC_FREQUENCY.to_owned()];
+        // The kubelet's default of 110 pods per node would reject the pods of a larger N.
+        let max_pods = self.size.max(DEFAULT_MAX_PODS);
+        let mut extra_args = vec![
+            "--sync-frequency".to_owned(),
+            SYNC_FREQUENCY.to_owned(),
+            "--max-pods".to_owned(),
+            max_pods.to_string(),
+        ];
         if self.pleg == "relist" {
             extra_args.extend(["--pleg-relist-period".to_owned(), RELIST_PERIOD.to_owned()]);
         }
