@@ -107,6 +107,23 @@ pub async fn read_until(
     }
 }
 
+/// A gRPC channel over the unix socket `socket` (containerd's CRI, swiftlet's API): tonic has no
+/// unix endpoint of its own, so the connector dials the socket and the URI is only a placeholder.
+pub async fn unix_channel(
+    socket: impl Into<PathBuf>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let socket = socket.into();
+    tonic::transport::Endpoint::from_static("http://unix.invalid")
+        .connect_with_connector(tower::service_fn(move |_| {
+            let socket = socket.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(socket).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+}
+
 /// A plain HTTP/1.0 GET on loopback; the body, or an empty string if nothing answers.
 pub fn http_get(port: u16, path: &str) -> String {
     use std::io::{Read as _, Write as _};

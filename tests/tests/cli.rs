@@ -167,15 +167,7 @@ fn http_get(port: u16, path: &str) -> (u16, String) {
 }
 
 async fn grpc_client(socket: PathBuf) -> EventsClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Endpoint::try_from("http://swiftlet.invalid")
-        .expect("endpoint")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    let channel = swiftlet_tests::unix_channel(socket)
         .await
         .expect("connect to the gRPC socket");
     EventsClient::new(channel)

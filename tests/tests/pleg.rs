@@ -265,17 +265,7 @@ async fn pod_events_reach_grpc_watchers_with_the_refreshed_status() {
         return;
     };
     let socket = node.grpc_socket();
-    let channel = tonic::transport::Endpoint::try_from("http://swiftlet.invalid")
-        .expect("endpoint")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
-        .await
-        .expect("connect");
+    let channel = swiftlet_tests::unix_channel(socket).await.expect("connect");
     let mut stream = EventsClient::new(channel)
         .watch(v1::WatchRequest {
             kinds: vec!["pod".into()],

@@ -47,15 +47,7 @@ async fn connect(endpoint: &str) -> Cri {
             .strip_prefix("unix://")
             .unwrap_or_else(|| panic!("{endpoint} is not a unix:// endpoint")),
     );
-    let channel = tonic::transport::Endpoint::try_from("http://containerd.invalid")
-        .expect("endpoint")
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    let channel = swiftlet_tests::unix_channel(socket)
         .await
         .unwrap_or_else(|e| panic!("connect to {endpoint}: {e}"));
     let mut runtime = RuntimeServiceClient::new(channel.clone());

@@ -35,7 +35,7 @@ use swiftlet_proto::v1::{self, events_client::EventsClient};
 use tokio::sync::mpsc;
 
 use super::harness::{
-    self, IMAGE, NAMESPACE, NODE_NAME,
+    self, NODE_NAME,
     agent::{Agent, AgentOptions},
     cgroups,
     cri::Cri,
@@ -450,26 +450,9 @@ impl Config<'_> {
     }
 }
 
-/// One busybox `sleep` container that is never restarted; grace period 0 so that a generation's
-/// teardown is short.
+/// One busybox `sleep` container that is never restarted.
 fn manifest(name: &str) -> String {
-    format!(
-        "apiVersion: v1\n\
-         kind: Pod\n\
-         metadata:\n  \
-           name: {name}\n  \
-           namespace: {NAMESPACE}\n  \
-           labels:\n    \
-             app: swiftlet-bench-pleg\n\
-         spec:\n  \
-           restartPolicy: Never\n  \
-           terminationGracePeriodSeconds: 0\n  \
-           containers:\n    \
-             - name: sleep\n      \
-               image: {IMAGE}\n      \
-               imagePullPolicy: Never\n      \
-               command: [\"sleep\", \"3600\"]\n"
-    )
+    harness::sleep_pod(name, "swiftlet-bench-pleg", "Never")
 }
 
 /// Polls `/pods` until every pod of `names` runs; their containers' ids.
@@ -508,14 +491,7 @@ async fn wait_running(agent: &Agent, names: &[String]) -> Result<Vec<String>> {
 /// instant it arrived.
 async fn watch_deaths(socket: &Path) -> Result<mpsc::UnboundedReceiver<Died>> {
     let socket = socket.to_owned();
-    let channel = tonic::transport::Endpoint::try_from("http://swiftlet.invalid")?
-        .connect_with_connector(tower::service_fn(move |_| {
-            let socket = socket.clone();
-            async move {
-                let stream = tokio::net::UnixStream::connect(socket).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-            }
-        }))
+    let channel = crate::unix_channel(socket)
         .await
         .context("connecting to swiftlet's gRPC socket")?;
     let mut stream = EventsClient::new(channel)
@@ -802,6 +778,9 @@ mod tests {
         assert_eq!(config.pod_name(2, 7), "pleg-ebpf-100-g2-007");
         let text = manifest("x");
         assert!(text.contains("restartPolicy: Never"), "{text}");
-        assert!(text.contains(&format!("namespace: {NAMESPACE}")), "{text}");
+        assert!(
+            text.contains(&format!("namespace: {}", harness::NAMESPACE)),
+            "{text}"
+        );
     }
 }

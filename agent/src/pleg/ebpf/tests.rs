@@ -186,6 +186,25 @@ fn exit(cgroup: u64, pid: u32) -> StreamItem {
     )
 }
 
+fn oom(cgroup: u64, pid: u32) -> StreamItem {
+    event(
+        4,
+        EventBody::Oom(crate::kernel::OomKill {
+            cgroup_id: cgroup,
+            pid,
+            comm: "hog".into(),
+            exit_ts_ns: 5,
+            total_vm_kb: None,
+            anon_rss_kb: None,
+            file_rss_kb: None,
+            shmem_rss_kb: None,
+            pgtables_kb: None,
+            uid: None,
+            oom_score_adj: None,
+        }),
+    )
+}
+
 async fn next_event(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> PodLifecycleEvent {
     tokio::time::timeout(Duration::from_secs(10), rx.recv())
         .await
@@ -283,22 +302,7 @@ async fn lost_events_force_a_full_relist() {
 async fn an_oom_kill_marks_the_container() {
     let f = fixture(vec![ContainerState::Running]);
     f.pleg.handle(&mkdir(30, "/kubepods/podu2/c9"));
-    f.pleg.handle(&event(
-        4,
-        EventBody::Oom(crate::kernel::OomKill {
-            cgroup_id: 30,
-            pid: 77,
-            comm: "hog".into(),
-            exit_ts_ns: 5,
-            total_vm_kb: None,
-            anon_rss_kb: None,
-            file_rss_kb: None,
-            shmem_rss_kb: None,
-            pgtables_kb: None,
-            uid: None,
-            oom_score_adj: None,
-        }),
-    ));
+    f.pleg.handle(&oom(30, 77));
     assert!(f.pleg.oom_killed("c9"));
 }
 
@@ -323,22 +327,7 @@ async fn an_oom_series_lives_as_long_as_the_pod_in_the_runtime() {
     // The runtime has the pod (its name is what the series is labelled with).
     f.pleg.relist.relist_pod(&pod).await;
     f.pleg.handle(&mkdir(30, "/kubepods/podu2/c9"));
-    f.pleg.handle(&event(
-        4,
-        EventBody::Oom(crate::kernel::OomKill {
-            cgroup_id: 30,
-            pid: 77,
-            comm: "hog".into(),
-            exit_ts_ns: 5,
-            total_vm_kb: None,
-            anon_rss_kb: None,
-            file_rss_kb: None,
-            shmem_rss_kb: None,
-            pgtables_kb: None,
-            uid: None,
-            oom_score_adj: None,
-        }),
-    ));
+    f.pleg.handle(&oom(30, 77));
     assert_eq!(
         oom_series(&f.metrics),
         vec![(vec!["default".to_owned(), "web".to_owned()], 1.0)]

@@ -55,14 +55,7 @@ impl Cri {
             bail!("{endpoint} is not a unix:// endpoint");
         };
         let socket = PathBuf::from(socket);
-        let channel = tonic::transport::Endpoint::try_from("http://containerd.invalid")?
-            .connect_with_connector(tower::service_fn(move |_| {
-                let socket = socket.clone();
-                async move {
-                    let stream = tokio::net::UnixStream::connect(socket).await?;
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                }
-            }))
+        let channel = crate::unix_channel(socket)
             .await
             .with_context(|| format!("connecting to {endpoint}"))?;
         let mut runtime = RuntimeServiceClient::new(channel);

@@ -24,6 +24,29 @@ pub const NODE_NAME: &str = "bench";
 /// The local image xtask imports into its containerd (never pulled).
 pub const IMAGE: &str = "localhost/swiftlet/busybox:latest";
 
+/// A static pod of one busybox `sleep 3600` container in [`NAMESPACE`], labelled `app: {app}`.
+/// `sleep` is the container's PID 1 and ignores SIGTERM, so the grace period is 0 (swiftlet then
+/// waits its minimum of 2 s): teardowns between measurements stay short.
+pub fn sleep_pod(name: &str, app: &str, restart_policy: &str) -> String {
+    format!(
+        "apiVersion: v1\n\
+         kind: Pod\n\
+         metadata:\n  \
+           name: {name}\n  \
+           namespace: {NAMESPACE}\n  \
+           labels:\n    \
+             app: {app}\n\
+         spec:\n  \
+           restartPolicy: {restart_policy}\n  \
+           terminationGracePeriodSeconds: 0\n  \
+           containers:\n    \
+             - name: sleep\n      \
+               image: {IMAGE}\n      \
+               imagePullPolicy: Never\n      \
+               command: [\"sleep\", \"3600\"]\n"
+    )
+}
+
 /// How often [`wait_removed`] looks again: teardowns are not measured, so it need not be fast.
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
 

@@ -7,7 +7,7 @@ use std::{path::Path, time::Instant};
 
 use anyhow::Result;
 
-use super::super::harness::{IMAGE, NAMESPACE, NODE_NAME, manifests};
+use super::super::harness::{NODE_NAME, manifests};
 
 /// One pod of a batch.
 #[derive(Clone, Debug)]
@@ -33,27 +33,9 @@ impl BenchPod {
         format!("{}.yaml", self.name)
     }
 
-    /// The manifest. `sleep` is the container's PID 1 and ignores SIGTERM, so the grace period
-    /// is 0 (swiftlet then waits its minimum of 2 s): the teardown between rounds stays short.
+    /// The manifest: one busybox `sleep`, restarted if it ever exits.
     pub fn manifest(&self) -> String {
-        format!(
-            "apiVersion: v1\n\
-             kind: Pod\n\
-             metadata:\n  \
-               name: {name}\n  \
-               namespace: {NAMESPACE}\n  \
-               labels:\n    \
-                 app: swiftlet-bench-startup\n\
-             spec:\n  \
-               restartPolicy: Always\n  \
-               terminationGracePeriodSeconds: 0\n  \
-               containers:\n    \
-                 - name: sleep\n      \
-                   image: {IMAGE}\n      \
-                   imagePullPolicy: Never\n      \
-                   command: [\"sleep\", \"3600\"]\n",
-            name = self.name
-        )
+        super::super::harness::sleep_pod(&self.name, "swiftlet-bench-startup", "Always")
     }
 }
 
