@@ -7,6 +7,7 @@ pub mod commands;
 pub mod config;
 pub mod container;
 pub mod cri;
+pub mod eviction;
 pub mod kernel;
 pub mod kubelet;
 pub mod kuberuntime;

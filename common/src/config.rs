@@ -6,6 +6,11 @@
 /// Marks a tracepoint field the running kernel does not have.
 pub const FIELD_ABSENT: u32 = u32::MAX;
 
+/// Default of [`ProgramConfig::pressure_min_interval_ns`]: 20 ms, so a reclaim storm makes at
+/// most 50 records a second per CPU and source, while the first sign of pressure still arrives at
+/// once.
+pub const DEFAULT_PRESSURE_MIN_INTERVAL_NS: u64 = 20_000_000;
+
 /// `signal_struct.flags` bit set once a group exit has begun (`include/linux/sched/signal.h`).
 pub const SIGNAL_GROUP_EXIT: u32 = 0x0000_0004;
 
@@ -45,6 +50,14 @@ pub struct ProgramConfig {
     pub cgroup_path: u32,
     /// The cgroup2 hierarchy's id as the cgroup tracepoints report it in `root` (0).
     pub cgroup2_hierarchy_id: u32,
+    // vmscan:mm_vmscan_{memcg,direct}_reclaim_begin, vmscan:mm_vmscan_kswapd_wake: `order`, or
+    // FIELD_ABSENT (also when the tracepoint itself is missing; its program is then not attached)
+    pub pressure_memcg_order: u32,
+    pub pressure_direct_order: u32,
+    pub pressure_kswapd_order: u32,
+    pub _pad: u32,
+    /// At most one pressure record per source per CPU in this many ns (0: no limit).
+    pub pressure_min_interval_ns: u64,
 }
 
 impl ProgramConfig {
@@ -74,7 +87,12 @@ impl ProgramConfig {
         cgroup_id_size: 0,
         cgroup_path: FIELD_ABSENT,
         cgroup2_hierarchy_id: 0,
+        pressure_memcg_order: FIELD_ABSENT,
+        pressure_direct_order: FIELD_ABSENT,
+        pressure_kswapd_order: FIELD_ABSENT,
+        _pad: 0,
+        pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
     };
 }
 
-const _: () = assert!(size_of::<ProgramConfig>() == 24 * 4);
+const _: () = assert!(size_of::<ProgramConfig>() == 28 * 4 + 8);

@@ -15,15 +15,17 @@ pub enum EventKind {
     Oom = 3,
     CgroupMkdir = 4,
     CgroupRmdir = 5,
+    Pressure = 6,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 5] = [
+    pub const ALL: [EventKind; 6] = [
         EventKind::Exit,
         EventKind::Exec,
         EventKind::Oom,
         EventKind::CgroupMkdir,
         EventKind::CgroupRmdir,
+        EventKind::Pressure,
     ];
 
     /// The kind for a raw header value, or `None` for a kind this build does not know.
@@ -34,6 +36,7 @@ impl EventKind {
             3 => Some(EventKind::Oom),
             4 => Some(EventKind::CgroupMkdir),
             5 => Some(EventKind::CgroupRmdir),
+            6 => Some(EventKind::Pressure),
             _ => None,
         }
     }
@@ -46,6 +49,7 @@ impl EventKind {
             EventKind::Oom => "oom",
             EventKind::CgroupMkdir => "cgroup_mkdir",
             EventKind::CgroupRmdir => "cgroup_rmdir",
+            EventKind::Pressure => "pressure",
         }
     }
 
@@ -56,6 +60,7 @@ impl EventKind {
             EventKind::Exec => size_of::<ExecEvent>(),
             EventKind::Oom => size_of::<OomEvent>(),
             EventKind::CgroupMkdir | EventKind::CgroupRmdir => size_of::<CgroupEvent>(),
+            EventKind::Pressure => size_of::<PressureEvent>(),
         }
     }
 }
@@ -164,9 +169,105 @@ pub struct CgroupEvent {
     pub path: [u8; PATH_LEN],
 }
 
+/// Why the kernel is reclaiming memory: which `vmscan` tracepoint fired. The numbers are part of
+/// the kernel/user contract (they index the programs' per-source rate limit): never renumber one.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PressureSource {
+    /// `vmscan:mm_vmscan_memcg_reclaim_begin`: a task reclaims because a memory cgroup it is
+    /// charged to (its own or an ancestor) hit its limit.
+    MemcgReclaim = 1,
+    /// `vmscan:mm_vmscan_direct_reclaim_begin`: a task stalls in global direct reclaim; the node
+    /// is short of memory.
+    DirectReclaim = 2,
+    /// `vmscan:mm_vmscan_kswapd_wake`: free memory fell below a zone's low watermark and kswapd
+    /// started reclaiming in the background.
+    KswapdWake = 3,
+}
+
+impl PressureSource {
+    pub const ALL: [PressureSource; 3] = [
+        PressureSource::MemcgReclaim,
+        PressureSource::DirectReclaim,
+        PressureSource::KswapdWake,
+    ];
+
+    /// The source for a raw record value, or `None` for one this build does not know.
+    pub const fn from_raw(raw: u32) -> Option<PressureSource> {
+        match raw {
+            1 => Some(PressureSource::MemcgReclaim),
+            2 => Some(PressureSource::DirectReclaim),
+            3 => Some(PressureSource::KswapdWake),
+            _ => None,
+        }
+    }
+
+    /// The name used in JSON output and the gRPC API.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PressureSource::MemcgReclaim => "memcg_reclaim",
+            PressureSource::DirectReclaim => "direct_reclaim",
+            PressureSource::KswapdWake => "kswapd_wake",
+        }
+    }
+
+    /// The program (function name in `ebpf/src/main.rs`) and the tracepoint (category, name)
+    /// it attaches to.
+    pub const fn program(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            PressureSource::MemcgReclaim => (
+                "vmscan_memcg_reclaim_begin",
+                "vmscan",
+                "mm_vmscan_memcg_reclaim_begin",
+            ),
+            PressureSource::DirectReclaim => (
+                "vmscan_direct_reclaim_begin",
+                "vmscan",
+                "mm_vmscan_direct_reclaim_begin",
+            ),
+            PressureSource::KswapdWake => ("vmscan_kswapd_wake", "vmscan", "mm_vmscan_kswapd_wake"),
+        }
+    }
+}
+
+/// Index bound of the per-source rate-limit map: one slot per [`PressureSource`] plus the unused
+/// slot 0.
+pub const PRESSURE_SOURCES: u32 = 4;
+
+/// The kernel started reclaiming memory. Rate limited in the kernel, per CPU and per source, to
+/// one record per `ProgramConfig::pressure_min_interval_ns`: a reclaim storm makes a few records,
+/// not millions. Records skipped that way are not lost (nothing was dropped that had been
+/// produced); they are counted in `suppressed` of the same CPU's next record of that source.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct PressureEvent {
+    pub header: EventHeader,
+    /// cgroup2 id of the current task: the reclaiming task for `MemcgReclaim` and
+    /// `DirectReclaim`; 0 for `KswapdWake` (kswapd belongs to no workload).
+    pub cgroup_id: u64,
+    /// A [`PressureSource`] as `u32`.
+    pub source: u32,
+    /// The allocation order from the tracepoint; -1 when the kernel's tracepoint has no `order`.
+    pub order: i32,
+    /// Records of this source this CPU skipped (rate limit) since its previous one.
+    pub suppressed: u64,
+}
+
+/// The programs' per-CPU, per-source rate-limit state (a map value, never in the ring).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PressureLimit {
+    /// When this CPU last emitted a record of this source (0: never).
+    pub last_emit_ns: u64,
+    /// Records skipped since then.
+    pub suppressed: u64,
+}
+
 const _: () = assert!(size_of::<EventHeader>() == 24);
 const _: () = assert!(size_of::<ExitEvent>() == 64);
 const _: () = assert!(size_of::<ExecEvent>() == 320);
 const _: () = assert!(size_of::<OomEvent>() == 120);
 const _: () = assert!(size_of::<CgroupEvent>() == 296);
+const _: () = assert!(size_of::<PressureEvent>() == 48);
+const _: () = assert!(size_of::<PressureLimit>() == 16);
 const _: () = assert!(align_of::<ExecEvent>() <= 8 && align_of::<CgroupEvent>() <= 8);

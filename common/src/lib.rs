@@ -13,11 +13,13 @@ mod counters;
 mod events;
 mod filter;
 
-pub use config::{FIELD_ABSENT, ProgramConfig, SIGNAL_GROUP_EXIT};
+pub use config::{
+    DEFAULT_PRESSURE_MIN_INTERVAL_NS, FIELD_ABSENT, ProgramConfig, SIGNAL_GROUP_EXIT,
+};
 pub use counters::{KindCounters, MAX_KIND};
 pub use events::{
     COMM_LEN, CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, OomEvent, OomFields,
-    PATH_LEN,
+    PATH_LEN, PRESSURE_SOURCES, PressureEvent, PressureLimit, PressureSource,
 };
 pub use filter::{FILTER_ACTIVE, MAX_WATCHED, WatchedCgroup};
 
@@ -43,10 +45,15 @@ pub mod names {
     pub const OOM_PENDING: &str = "OOM_PENDING";
     /// Exits already reported, for kernels whose exit tracepoint lacks `group_dead`.
     pub const EXIT_SEEN: &str = "EXIT_SEEN";
+    /// Per-CPU [`crate::PressureLimit`], indexed by [`crate::PressureSource`]: the rate limit of
+    /// pressure records.
+    pub const PRESSURE_LIMIT: &str = "PRESSURE_LIMIT";
     /// The [`crate::ProgramConfig`] global.
     pub const CONFIG: &str = "CONFIG";
 
-    /// Program names (the function names in `ebpf/src/main.rs`) with their tracepoints.
+    /// Program names (the function names in `ebpf/src/main.rs`) with their tracepoints: the
+    /// mandatory ones. The memory-pressure programs are optional (a kernel may lack a `vmscan`
+    /// tracepoint) and are named by [`crate::PressureSource::program`].
     pub const PROGRAMS: [(&str, &str, &str); 5] = [
         ("sched_process_exit", "sched", "sched_process_exit"),
         ("sched_process_exec", "sched", "sched_process_exec"),
@@ -55,6 +62,23 @@ pub mod names {
         ("cgroup_rmdir", "cgroup", "cgroup_rmdir"),
     ];
 }
+
+// Every kind has its slot in the counters (and the agent's delivered counts).
+const _: () = {
+    let mut i = 0;
+    while i < EventKind::ALL.len() {
+        assert!((EventKind::ALL[i] as u32) < MAX_KIND);
+        i += 1;
+    }
+};
+// Every pressure source has its slot in the rate-limit map.
+const _: () = {
+    let mut i = 0;
+    while i < PressureSource::ALL.len() {
+        assert!((PressureSource::ALL[i] as u32) < PRESSURE_SOURCES);
+        i += 1;
+    }
+};
 
 /// Default size of the events ring buffer: 1 MiB holds about 16k exit records, several seconds of
 /// the fastest spawn storm these machines produce.
@@ -73,6 +97,10 @@ mod pod_impls {
     unsafe impl aya::Pod for crate::OomEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::CgroupEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::PressureEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::PressureLimit {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::KindCounters {}
     // SAFETY: as above.

@@ -1,6 +1,6 @@
-//! swiftlet's kernel side: tracepoint programs that turn process exits and execs, OOM kills and
-//! cgroup creation/removal into records in one BPF ring buffer, filtered to the cgroup subtrees the
-//! agent watches. Every entry point is a one-line wrapper around a `try_*` function; failures are
+//! swiftlet's kernel side: tracepoint programs that turn process exits and execs, OOM kills,
+//! cgroup creation/removal and memory reclaim (rate limited) into records in one BPF ring buffer,
+//! filtered to the cgroup subtrees the agent watches (node-wide reclaim is not filtered). Every entry point is a one-line wrapper around a `try_*` function; failures are
 //! counted per CPU in `COUNTERS`, never panicked on.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
@@ -11,9 +11,10 @@ mod exec;
 mod exit;
 mod filter;
 mod oom;
+mod pressure;
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
-use swiftlet_common::{EventKind, ProgramConfig};
+use swiftlet_common::{EventKind, PressureSource, ProgramConfig};
 
 /// Offsets for the running kernel, written by the agent at load time (see `common::config`).
 #[unsafe(no_mangle)]
@@ -57,6 +58,30 @@ pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     emit::finish(
         EventKind::CgroupRmdir,
         cgroup::try_cgroup(&ctx, EventKind::CgroupRmdir),
+    )
+}
+
+#[tracepoint]
+pub fn vmscan_memcg_reclaim_begin(ctx: TracePointContext) -> u32 {
+    emit::finish(
+        EventKind::Pressure,
+        pressure::try_pressure(&ctx, PressureSource::MemcgReclaim),
+    )
+}
+
+#[tracepoint]
+pub fn vmscan_direct_reclaim_begin(ctx: TracePointContext) -> u32 {
+    emit::finish(
+        EventKind::Pressure,
+        pressure::try_pressure(&ctx, PressureSource::DirectReclaim),
+    )
+}
+
+#[tracepoint]
+pub fn vmscan_kswapd_wake(ctx: TracePointContext) -> u32 {
+    emit::finish(
+        EventKind::Pressure,
+        pressure::try_pressure(&ctx, PressureSource::KswapdWake),
     )
 }
 

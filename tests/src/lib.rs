@@ -50,6 +50,20 @@ pub fn runtime_endpoint(test: &str) -> Option<String> {
     None
 }
 
+/// Eviction thresholds for agents under test, unless the test sets its own: memory only. The
+/// kubelet's default disk thresholds (`nodefs.available<10%`, `imagefs.available<15%`) would put
+/// a shared test machine with a fuller disk under DiskPressure, and then every test pod is
+/// rejected or evicted for reasons that have nothing to do with the test.
+pub fn default_eviction_args(extra: &[impl AsRef<str>]) -> Vec<&'static str> {
+    if extra
+        .iter()
+        .any(|a| a.as_ref().starts_with("--eviction-hard"))
+    {
+        return Vec::new();
+    }
+    vec!["--eviction-hard", "memory.available<100Mi"]
+}
+
 /// The scripted helper process (see `src/bin/swiftlet-testproc.rs`).
 pub fn testproc() -> PathBuf {
     sibling_binary("swiftlet-testproc")

@@ -83,6 +83,7 @@ impl Node {
                 .arg("--root-dir")
                 .arg(self.dir.join("root"))
                 .args(&self.extra_args)
+                .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
         agent.wait_stderr("swiftlet is running");

@@ -51,6 +51,25 @@ fn events_rejects_a_bad_ring_size() {
 }
 
 #[test]
+fn run_rejects_a_bad_eviction_threshold_quoting_it() {
+    // The configuration is validated before anything privileged, so this runs as anyone.
+    let out = Command::new(swiftlet_bin())
+        .args(["run", "--eviction-hard", "memory.available<abc"])
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("error: ")
+            && l.contains("flag --eviction-hard")
+            && l.contains("\"memory.available<abc\"")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: "), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
 fn events_without_privileges_says_why_and_how() {
     if !privileged("events_without_privileges_says_why_and_how") {
         return;

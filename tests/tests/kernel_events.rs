@@ -1,10 +1,15 @@
 //! The kernel event pipeline against the real kernel: real processes in real cgroups, the
 //! programs loaded and attached as the agent does it. Run as root (`cargo xtask test`).
 
-use std::{collections::HashMap, process::Command};
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
 
-use swiftlet::kernel::{EventBody, KernelEvents, LoadOptions, StreamItem};
-use swiftlet_common::EventKind;
+use swiftlet::kernel::{EventBody, KernelEvents, LoadOptions, MemoryPressure, StreamItem};
+use swiftlet_common::{EventKind, PressureSource};
 use swiftlet_tests::{TestCgroup, privileged, read_until, testproc};
 
 fn load(watch: &[&TestCgroup], ring_bytes: Option<u32>) -> KernelEvents {
@@ -322,4 +327,204 @@ async fn losses_are_counted_and_add_up() {
     assert_eq!(events.delivered()[EventKind::Exit as usize], delivered);
     assert!(lost_reported > 0, "the records after a loss say so");
     assert_eq!(events.malformed(), 0);
+}
+
+/// A file on disk (not tmpfs, whose pages are never reclaimed), removed on drop.
+struct ScratchFile(PathBuf);
+
+impl ScratchFile {
+    /// `mib` MiB written and synced, so its cached pages are clean and can be dropped.
+    fn new(name: &str, mib: usize) -> ScratchFile {
+        use std::io::Write as _;
+        let path = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("swiftlet-test-{}-{name}", std::process::id()));
+        let guard = ScratchFile(path);
+        let write = |path: &Path| {
+            let mut file = std::fs::File::create(path)?;
+            let block = vec![0x5au8; 1 << 20];
+            for _ in 0..mib {
+                file.write_all(&block)?;
+            }
+            file.sync_all()
+        };
+        write(&guard.0).unwrap_or_else(|e| panic!("scratch file {}: {e}", guard.0.display()));
+        guard
+    }
+}
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Reads `file` twice from a process in `cgroup`, through the page cache (the reader first drops
+/// the file's cached pages, so every page it reads is charged to `cgroup`); returns how long it
+/// took.
+fn read_through(cgroup: &TestCgroup, file: &ScratchFile) -> Duration {
+    let started = Instant::now();
+    let mut reader = cgroup.spawn(
+        Command::new(testproc())
+            .arg("read")
+            .arg(&file.0)
+            .arg("2")
+            .stdout(Stdio::null()),
+    );
+    let status = reader
+        .wait()
+        .unwrap_or_else(|e| panic!("wait for the reader: {e}"));
+    assert!(status.success(), "the reader failed: {status}");
+    started.elapsed()
+}
+
+/// Everything the stream delivered until a sentinel process in `cgroup` exited (the ring is in
+/// kernel order, so whatever `cgroup` caused before is in it), and the pressure records among it.
+async fn until_sentinel(
+    events: &mut KernelEvents,
+    cgroup: &TestCgroup,
+) -> (Vec<StreamItem>, Vec<MemoryPressure>) {
+    let mut sentinel = cgroup.spawn(Command::new(testproc()).args(["exit", "0"]));
+    let _ = sentinel.wait();
+    let sentinel_pid = sentinel.id();
+    let (_, before) = read_until(events, |e| exit_of(&e.body, sentinel_pid).is_some()).await;
+    let pressure = before
+        .iter()
+        .filter_map(|item| match item {
+            StreamItem::Event(e) => match &e.body {
+                EventBody::Pressure(p) => Some(p.clone()),
+                _ => None,
+            },
+            StreamItem::Lost { .. } => None,
+        })
+        .collect();
+    (before, pressure)
+}
+
+fn memcg_records(pressure: &[MemoryPressure]) -> Vec<&MemoryPressure> {
+    pressure
+        .iter()
+        .filter(|p| p.source == PressureSource::MemcgReclaim)
+        .collect()
+}
+
+const PRESSURE_LIMIT: u64 = 32 << 20;
+const PRESSURE_FILE_MIB: usize = 128;
+
+/// Reading 4x a cgroup's 32 MiB memory limit through the page cache makes the kernel reclaim in
+/// that cgroup about a hundred times. In a watched cgroup that is reported as `memcg_reclaim`
+/// records with the cgroup's id, at most one per CPU per interval, the calls in between counted
+/// as suppressed (not lost); the same reading in an unwatched cgroup is not reported at all.
+#[tokio::test]
+async fn memcg_reclaim_is_reported_rate_limited_for_watched_cgroups_only() {
+    if !privileged("memcg_reclaim_is_reported_rate_limited_for_watched_cgroups_only") {
+        return;
+    }
+    let watched = TestCgroup::with_memory_limit("pressure", PRESSURE_LIMIT);
+    let outside = TestCgroup::with_memory_limit("pressure-outside", PRESSURE_LIMIT);
+    let file = ScratchFile::new("pressure", PRESSURE_FILE_MIB);
+    let mut events = load(&[&watched], None);
+    assert_eq!(
+        events.info().pressure_sources,
+        PressureSource::ALL.to_vec(),
+        "every vmscan tracepoint is attached on this kernel"
+    );
+    let interval = LoadOptions::default().pressure_min_interval;
+
+    read_through(&outside, &file);
+    let elapsed = read_through(&watched, &file);
+    let (_, pressure) = until_sentinel(&mut events, &watched).await;
+    let memcg = memcg_records(&pressure);
+    assert!(!memcg.is_empty(), "no memcg_reclaim record: {pressure:#?}");
+    for p in &memcg {
+        assert_eq!(
+            p.cgroup_id,
+            watched.id(),
+            "memcg reclaim is reported for the watched cgroup only: {p:?}"
+        );
+        assert_eq!(
+            p.order,
+            Some(0),
+            "memcg reclaim is for order-0 charges: {p:?}"
+        );
+    }
+
+    // The rate limit: at most one record per CPU per interval, the rest folded into `suppressed`.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u128;
+    let bound = cpus * (elapsed.as_nanos() / interval.as_nanos() + 1);
+    let suppressed: u64 = memcg.iter().map(|p| p.suppressed).sum();
+    eprintln!(
+        "memcg_reclaim: {} records, {suppressed} suppressed in {elapsed:?} (bound {bound})",
+        memcg.len()
+    );
+    assert!(
+        memcg.len() as u128 <= bound,
+        "{} records in {elapsed:?} on {cpus} CPUs at one per {interval:?}",
+        memcg.len()
+    );
+    assert!(
+        suppressed >= memcg.len() as u64,
+        "the storm was folded into few records: {memcg:#?}"
+    );
+
+    // Suppressed is not lost: every pressure record was submitted and delivered.
+    let counters = events
+        .counters()
+        .read()
+        .expect("counters")
+        .get(EventKind::Pressure);
+    let delivered = events.delivered()[EventKind::Pressure as usize];
+    assert_eq!(delivered, pressure.len() as u64);
+    assert_eq!((counters.lost, counters.errors), (0, 0), "{counters:?}");
+    assert!(counters.submitted >= delivered, "{counters:?}");
+    assert_eq!(events.malformed(), 0);
+}
+
+/// The interval is the agent's to choose: with none, every reclaim call is a record (none
+/// suppressed), which counts the calls; with the default, the same reading makes far fewer.
+#[tokio::test]
+async fn the_pressure_rate_limit_follows_the_configured_interval() {
+    if !privileged("the_pressure_rate_limit_follows_the_configured_interval") {
+        return;
+    }
+    let cgroup = TestCgroup::with_memory_limit("pressure-rate", PRESSURE_LIMIT);
+    let file = ScratchFile::new("pressure-rate", PRESSURE_FILE_MIB);
+    let count_records = async |interval: Duration| {
+        let mut events = KernelEvents::load(&LoadOptions {
+            watch: vec![cgroup.dir.clone()],
+            pressure_min_interval: interval,
+            ..LoadOptions::default()
+        })
+        .unwrap_or_else(|e| panic!("load: {e} (hint: {:?})", e.hint()));
+        read_through(&cgroup, &file);
+        let (_, pressure) = until_sentinel(&mut events, &cgroup).await;
+        let lost = events
+            .counters()
+            .read()
+            .expect("counters")
+            .get(EventKind::Pressure)
+            .lost;
+        assert_eq!(lost, 0, "a 1 MiB ring holds every record of this run");
+        memcg_records(&pressure)
+            .into_iter()
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+
+    let every_call = count_records(Duration::ZERO).await;
+    assert!(
+        every_call.iter().all(|p| p.suppressed == 0),
+        "nothing is suppressed without an interval"
+    );
+    let limited = count_records(LoadOptions::default().pressure_min_interval).await;
+    eprintln!(
+        "memcg_reclaim: {} reclaim calls, {} records at the default interval",
+        every_call.len(),
+        limited.len()
+    );
+    assert!(
+        !limited.is_empty() && limited.len() * 4 <= every_call.len(),
+        "far fewer records ({}) than reclaim calls ({})",
+        limited.len(),
+        every_call.len()
+    );
 }

@@ -27,6 +27,10 @@ pub fn build(release: bool) -> anyhow::Result<()> {
     sh::run(&mut cargo)
 }
 
+/// `--eviction-hard` of the quick start (`cargo xtask run` with no arguments).
+const DEV_EVICTION_HARD: &str =
+    "memory.available<100Mi,nodefs.available<5%,nodefs.inodesFree<5%,imagefs.available<5%";
+
 /// Runs `swiftlet` as root (it loads eBPF programs). `swiftlet run` without a runtime endpoint
 /// gets the private containerd and runs as xtask's child, so that containerd stops after it;
 /// anything else replaces this process, so that signals from the terminal reach swiftlet directly.
@@ -34,10 +38,19 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     build(release)?;
     let binary = profile_dir(release).join("swiftlet");
     let mut args: Vec<String> = if args.is_empty() {
+        // A development machine's disk is often fuller than the kubelet's default disk
+        // thresholds (nodefs 10 %, imagefs 15 % free) allow: the examples would be turned away
+        // under DiskPressure. The quick start keeps the memory threshold and lowers the disk ones.
+        println!(
+            "xtask: run: eviction thresholds for a development machine: {DEV_EVICTION_HARD} \
+             (pass your own arguments to run with the kubelet's defaults)"
+        );
         vec![
             "run".to_owned(),
             "--manifests".to_owned(),
             sh::root().join("examples").display().to_string(),
+            "--eviction-hard".to_owned(),
+            DEV_EVICTION_HARD.to_owned(),
         ]
     } else {
         args.to_vec()

@@ -5,8 +5,10 @@
 //! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources). HTTP serves `/healthz` and
 //! `/metrics`, and the read-only port `/pods`.
 
+mod eviction;
 mod node;
 mod pods;
+mod psi;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -103,6 +105,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         load.watch.push(pods::kubepods_path(&config).into());
     }
     let (published, _) = broadcast::channel(BUS_CAPACITY);
+    let mut kernel_bus = None;
     let source = match KernelEvents::load(&load) {
         Ok(events) => {
             metrics
@@ -110,6 +113,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
                 .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
             let cgroup2_root = events.info().cgroup2_root.clone();
             let pleg_events = bus.subscribe();
+            kernel_bus = Some(bus.subscribe());
             tasks.spawn(pump(
                 events,
                 bus.clone(),
@@ -170,15 +174,16 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         cgroups,
         source,
         published.clone(),
+        kernel_bus,
     )
     .await?;
 
     let grpc = bind_unix(&config.grpc_socket)?;
     tasks.spawn({
         let shutdown = shutdown.clone();
-        let service = swiftlet_proto::v1::events_server::EventsServer::new(EventsService::new(
-            bus, published,
-        ));
+        let service = swiftlet_proto::v1::events_server::EventsServer::new(
+            EventsService::new(bus, published).with_evictions(pods.evictions.clone()),
+        );
         async move {
             tonic::transport::Server::builder()
                 .add_service(service)

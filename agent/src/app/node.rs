@@ -6,6 +6,7 @@ use std::{net::IpAddr, path::Path};
 use k8s_cri::v1 as cri;
 
 use crate::kuberuntime::sandbox_config::parse_resolv_conf;
+pub use crate::sys::has_capability;
 
 #[derive(Clone, Debug)]
 pub struct NodeFacts {
@@ -19,6 +20,11 @@ pub struct NodeFacts {
 }
 
 impl NodeFacts {
+    /// The node's memory capacity in bytes (MemTotal).
+    pub fn memory_total() -> Option<i64> {
+        mem_total(Path::new("/proc/meminfo")).and_then(|b| i64::try_from(b).ok())
+    }
+
     pub fn detect() -> NodeFacts {
         NodeFacts {
             memory_bytes: mem_total(Path::new("/proc/meminfo")).unwrap_or(0),
@@ -61,19 +67,6 @@ fn host_ip() -> Option<IpAddr> {
                 .find(|ip| matches!(ip, IpAddr::V6(v6) if !v6.is_unicast_link_local()))
         })
         .copied()
-}
-
-/// Whether the effective capability set has capability number `cap`.
-pub fn has_capability(cap: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        })
-        .is_some_and(|caps| caps & (1 << cap) != 0)
 }
 
 #[cfg(test)]

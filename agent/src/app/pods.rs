@@ -33,8 +33,9 @@ use crate::{
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, NodeDescription, PodConfig, ReadinessCheck, Source,
-        StaticPodOptions, StaticPodSource, WallClock, client_from_kubeconfig, go_arch, os_image,
+        ApiServerOptions, ApiServerSource, NodeDescription, PodConfig, PressureCheck,
+        ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
+        client_from_kubeconfig, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
 };
@@ -42,6 +43,7 @@ use crate::{
 /// What the rest of the app needs from the pod half.
 pub struct Pods {
     pub status: Arc<StatusManager>,
+    pub evictions: broadcast::Sender<crate::eviction::manager::Decision>,
 }
 
 /// How the pod half learns of container changes.
@@ -60,11 +62,26 @@ pub enum PlegSource {
 /// watch it from their first event).
 pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
+    let reserved = config.reserved.memory_bytes();
+    let allocatable_memory = match super::node::NodeFacts::memory_total() {
+        // As upstream: the pods' cgroup is limited to allocatable whenever `pods` is enforced
+        // (to the whole capacity without reservations, which also undoes a stale limit).
+        Some(total) if config.reserved.enforce_pods => {
+            if reserved >= total {
+                return Err(Error::Cgroups(format!(
+                    "kubeReserved + systemReserved memory ({reserved} bytes) is not below the                      node's memory ({total} bytes): nothing would be left for pods"
+                )));
+            }
+            Some(total - reserved)
+        }
+        _ => None,
+    };
     let cgroups = Arc::new(PodCgroups::new(
         PodCgroupConfig {
             per_qos: config.cgroups_per_qos,
             root: kubepods_path(config),
             pod_pids_limit: config.pod_pids_limit,
+            allocatable_memory,
         },
         layout,
     ));
@@ -97,6 +114,7 @@ pub async fn start(
     cgroups: Arc<PodCgroups>,
     source: PlegSource,
     published: broadcast::Sender<Arc<PublishedEvent>>,
+    kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
 ) -> Result<Pods, Error> {
     let node = NodeFacts::detect();
     let runtime = GrpcRuntime::connect(
@@ -178,6 +196,7 @@ pub async fn start(
             let ebpf = EbpfPleg::new(
                 relist,
                 cgroup2_root,
+                kubepods_path(config),
                 EbpfPlegMetrics::register(&metrics.registry)?,
             );
             let shutdown = shutdown.clone();
@@ -201,6 +220,7 @@ pub async fn start(
     }
 
     let status = Arc::new(StatusManager::default());
+    super::psi::register_psi_metrics(&metrics.registry, &cgroups, pleg.cache(), &status)?;
     let pod_manager = Arc::new(PodManager::default());
     let kubelet_metrics = KubeletMetrics::register(&metrics.registry)?;
     let syncer = Arc::new(KubeletSyncer {
@@ -233,14 +253,34 @@ pub async fn start(
         workers,
         pleg.cache(),
         status.clone(),
-        manager,
-        cgroups,
-        NodeCapacity {
-            max_pods: config.max_pods as usize,
-            cpu_millis: node.cpu_millis,
-            memory_bytes: i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
+        manager.clone(),
+        cgroups.clone(),
+        {
+            // Admission fits pods into allocatable, as upstream's does.
+            let (cpu_millis, memory_bytes) = allocatable(config, &node);
+            NodeCapacity {
+                max_pods: config.max_pods as usize,
+                cpu_millis,
+                memory_bytes,
+            }
         },
     ));
+
+    let eviction = super::eviction::start(
+        config,
+        i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
+        &kubelet,
+        &cgroups,
+        pleg.cache(),
+        &manager,
+        runtime.as_ref(),
+        kernel_bus,
+        metrics,
+        health,
+        tasks,
+        shutdown,
+    )
+    .await?;
 
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     if let Some(dir) = &config.static_pod_path {
@@ -280,6 +320,16 @@ pub async fn start(
             node: describe_node(config, &node, runtime_version),
             status: status.clone(),
             readiness,
+            pressure: {
+                let conditions = eviction.conditions();
+                Arc::new(move || {
+                    conditions
+                        .borrow()
+                        .iter()
+                        .map(|c| c.as_str().to_owned())
+                        .collect()
+                }) as PressureCheck
+            },
             pods: pod_config.channel(Source::Api),
             clock: Arc::new(SystemTime::now) as WallClock,
         };
@@ -315,7 +365,28 @@ pub async fn start(
             Ok(())
         }
     });
-    Ok(Pods { status })
+    Ok(Pods {
+        status,
+        evictions: eviction.decision_sender(),
+    })
+}
+
+/// Node allocatable CPU (millicores) and memory (bytes), as upstream computes it: capacity minus
+/// kube and system reservations, and for memory also the hard `memory.available` threshold.
+fn allocatable(config: &Config, node: &NodeFacts) -> (i64, i64) {
+    let memory = i64::try_from(node.memory_bytes).unwrap_or(i64::MAX);
+    let eviction = config
+        .eviction
+        .thresholds
+        .iter()
+        .filter(|t| t.is_hard() && t.signal == crate::eviction::thresholds::Signal::MemoryAvailable)
+        .map(|t| crate::eviction::logic::quantity(t.value, memory))
+        .max()
+        .unwrap_or(0);
+    (
+        (node.cpu_millis - config.reserved.cpu_millis()).max(0),
+        (memory - config.reserved.memory_bytes() - eviction).max(0),
+    )
 }
 
 /// What the Node object says about this machine.
@@ -325,11 +396,14 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
             .map(|s| s.trim().to_owned())
             .unwrap_or_default()
     };
+    let (allocatable_cpu_millis, allocatable_memory_bytes) = allocatable(config, node);
     NodeDescription {
         hostname: config.node_name.clone(),
         internal_ip: node.host_ip,
         cpu_millis: node.cpu_millis,
         memory_bytes: node.memory_bytes,
+        allocatable_cpu_millis,
+        allocatable_memory_bytes: u64::try_from(allocatable_memory_bytes).unwrap_or(0),
         max_pods: config.max_pods,
         // `uname -r`.
         kernel_version: read("/proc/sys/kernel/osrelease"),

@@ -22,6 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     CgroupLayout,
+    pressure_targets::{self, PodCgroupDir},
     qos::{QosClass, pod_qos},
     quantity,
 };
@@ -46,6 +47,9 @@ pub struct PodCgroupConfig {
     pub root: String,
     /// `podPidsLimit`; -1 means none.
     pub pod_pids_limit: i64,
+    /// Node allocatable memory enforced on the pods' cgroup (`enforceNodeAllocatable: [pods]`
+    /// with reservations): capacity minus kube and system reserved. `None` leaves it unlimited.
+    pub allocatable_memory: Option<i64>,
 }
 
 impl Default for PodCgroupConfig {
@@ -54,6 +58,7 @@ impl Default for PodCgroupConfig {
             per_qos: true,
             root: "kubepods".into(),
             pod_pids_limit: -1,
+            allocatable_memory: None,
         }
     }
 }
@@ -81,6 +86,13 @@ impl PodCgroups {
             let cg = self.create(&path)?;
             if path.ends_with("besteffort") {
                 set(&path, cpu(&cg)?.set_shares(2))?;
+            }
+            if path == self.config.root
+                && let Some(limit) = self.config.allocatable_memory
+            {
+                let mem: &MemController =
+                    cg.controller_of().ok_or_else(|| missing(&path, "memory"))?;
+                set(&path, mem.set_limit(limit))?;
             }
         }
         Ok(())
@@ -209,6 +221,20 @@ impl PodCgroups {
             }
         }
         uids
+    }
+
+    /// The pod cgroups on the cgroup2 mount, with the directories below them (the containers'
+    /// and the sandbox's); none on a node without cgroup2.
+    pub fn cgroup2_pod_dirs(&self) -> Vec<PodCgroupDir> {
+        let Ok(root) = self.layout.cgroup2_root() else {
+            return Vec::new();
+        };
+        let parents = if self.config.per_qos {
+            self.parents()
+        } else {
+            vec![String::new()]
+        };
+        pressure_targets::pod_dirs(root, &parents)
     }
 
     fn parents(&self) -> Vec<String> {

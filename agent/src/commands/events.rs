@@ -112,13 +112,21 @@ pub fn text_line(item: &StreamItem) -> String {
         EventBody::CgroupMkdir(c) | EventBody::CgroupRmdir(c) => {
             format!("{head} level={} path={}", c.level, c.path.display())
         }
+        EventBody::Pressure(p) => {
+            let mut line = format!("{head} source={}", p.source.as_str());
+            if let Some(order) = p.order {
+                line.push_str(&format!(" order={order}"));
+            }
+            line.push_str(&format!(" suppressed={}", p.suppressed));
+            line
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::ProcessExit;
+    use crate::kernel::{MemoryPressure, PressureSource, ProcessExit};
 
     #[test]
     fn formats_exits_as_text_and_json() {
@@ -146,6 +154,26 @@ mod tests {
         assert_eq!(json["signal"], 9);
         assert_eq!(json["exit_code"], serde_json::Value::Null);
         assert_eq!(json["pid"], 7);
+        let pressure = StreamItem::Event(KernelEvent {
+            ts_ns: 3_000_000_000,
+            received_ns: 0,
+            cpu: 1,
+            body: EventBody::Pressure(MemoryPressure {
+                cgroup_id: 0,
+                source: PressureSource::KswapdWake,
+                order: Some(0),
+                suppressed: 17,
+            }),
+        });
+        assert_eq!(
+            text_line(&pressure),
+            "pressure ts=3.000000000 cgroup=0 source=kswapd_wake order=0 suppressed=17"
+        );
+        let json: serde_json::Value = serde_json::from_str(&json_line(&pressure)).expect("json");
+        assert_eq!(
+            (json["kind"].as_str(), json["source"].as_str()),
+            (Some("pressure"), Some("kswapd_wake"))
+        );
         let lost: serde_json::Value =
             serde_json::from_str(&json_line(&StreamItem::Lost { count: 4 })).expect("json");
         assert_eq!(

@@ -1,10 +1,12 @@
 //! Resolution of the fields that need more than "flag, else file, else default": positive
 //! durations, ports and addresses, the node name (upstream `nodeutil.GetHostname`), the CRI
-//! endpoint. Each returns the value or a [`ConfigError`] naming field, origin and value.
+//! endpoint, the map fields (`evictionHard`, `kubeReserved`, ...) with their flag syntax. Each
+//! returns the value or a [`ConfigError`] naming field, origin and value.
 //!
 //! Not here: the order of resolution and the assembled `Config` (`load.rs`).
 
 use std::{
+    collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     time::Duration,
@@ -24,6 +26,22 @@ const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
 /// Resolves one field at a time against the file's origin.
 pub(super) struct Resolver<'a> {
     pub(super) file: &'a Origin,
+}
+
+/// A map field (upstream `map[string]string`) as given: the flag's entries or the file's.
+pub(super) struct MapField {
+    pub(super) origin: Origin,
+    pub(super) entries: Vec<MapEntry>,
+}
+
+pub(super) struct MapEntry {
+    pub(super) key: String,
+    /// The separator written in the flag (`<`, `>`, `=`); `None` from the file, where a
+    /// threshold's operator is implied by its signal.
+    pub(super) separator: Option<char>,
+    pub(super) value: String,
+    /// The entry as written, for messages: `memory.available<1Gi` or `memory.available: 1Gi`.
+    pub(super) shown: String,
 }
 
 impl Resolver<'_> {
@@ -82,6 +100,80 @@ impl Resolver<'_> {
             ));
         }
         Ok(value.0)
+    }
+
+    /// A map field: the flag's entries if the flag was given, else the file's, else `None`. The
+    /// flag's syntax is upstream's `MapStringString` (`key=value`) or, with `<` and `>` as
+    /// `separators`, `LangleSeparatedMapStringString` (`memory.available<1Gi`): comma-separated
+    /// entries, the flag repeatable, a later key replacing an earlier one, and the flag given
+    /// with an empty value meaning an empty map. `syntax` says what an entry should look like.
+    pub(super) fn map_field(
+        &self,
+        field: &'static str,
+        kind: &'static str,
+        (flag, flag_name): (&[String], &'static str),
+        separators: &[char],
+        syntax: &str,
+        file: &Option<BTreeMap<String, String>>,
+    ) -> Result<Option<MapField>, ConfigError> {
+        if flag.is_empty() {
+            return Ok(file.as_ref().map(|map| MapField {
+                origin: self.file.clone(),
+                entries: map
+                    .iter()
+                    .map(|(key, value)| MapEntry {
+                        key: key.clone(),
+                        separator: None,
+                        value: value.clone(),
+                        shown: format!("{key}: {value}"),
+                    })
+                    .collect(),
+            }));
+        }
+        let origin = Origin::Flag(flag_name);
+        let mut entries: Vec<MapEntry> = Vec::new();
+        for piece in flag.iter().flat_map(|v| v.split(',')).map(str::trim) {
+            if piece.is_empty() {
+                continue;
+            }
+            let entry = piece
+                .find(separators)
+                .map(|at| (piece[..at].trim(), &piece[at..]))
+                .filter(|(key, _)| !key.is_empty())
+                .and_then(|(key, rest)| {
+                    let separator = rest.chars().next()?;
+                    Some(MapEntry {
+                        key: key.to_owned(),
+                        separator: Some(separator),
+                        value: rest[separator.len_utf8()..].trim().to_owned(),
+                        shown: piece.to_owned(),
+                    })
+                })
+                .ok_or_else(|| invalid(&origin, field, kind, piece, syntax))?;
+            entries.retain(|e| e.key != entry.key);
+            entries.push(entry);
+        }
+        Ok(Some(MapField { origin, entries }))
+    }
+
+    /// A comma-separated list flag (upstream `StringSlice`, repeatable) if given, else the
+    /// file's list, else `None`. Empty items are dropped.
+    pub(super) fn list_field(
+        &self,
+        (flag, flag_name): (&[String], &'static str),
+        file: &Option<Vec<String>>,
+    ) -> Option<(Origin, Vec<String>)> {
+        if flag.is_empty() {
+            return file.as_ref().map(|list| {
+                let items = list.iter().map(|s| s.trim().to_owned());
+                (self.file.clone(), items.filter(|s| !s.is_empty()).collect())
+            });
+        }
+        let items = flag.iter().flat_map(|v| v.split(',')).map(str::trim);
+        Some((
+            Origin::Flag(flag_name),
+            items.filter(|s| !s.is_empty()).map(str::to_owned).collect(),
+        ))
     }
 
     pub(super) fn max_pods(&self, origin: &Origin, n: i64) -> Result<u32, ConfigError> {

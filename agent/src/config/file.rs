@@ -7,7 +7,10 @@
 //! Not here: defaults, validation, flags (`load.rs`). Upstream: `KubeletConfiguration` in
 //! `staging/src/k8s.io/kubelet/config/v1beta1/types.go`.
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
 use serde::Deserialize;
 
@@ -49,6 +52,20 @@ pub struct FileConfig {
     pub node_lease_duration_seconds: Option<i64>,
     /// A kubelet flag upstream, accepted in the file here (same meaning as `nodeName`).
     pub hostname_override: Option<String>,
+    /// Signal → value, the operator implied (`memory.available: 100Mi`). Scalars are kept as
+    /// written, so `memory.pressure.some.avg10: 40` needs no quotes.
+    pub eviction_hard: Option<BTreeMap<String, String>>,
+    pub eviction_soft: Option<BTreeMap<String, String>>,
+    /// Signal → Go duration.
+    pub eviction_soft_grace_period: Option<BTreeMap<String, String>>,
+    pub eviction_minimum_reclaim: Option<BTreeMap<String, String>>,
+    pub eviction_max_pod_grace_period: Option<i64>,
+    pub eviction_pressure_transition_period: Option<String>,
+    pub merge_default_eviction_settings: Option<bool>,
+    /// Resource (`cpu`, `memory`, `ephemeral-storage`, `pid`) → quantity.
+    pub kube_reserved: Option<BTreeMap<String, String>>,
+    pub system_reserved: Option<BTreeMap<String, String>>,
+    pub enforce_node_allocatable: Option<Vec<String>>,
 
     // swiftlet's own.
     pub node_name: Option<String>,
@@ -56,6 +73,8 @@ pub struct FileConfig {
     pub pleg_relist_period: Option<String>,
     pub root_dir: Option<PathBuf>,
     pub grpc_socket: Option<PathBuf>,
+    pub eviction_monitoring_period: Option<String>,
+    pub eviction_wakeups: Option<Vec<String>>,
 }
 
 impl FileConfig {

@@ -23,10 +23,13 @@ use std::{
 use super::{
     DEFAULT_GRPC_SOCKET, KernelArgs, RunArgs,
     error::{ConfigError, Origin, invalid},
+    eviction,
     fields::{Resolver, is_dns1123_subdomain, runtime_endpoint, system_hostname},
     file::FileConfig,
+    reserved::{self, Reserved},
     types::{CgroupDriver, Cidr, PlegMode},
 };
+use crate::eviction::thresholds::EvictionConfig;
 
 /// Everything `swiftlet run` is configured with, defaults applied and validated.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +75,10 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     /// Kernel program options (flags only).
     pub kernel: KernelArgs,
+    /// Thresholds and the eviction manager's periods (`eviction.rs`).
+    pub eviction: EvictionConfig,
+    /// `kubeReserved`, `systemReserved`, `enforceNodeAllocatable` (`reserved.rs`).
+    pub reserved: Reserved,
 }
 
 /// Built-in defaults (the kubelet's where it has one).
@@ -93,6 +100,10 @@ pub mod defaults {
     /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
     pub const EBPF_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);
     pub const ROOT_DIR: &str = "/var/lib/swiftlet";
+    pub const EVICTION_MAX_POD_GRACE_PERIOD_SECS: i64 = 0;
+    pub const EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
+    /// The eviction manager's safety-net check (upstream's fixed monitoring period).
+    pub const EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
 }
 
 impl Config {
@@ -309,6 +320,9 @@ impl Config {
         };
 
         let node_name = r.node_name(args, file, hostname)?;
+        let cgroups_per_qos = file.cgroups_per_qos.unwrap_or(true);
+        let reserved = reserved::resolve(&r, args, file, cgroups_per_qos)?;
+        let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
 
         Ok(Config {
             file: match file_origin {
@@ -326,7 +340,7 @@ impl Config {
             read_only_address,
             healthz_address,
             cgroup_root,
-            cgroups_per_qos: file.cgroups_per_qos.unwrap_or(true),
+            cgroups_per_qos,
             cgroup_driver,
             pod_cidr,
             cluster_dns,
@@ -340,6 +354,8 @@ impl Config {
             grpc_socket,
             kubeconfig: args.kubeconfig.clone(),
             kernel: args.kernel.clone(),
+            eviction,
+            reserved,
         })
     }
 }

@@ -104,6 +104,8 @@ healthzPort: 11248
 healthzBindAddress: 0.0.0.0
 cgroupRoot: /kube
 cgroupsPerQOS: false
+# Without the pods' cgroup there is nothing to enforce allocatable on (as upstream requires).
+enforceNodeAllocatable: []
 cgroupDriver: cgroupfs
 podCIDR: 10.244.1.0/24
 clusterDNS: [10.96.0.10, "fd00::a"]
@@ -357,4 +359,456 @@ fn missing_file_is_reported_with_its_path() {
 fn negative_pid_limit_means_none() {
     let (_dir, result) = load("podPidsLimit: -5", &[]);
     assert_eq!(result.expect("loads").pod_pids_limit, -1);
+}
+
+mod eviction {
+    //! The eviction and node-allocatable settings.
+
+    use std::time::Duration;
+
+    use super::{err, host, load, run_args};
+    use crate::{
+        config::{Config, Reserved, ReservedResources},
+        eviction::thresholds::{Signal, Threshold, ThresholdValue, Wakeups},
+    };
+
+    const MI: i64 = 1 << 20;
+    const GI: i64 = 1 << 30;
+
+    /// The thresholds as `text` (grace period), sorted, for compact comparisons.
+    fn texts(config: &Config) -> Vec<String> {
+        let mut texts: Vec<String> = config
+            .eviction
+            .thresholds
+            .iter()
+            .map(|t| match t.grace_period {
+                Duration::ZERO => t.text.clone(),
+                grace => format!("{} ({}s)", t.text, grace.as_secs()),
+            })
+            .collect();
+        texts.sort();
+        texts
+    }
+
+    fn find(config: &Config, signal: Signal, hard: bool) -> &Threshold {
+        config
+            .eviction
+            .thresholds
+            .iter()
+            .find(|t| t.signal == signal && t.is_hard() == hard)
+            .unwrap_or_else(|| panic!("no {signal} threshold in {:?}", texts(config)))
+    }
+
+    #[test]
+    fn defaults_are_the_kubelets() {
+        let config = Config::load_with(&run_args(&[]), &host).expect("loads");
+        assert_eq!(
+            texts(&config),
+            [
+                "allocatableMemory.available<100Mi",
+                "imagefs.available<15%",
+                "imagefs.inodesFree<5%",
+                "memory.available<100Mi",
+                "nodefs.available<10%",
+                "nodefs.inodesFree<5%",
+            ]
+        );
+        assert_eq!(
+            find(&config, Signal::MemoryAvailable, true).value,
+            ThresholdValue::Quantity(100 * MI)
+        );
+        assert_eq!(
+            find(&config, Signal::NodeFsAvailable, true).value,
+            ThresholdValue::Percentage(0.1)
+        );
+        assert_eq!(config.eviction.max_pod_grace_period_secs, 0);
+        assert_eq!(
+            config.eviction.pressure_transition_period,
+            Duration::from_secs(300)
+        );
+        assert_eq!(config.eviction.monitoring_period, Duration::from_secs(10));
+        assert_eq!(config.eviction.wakeups, Wakeups::ALL);
+        assert_eq!(
+            config.reserved,
+            Reserved {
+                kube: ReservedResources::default(),
+                system: ReservedResources::default(),
+                enforce_pods: true,
+            }
+        );
+    }
+
+    const FILE: &str = r#"
+evictionHard:
+  memory.available: 200Mi
+evictionSoft:
+  memory.available: 500Mi
+  memory.pressure.some.avg10: 40
+evictionSoftGracePeriod:
+  memory.available: 1m30s
+  memory.pressure.some.avg10: 30s
+  nodefs.available: 1m
+evictionMinimumReclaim:
+  memory.available: 50Mi
+evictionMaxPodGracePeriod: 60
+evictionPressureTransitionPeriod: 1m
+evictionMonitoringPeriod: 5s
+evictionWakeups: [psi, memcg]
+kubeReserved:
+  cpu: 100m
+  memory: 1Gi
+systemReserved:
+  cpu: "0.5"
+  memory: 512Mi
+  ephemeral-storage: 1Gi
+  pid: 1000
+enforceNodeAllocatable: [pods]
+"#;
+
+    #[test]
+    fn file_values_replace_defaults() {
+        let (_dir, result) = load(FILE, &[]);
+        let config = result.expect("loads");
+        // A set evictionHard replaces the defaults whole; a grace period without soft
+        // threshold (nodefs.available) is ignored, as upstream.
+        assert_eq!(
+            texts(&config),
+            [
+                "allocatableMemory.available<200Mi",
+                "memory.available<200Mi",
+                "memory.available<500Mi (90s)",
+                "memory.pressure.some.avg10>40 (30s)",
+            ]
+        );
+        let psi = find(
+            &config,
+            "memory.pressure.some.avg10".parse().expect("signal"),
+            false,
+        );
+        assert_eq!(psi.value, ThresholdValue::Percentage(0.4));
+        // The minimum reclaim goes to every threshold of its signal, the copy included.
+        for (signal, hard) in [
+            (Signal::MemoryAvailable, true),
+            (Signal::MemoryAvailable, false),
+            (Signal::AllocatableMemoryAvailable, true),
+        ] {
+            assert_eq!(
+                find(&config, signal, hard).min_reclaim,
+                Some(ThresholdValue::Quantity(50 * MI))
+            );
+        }
+        assert_eq!(config.eviction.max_pod_grace_period_secs, 60);
+        assert_eq!(
+            config.eviction.pressure_transition_period,
+            Duration::from_secs(60)
+        );
+        assert_eq!(config.eviction.monitoring_period, Duration::from_secs(5));
+        assert_eq!(
+            config.eviction.wakeups,
+            Wakeups {
+                psi: true,
+                kernel: false,
+                memcg: true
+            }
+        );
+        assert_eq!(
+            config.reserved.kube,
+            ReservedResources {
+                cpu_millis: 100,
+                memory_bytes: GI,
+                ephemeral_storage_bytes: 0,
+                pids: 0,
+            }
+        );
+        assert_eq!(
+            config.reserved.system,
+            ReservedResources {
+                cpu_millis: 500,
+                memory_bytes: 512 * MI,
+                ephemeral_storage_bytes: GI,
+                pids: 1000,
+            }
+        );
+        assert_eq!(config.reserved.cpu_millis(), 600);
+        assert_eq!(config.reserved.memory_bytes(), GI + 512 * MI);
+        assert_eq!(config.reserved.ephemeral_storage_bytes(), GI);
+        assert_eq!(config.reserved.pids(), 1000);
+        assert!(config.reserved.enforce_pods);
+    }
+
+    #[test]
+    fn flags_replace_the_files_fields_whole() {
+        let (_dir, result) = load(
+            FILE,
+            &[
+                "--eviction-hard",
+                "memory.available<1Gi,nodefs.available<5%",
+                "--eviction-hard",
+                "memory.available<2Gi",
+                "--eviction-soft",
+                "io.pressure.full.avg60>25.5",
+                "--eviction-soft-grace-period",
+                "io.pressure.full.avg60=10s",
+                "--eviction-minimum-reclaim",
+                "nodefs.available=1%",
+                "--eviction-max-pod-grace-period",
+                "-1",
+                "--eviction-pressure-transition-period",
+                "30s",
+                "--eviction-monitoring-period",
+                "1s",
+                "--eviction-wakeups=",
+                "--kube-reserved",
+                "cpu=200m",
+                "--system-reserved=memory=1Gi,pid=10",
+                "--enforce-node-allocatable",
+                "none",
+            ],
+        );
+        let config = result.expect("loads");
+        // Repeated flags add up, a later signal replacing an earlier one; no pods enforcement,
+        // so no allocatable copy.
+        assert_eq!(
+            texts(&config),
+            [
+                "io.pressure.full.avg60>25.5 (10s)",
+                "memory.available<2Gi",
+                "nodefs.available<5%",
+            ]
+        );
+        assert_eq!(
+            find(&config, Signal::NodeFsAvailable, true).min_reclaim,
+            Some(ThresholdValue::Percentage(0.01))
+        );
+        assert_eq!(
+            find(&config, Signal::MemoryAvailable, true).min_reclaim,
+            None
+        );
+        assert_eq!(config.eviction.max_pod_grace_period_secs, -1);
+        assert_eq!(
+            config.eviction.pressure_transition_period,
+            Duration::from_secs(30)
+        );
+        assert_eq!(config.eviction.monitoring_period, Duration::from_secs(1));
+        assert_eq!(config.eviction.wakeups, Wakeups::NONE);
+        assert_eq!(config.reserved.kube.cpu_millis, 200);
+        assert_eq!(config.reserved.kube.memory_bytes, 0);
+        assert_eq!(config.reserved.system.memory_bytes, GI);
+        assert_eq!(config.reserved.system.pids, 10);
+        assert!(!config.reserved.enforce_pods);
+
+        // An empty --eviction-hard means no hard threshold at all; `none` means no wakeups.
+        let (_dir, result) = load("", &["--eviction-hard=", "--eviction-wakeups", "none"]);
+        let config = result.expect("loads");
+        assert!(config.eviction.thresholds.is_empty());
+        assert_eq!(config.eviction.wakeups, Wakeups::NONE);
+    }
+
+    #[test]
+    fn merge_default_eviction_settings_fills_in_unset_signals() {
+        let yaml = "evictionHard:\n  memory.available: 1Gi\n  nodefs.available: 0%\n";
+        let (_dir, result) = load(yaml, &[]);
+        assert_eq!(
+            texts(&result.expect("loads")),
+            ["allocatableMemory.available<1Gi", "memory.available<1Gi"]
+        );
+
+        let merged = format!("{yaml}mergeDefaultEvictionSettings: true\n");
+        let (_dir, result) = load(&merged, &[]);
+        // nodefs.available was turned off by the operator and stays off.
+        assert_eq!(
+            texts(&result.expect("loads")),
+            [
+                "allocatableMemory.available<1Gi",
+                "imagefs.available<15%",
+                "imagefs.inodesFree<5%",
+                "memory.available<1Gi",
+                "nodefs.inodesFree<5%",
+            ]
+        );
+        // Into the flag's thresholds too.
+        let (_dir, result) = load(
+            "mergeDefaultEvictionSettings: true\nenforceNodeAllocatable: [none]\n",
+            &["--eviction-hard", "imagefs.available<20%"],
+        );
+        assert_eq!(
+            texts(&result.expect("loads")),
+            [
+                "imagefs.available<20%",
+                "imagefs.inodesFree<5%",
+                "memory.available<100Mi",
+                "nodefs.available<10%",
+                "nodefs.inodesFree<5%",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_allocatable_threshold_the_operator_set_is_kept_alone() {
+        let (_dir, result) = load(
+            "evictionHard:\n  memory.available: 100Mi\n  allocatableMemory.available: 300Mi\n",
+            &[],
+        );
+        assert_eq!(
+            texts(&result.expect("loads")),
+            [
+                "allocatableMemory.available<300Mi",
+                "memory.available<100Mi"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_flag_text_is_quoted_naming_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--eviction-hard", "memory.available<abc"],
+                "flag --eviction-hard: field `evictionHard`: invalid threshold \"memory.available<abc\": expected a quantity (e.g. 100Mi) or a percentage (e.g. 10%): no digits",
+            ),
+            (
+                &["--eviction-hard", "memory.available<100Mi,nodefs.available"],
+                "flag --eviction-hard: field `evictionHard`: invalid threshold \"nodefs.available\": expected <signal><operator><value>, e.g. memory.available<100Mi or memory.pressure.some.avg10>40",
+            ),
+            (
+                &["--eviction-hard", "memory.available>100Mi"],
+                "flag --eviction-hard: field `evictionHard`: invalid threshold \"memory.available>100Mi\": memory.available takes the operator \"<\"",
+            ),
+            (
+                &["--eviction-soft", "cpu.pressure.some.avg10>40"],
+                "flag --eviction-soft: field `evictionSoft`: invalid threshold \"cpu.pressure.some.avg10>40\": cpu pressure is not an eviction signal: CPU is compressible",
+            ),
+            (
+                &["--eviction-hard", "nodefs.available<110%"],
+                "flag --eviction-hard: field `evictionHard`: invalid threshold \"nodefs.available<110%\": a percentage must be between 0% and 100%",
+            ),
+            (
+                &["--eviction-hard", "memory.available<-1Gi"],
+                "flag --eviction-hard: field `evictionHard`: invalid threshold \"memory.available<-1Gi\": must be positive (to turn a threshold off, leave it out or write 0%)",
+            ),
+            (
+                &["--eviction-soft-grace-period", "memory.available:1m"],
+                "flag --eviction-soft-grace-period: field `evictionSoftGracePeriod`: invalid grace period \"memory.available:1m\": expected <signal>=<duration>, e.g. memory.available=1m30s",
+            ),
+            (
+                &["--eviction-soft-grace-period", "memory.available=-1m"],
+                "flag --eviction-soft-grace-period: field `evictionSoftGracePeriod`: invalid grace period \"memory.available=-1m\": must not be negative",
+            ),
+            (
+                &["--eviction-minimum-reclaim", "memory.available=-5Mi"],
+                "flag --eviction-minimum-reclaim: field `evictionMinimumReclaim`: invalid minimum reclaim \"memory.available=-5Mi\": must not be negative",
+            ),
+            (
+                &["--kube-reserved", "gpu=1"],
+                "flag --kube-reserved: field `kubeReserved`: invalid reservation \"gpu=1\": cannot reserve \"gpu\": expected cpu, memory, ephemeral-storage or pid",
+            ),
+            (
+                &["--system-reserved", "memory=lots"],
+                "flag --system-reserved: field `systemReserved`: invalid reservation \"memory=lots\": \"memory\": not a quantity (no digits), expected e.g. 100m or 1Gi",
+            ),
+            (
+                &["--enforce-node-allocatable", "pods,system-reserved"],
+                "flag --enforce-node-allocatable: field `enforceNodeAllocatable`: invalid value \"system-reserved\": not supported yet: only \"pods\" and \"none\" are",
+            ),
+            (
+                &["--eviction-wakeups", "psi,bpf"],
+                "flag --eviction-wakeups: field `evictionWakeups`: invalid value \"bpf\": expected \"psi\", \"kernel\", \"memcg\" or \"none\"",
+            ),
+            (
+                &["--eviction-monitoring-period", "0s"],
+                "flag --eviction-monitoring-period: field `evictionMonitoringPeriod`: invalid duration \"0s\": must be greater than 0",
+            ),
+        ];
+        for (flags, want) in cases {
+            assert_eq!(err("", flags), *want, "{flags:?}");
+        }
+    }
+
+    #[test]
+    fn a_soft_threshold_needs_a_grace_period() {
+        assert_eq!(
+            err(
+                "",
+                &[
+                    "--eviction-soft",
+                    "memory.available<1Gi,nodefs.available<15%",
+                    "--eviction-soft-grace-period",
+                    "memory.available=1m",
+                ]
+            ),
+            "flag --eviction-soft: field `evictionSoft`: invalid threshold \"nodefs.available<15%\": grace period must be specified for the soft eviction threshold nodefs.available"
+        );
+    }
+
+    #[test]
+    fn bad_file_values_name_field_and_entry() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "evictionHard:\n  memory.availabe: 100Mi",
+                "config file DIR/swiftlet.yaml: field `evictionHard`: invalid threshold \"memory.availabe: 100Mi\": unknown eviction signal \"memory.availabe\": expected memory.available, allocatableMemory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available, or <memory|io>.pressure.<some|full>.<avg10|avg60|avg300>",
+            ),
+            (
+                "evictionSoft:\n  memory.pressure.full.avg10: 140",
+                "config file DIR/swiftlet.yaml: field `evictionSoft`: invalid threshold \"memory.pressure.full.avg10: 140\": a pressure threshold is a percentage between 0 and 100, e.g. 40 or 25.5%",
+            ),
+            (
+                "evictionSoft:\n  memory.available: 1Gi",
+                "config file DIR/swiftlet.yaml: field `evictionSoft`: invalid threshold \"memory.available: 1Gi\": grace period must be specified for the soft eviction threshold memory.available",
+            ),
+            (
+                "evictionSoftGracePeriod:\n  memory.available: soon",
+                "config file DIR/swiftlet.yaml: field `evictionSoftGracePeriod`: invalid grace period \"memory.available: soon\": expected e.g. 1m30s",
+            ),
+            (
+                "evictionMinimumReclaim:\n  memory.pressure.some.avg10: 5",
+                "config file DIR/swiftlet.yaml: field `evictionMinimumReclaim`: invalid minimum reclaim \"memory.pressure.some.avg10: 5\": a pressure signal takes no minimum reclaim",
+            ),
+            (
+                "evictionMaxPodGracePeriod: 9999999999",
+                "config file DIR/swiftlet.yaml: field `evictionMaxPodGracePeriod`: invalid value \"9999999999\": must fit in 32 bits (seconds)",
+            ),
+            (
+                "evictionPressureTransitionPeriod: 0s",
+                "config file DIR/swiftlet.yaml: field `evictionPressureTransitionPeriod`: invalid duration \"0s\": must be greater than 0",
+            ),
+            (
+                "kubeReserved:\n  cpu: -100m",
+                "config file DIR/swiftlet.yaml: field `kubeReserved`: invalid reservation \"cpu: -100m\": \"cpu\" must not be negative",
+            ),
+            (
+                "enforceNodeAllocatable: [kube-reserved]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"kube-reserved\": not supported yet: only \"pods\" and \"none\" are",
+            ),
+            (
+                "enforceNodeAllocatable: [pods, pods]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"pods\": listed twice",
+            ),
+            (
+                "enforceNodeAllocatable: [pods, none]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"none\": \"none\" cannot be combined with other values",
+            ),
+            (
+                "enforceNodeAllocatable: [everything]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"everything\": expected \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\"",
+            ),
+            (
+                "cgroupsPerQOS: false",
+                "built-in default: field `enforceNodeAllocatable`: invalid value \"pods\": needs cgroupsPerQOS: true; without the pods' cgroup, set enforceNodeAllocatable to [] or [none]",
+            ),
+            (
+                "evictionWakeups: [none, psi]",
+                "config file DIR/swiftlet.yaml: field `evictionWakeups`: invalid value \"none\": \"none\" cannot be combined with other values",
+            ),
+        ];
+        for (yaml, want) in cases {
+            assert_eq!(err(yaml, &[]), *want, "{yaml}");
+        }
+    }
+
+    #[test]
+    fn an_empty_file_map_means_none() {
+        let (_dir, result) = load("evictionHard: {}\nevictionWakeups: []\n", &[]);
+        let config = result.expect("loads");
+        assert!(config.eviction.thresholds.is_empty());
+        assert_eq!(config.eviction.wakeups, Wakeups::NONE);
+    }
 }

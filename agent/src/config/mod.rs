@@ -1,16 +1,18 @@
 //! Configuration: the command-line arguments (here), the KubeletConfiguration-style file
 //! (`file.rs`), and the validated [`Config`] that `swiftlet run` builds from both (`load.rs`,
-//! `fields.rs`, `error.rs`), with Go-syntax durations (`duration.rs`). Each error names the flag
-//! or field and the bad value.
+//! `fields.rs`, `eviction.rs`, `reserved.rs`, `error.rs`), with Go-syntax durations
+//! (`duration.rs`). Each error names the flag or field and the bad value.
 //!
 //! Not here: what the components do with their settings. Upstream: `cmd/kubelet/app/options` and
 //! `pkg/kubelet/apis/config`.
 
 mod duration;
 mod error;
+mod eviction;
 mod fields;
 mod file;
 mod load;
+mod reserved;
 mod types;
 
 use std::{
@@ -24,6 +26,7 @@ pub use duration::{DurationError, DurationErrorReason, GoDuration};
 pub use error::{ConfigError, Origin};
 pub use file::FileConfig;
 pub use load::{Config, defaults};
+pub use reserved::{Reserved, ReservedResources};
 pub use types::{CgroupDriver, Cidr, PlegMode};
 
 use crate::kernel::LoadOptions;
@@ -150,6 +153,44 @@ pub struct RunArgs {
     /// kubeconfig of the API server; without it swiftlet runs standalone.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
+    /// Hard eviction thresholds (`evictionHard`), comma-separated, e.g.
+    /// `memory.available<100Mi,nodefs.available<10%` or swiftlet's
+    /// `memory.pressure.some.avg10>40`. Repeatable; replaces the file's.
+    #[arg(long, value_name = "THRESHOLDS")]
+    pub eviction_hard: Vec<String>,
+    /// Soft eviction thresholds (`evictionSoft`), as `--eviction-hard`; each needs a grace period.
+    #[arg(long, value_name = "THRESHOLDS")]
+    pub eviction_soft: Vec<String>,
+    /// Grace periods of the soft thresholds (`evictionSoftGracePeriod`), e.g.
+    /// `memory.available=1m30s`.
+    #[arg(long, value_name = "SIGNAL=DURATION,...")]
+    pub eviction_soft_grace_period: Vec<String>,
+    /// Minimum reclaims (`evictionMinimumReclaim`), e.g.
+    /// `memory.available=0Mi,nodefs.available=500Mi`.
+    #[arg(long, value_name = "SIGNAL=VALUE,...")]
+    pub eviction_minimum_reclaim: Vec<String>,
+    /// Most grace a soft eviction grants a pod, in seconds (`evictionMaxPodGracePeriod`).
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub eviction_max_pod_grace_period: Option<i32>,
+    /// How long a pressure condition outlives its threshold (`evictionPressureTransitionPeriod`).
+    #[arg(long, value_name = "DURATION")]
+    pub eviction_pressure_transition_period: Option<GoDuration>,
+    /// Resources reserved for Kubernetes daemons (`kubeReserved`), e.g. `cpu=100m,memory=1Gi`.
+    #[arg(long, value_name = "RESOURCE=QUANTITY,...")]
+    pub kube_reserved: Vec<String>,
+    /// Resources reserved for the OS (`systemReserved`), as `--kube-reserved`.
+    #[arg(long, value_name = "RESOURCE=QUANTITY,...")]
+    pub system_reserved: Vec<String>,
+    /// What node allocatable is enforced on (`enforceNodeAllocatable`): `pods` or `none`.
+    #[arg(long, value_name = "LIST")]
+    pub enforce_node_allocatable: Vec<String>,
+    /// Period of the eviction manager's safety-net check (`evictionMonitoringPeriod`).
+    #[arg(long, value_name = "DURATION")]
+    pub eviction_monitoring_period: Option<GoDuration>,
+    /// Kernel signals that wake the eviction manager between checks (`evictionWakeups`): any of
+    /// `psi`, `kernel`, `memcg`; empty or `none` for the periodic check alone.
+    #[arg(long, value_name = "LIST")]
+    pub eviction_wakeups: Vec<String>,
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use swiftlet_common::{
-    CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, OomEvent, OomFields,
+    CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, OomEvent, OomFields, PressureEvent,
+    PressureSource,
 };
 
 /// One event from the kernel.
@@ -31,6 +32,7 @@ pub enum EventBody {
     Oom(OomKill),
     CgroupMkdir(CgroupChange),
     CgroupRmdir(CgroupChange),
+    Pressure(MemoryPressure),
 }
 
 impl EventBody {
@@ -41,16 +43,18 @@ impl EventBody {
             EventBody::Oom(_) => EventKind::Oom,
             EventBody::CgroupMkdir(_) => EventKind::CgroupMkdir,
             EventBody::CgroupRmdir(_) => EventKind::CgroupRmdir,
+            EventBody::Pressure(_) => EventKind::Pressure,
         }
     }
 
-    /// The cgroup2 id the event concerns.
+    /// The cgroup2 id the event concerns (0 for kswapd waking up, which concerns the node).
     pub fn cgroup_id(&self) -> u64 {
         match self {
             EventBody::Exit(e) => e.cgroup_id,
             EventBody::Exec(e) => e.cgroup_id,
             EventBody::Oom(e) => e.cgroup_id,
             EventBody::CgroupMkdir(e) | EventBody::CgroupRmdir(e) => e.cgroup_id,
+            EventBody::Pressure(e) => e.cgroup_id,
         }
     }
 }
@@ -132,6 +136,33 @@ pub struct CgroupChange {
     pub path: PathBuf,
 }
 
+/// The kernel started reclaiming memory (the event's `ts_ns` is when). Rate limited in the
+/// kernel per CPU and source (`LoadOptions::pressure_min_interval`): a storm of reclaim shows as
+/// a few of these, with the calls in between counted in `suppressed`, which are not losses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemoryPressure {
+    /// cgroup2 id of the reclaiming task (`MemcgReclaim`: a task in a watched subtree, charged
+    /// to the cgroup at its limit or below it; `DirectReclaim`: any task of the node); 0 for
+    /// `KswapdWake`.
+    pub cgroup_id: u64,
+    #[serde(serialize_with = "serialize_source")]
+    pub source: PressureSource,
+    /// The allocation order (pages = 2^order) the kernel is reclaiming for, when its tracepoint
+    /// says.
+    pub order: Option<i32>,
+    /// Reclaim calls of this source that the same CPU skipped (rate limit) since its previous
+    /// record of this source.
+    pub suppressed: u64,
+}
+
+/// `memcg_reclaim`, `direct_reclaim`, `kswapd_wake`.
+fn serialize_source<S: serde::Serializer>(
+    source: &PressureSource,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(source.as_str())
+}
+
 /// Why a record could not be decoded (a build mismatch between agent and programs).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -139,6 +170,8 @@ pub enum DecodeError {
     Short { len: usize },
     #[error("unknown event kind {kind}")]
     UnknownKind { kind: u32 },
+    #[error("unknown memory-pressure source {raw}")]
+    UnknownPressureSource { raw: u32 },
     #[error("{kind} record is {len} bytes, expected {expected}")]
     Size {
         kind: &'static str,
@@ -225,6 +258,18 @@ pub fn decode(bytes: &[u8], received_ns: u64) -> Result<(KernelEvent, RecordMeta
             } else {
                 EventBody::CgroupRmdir(change)
             }
+        }
+        EventKind::Pressure => {
+            let r: PressureEvent = crate::sys::read_pod(bytes).ok_or_else(short)?;
+            let source = PressureSource::from_raw(r.source)
+                .ok_or(DecodeError::UnknownPressureSource { raw: r.source })?;
+            EventBody::Pressure(MemoryPressure {
+                cgroup_id: r.cgroup_id,
+                source,
+                // The programs write -1 when the tracepoint has no `order`; a real order is >= 0.
+                order: (r.order >= 0).then_some(r.order),
+                suppressed: r.suppressed,
+            })
         }
     };
     Ok((
@@ -324,6 +369,72 @@ mod tests {
         assert_eq!(json["cgroup_id"], 7);
         assert_eq!(json["path"], "/a/bc");
         assert_eq!(json["ts_ns"], 1000);
+    }
+
+    fn pressure(source: u32, order: i32, suppressed: u64) -> PressureEvent {
+        PressureEvent {
+            header: header(EventKind::Pressure),
+            cgroup_id: 77,
+            source,
+            order,
+            suppressed,
+        }
+    }
+
+    #[test]
+    fn decodes_pressure_records_of_every_source() {
+        let cases = [
+            (PressureSource::MemcgReclaim, 0, 0, Some(0), "memcg_reclaim"),
+            (
+                PressureSource::DirectReclaim,
+                3,
+                12,
+                Some(3),
+                "direct_reclaim",
+            ),
+            (PressureSource::KswapdWake, -1, 5000, None, "kswapd_wake"),
+        ];
+        for (source, raw_order, suppressed, order, name) in cases {
+            let record = pressure(source as u32, raw_order, suppressed);
+            let (event, meta) = decode(&bytes_of(&record), 3000).expect("decodes");
+            assert_eq!(meta.lost_before, 2);
+            assert_eq!(event.body.kind(), EventKind::Pressure);
+            assert_eq!(event.body.cgroup_id(), 77);
+            assert_eq!(
+                event.body,
+                EventBody::Pressure(MemoryPressure {
+                    cgroup_id: 77,
+                    source,
+                    order,
+                    suppressed,
+                }),
+                "{name}"
+            );
+            let json = serde_json::to_value(&event).expect("serialises");
+            assert_eq!(json["kind"], "pressure");
+            assert_eq!(json["source"], name);
+            assert_eq!(json["suppressed"], suppressed);
+            assert_eq!(
+                json["order"],
+                order.map_or(serde_json::Value::Null, |o| o.into())
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_pressure_records_of_unknown_sources_and_sizes() {
+        assert_eq!(
+            decode(&bytes_of(&pressure(9, 0, 0)), 0).err(),
+            Some(DecodeError::UnknownPressureSource { raw: 9 })
+        );
+        let record = bytes_of(&pressure(PressureSource::MemcgReclaim as u32, 0, 0));
+        assert!(matches!(
+            decode(&record[..record.len() - 8], 0),
+            Err(DecodeError::Size {
+                kind: "pressure",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -1,9 +1,12 @@
 //! Loading: privileges and kernel checks with a clear error each, the per-kernel configuration
-//! (tracepoint formats + BTF offsets), the object itself, the filter, then attaching.
+//! (tracepoint formats + BTF offsets), the object itself, the filter, then attaching. The
+//! process, OOM and cgroup programs are mandatory; the memory-pressure ones are optional (a
+//! kernel without one of the `vmscan` tracepoints loses only that source, with one warning).
 
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
+    time::Duration,
 };
 
 use aya::{
@@ -11,7 +14,10 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
-use swiftlet_common::{FIELD_ABSENT, KindCounters, ProgramConfig, names};
+use swiftlet_common::{
+    DEFAULT_PRESSURE_MIN_INTERVAL_NS, FIELD_ABSENT, KindCounters, PressureSource, ProgramConfig,
+    names,
+};
 
 use super::{
     Error, FilterHandle, TaskLayout, Watch, counters::CounterReader, stream::RingReader, tracefs,
@@ -31,6 +37,9 @@ pub struct LoadOptions {
     pub watch: Vec<PathBuf>,
     pub tracefs: PathBuf,
     pub btf: PathBuf,
+    /// At most one memory-pressure record per source per CPU in this interval (zero: every
+    /// reclaim call makes one).
+    pub pressure_min_interval: Duration,
 }
 
 impl Default for LoadOptions {
@@ -40,6 +49,7 @@ impl Default for LoadOptions {
             watch: Vec::new(),
             tracefs: PathBuf::from(tracefs::TRACEFS),
             btf: PathBuf::from("/sys/kernel/btf/vmlinux"),
+            pressure_min_interval: Duration::from_nanos(DEFAULT_PRESSURE_MIN_INTERVAL_NS),
         }
     }
 }
@@ -54,6 +64,9 @@ pub struct LoadInfo {
     pub exit_group_dead_field: bool,
     /// Whether `oom:mark_victim` carries memory figures (6.8+).
     pub oom_memory_fields: bool,
+    /// The memory-pressure sources whose tracepoint is attached (all three on 6.1+ kernels; a
+    /// missing one was warned about at load).
+    pub pressure_sources: Vec<PressureSource>,
     pub config: ProgramConfig,
     pub ring_bytes: u32,
 }
@@ -110,7 +123,9 @@ impl KernelEvents {
         check_privileges()?;
         let task = TaskLayout::from_btf_file(&options.btf)?;
         tracefs::ensure_mounted(&options.tracefs)?;
-        let config = program_config(&options.tracefs, &task)?;
+        let mut config = program_config(&options.tracefs, &task)?;
+        config.pressure_min_interval_ns =
+            u64::try_from(options.pressure_min_interval.as_nanos()).unwrap_or(u64::MAX);
 
         raise_memlock_limit();
         let log_level = log::max_level() as u8;
@@ -136,11 +151,13 @@ impl KernelEvents {
         for (program, category, name) in names::PROGRAMS {
             attach(&mut ebpf, program, category, name)?;
         }
+        let pressure_sources = attach_pressure(&mut ebpf);
         let info = LoadInfo {
             layout,
             cgroup2_root,
             exit_group_dead_field: config.exit_group_dead != FIELD_ABSENT,
             oom_memory_fields: config.oom_total_vm != FIELD_ABSENT,
+            pressure_sources,
             config,
             ring_bytes: options.ring_bytes,
         };
@@ -150,6 +167,7 @@ impl KernelEvents {
             watched = watches.len(),
             ring_bytes = options.ring_bytes,
             exit_group_dead_field = info.exit_group_dead_field,
+            pressure = ?info.pressure_sources.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
             "kernel event programs attached"
         );
         Ok(KernelEvents {
@@ -198,6 +216,12 @@ pub fn program_config(tracefs_root: &Path, task: &TaskLayout) -> Result<ProgramC
             field: "id (4 or 8 bytes)".into(),
         });
     }
+    // Optional: a missing tracepoint (or field) leaves its offset absent; the attach of that
+    // program then fails and is warned about (`attach_pressure`).
+    let pressure_order = |source: PressureSource| {
+        let (_, category, name) = source.program();
+        Format::read(tracefs_root, category, name).map_or(FIELD_ABSENT, |f| f.optional("order"))
+    };
     Ok(ProgramConfig {
         task_signal: task.task_signal,
         task_exit_code: task.task_exit_code,
@@ -223,6 +247,11 @@ pub fn program_config(tracefs_root: &Path, task: &TaskLayout) -> Result<ProgramC
         cgroup_id_size: id_size,
         cgroup_path: mkdir.required("path")?,
         cgroup2_hierarchy_id: 0,
+        pressure_memcg_order: pressure_order(PressureSource::MemcgReclaim),
+        pressure_direct_order: pressure_order(PressureSource::DirectReclaim),
+        pressure_kswapd_order: pressure_order(PressureSource::KswapdWake),
+        _pad: 0,
+        pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
     })
 }
 
@@ -302,6 +331,24 @@ fn attach(
     Ok(())
 }
 
+/// Attaches the memory-pressure programs that this kernel has a tracepoint for; says which.
+fn attach_pressure(ebpf: &mut Ebpf) -> Vec<PressureSource> {
+    let mut attached = Vec::with_capacity(PressureSource::ALL.len());
+    for source in PressureSource::ALL {
+        let (program, category, name) = source.program();
+        match attach(ebpf, program, category, name) {
+            Ok(()) => attached.push(source),
+            Err(error) => tracing::warn!(
+                tracepoint = format!("{category}:{name}"),
+                %error,
+                "memory-pressure tracepoint not attached: no {} events on this kernel",
+                source.as_str()
+            ),
+        }
+    }
+    attached
+}
+
 /// Forwards the programs' aya-log records to `log`, which `tracing` picks up.
 fn start_logger(ebpf: &mut Ebpf) -> Option<tokio::task::JoinHandle<()>> {
     let logger = match aya_log::EbpfLogger::init(ebpf) {
@@ -327,4 +374,106 @@ fn start_logger(ebpf: &mut Ebpf) -> Option<tokio::task::JoinHandle<()>> {
             guard.clear_ready();
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TASK: TaskLayout = TaskLayout {
+        task_signal: 1,
+        task_exit_code: 2,
+        signal_flags: 3,
+        signal_group_exit_code: 4,
+        signal_live: 5,
+    };
+
+    /// A tracefs with the mandatory tracepoints (6.18 layouts) and the given `vmscan` ones.
+    fn fake_tracefs(vmscan: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let field = |decl: &str, offset: u32, size: u32| {
+            format!("\tfield:{decl};\toffset:{offset};\tsize:{size};\tsigned:0;\n")
+        };
+        let cgroup = [
+            field("int root", 8, 4),
+            field("int level", 12, 4),
+            field("u64 id", 16, 8),
+            field("__data_loc char[] path", 24, 4),
+        ]
+        .concat();
+        let formats = [
+            ("sched", "sched_process_exit", field("pid_t pid", 24, 4)),
+            (
+                "sched",
+                "sched_process_exec",
+                [
+                    field("__data_loc char[] filename", 8, 4),
+                    field("pid_t pid", 12, 4),
+                ]
+                .concat(),
+            ),
+            ("oom", "mark_victim", field("int pid", 8, 4)),
+            ("cgroup", "cgroup_mkdir", cgroup.clone()),
+            ("cgroup", "cgroup_rmdir", cgroup),
+        ];
+        let vmscan = vmscan
+            .iter()
+            .map(|(name, body)| ("vmscan", *name, (*body).to_owned()));
+        for (category, name, body) in formats.into_iter().chain(vmscan) {
+            let tp = dir.path().join("events").join(category).join(name);
+            std::fs::create_dir_all(&tp).expect("mkdir");
+            std::fs::write(tp.join("format"), format!("name: {name}\nformat:\n{body}"))
+                .expect("write format");
+        }
+        dir
+    }
+
+    #[test]
+    fn pressure_offsets_come_from_the_vmscan_formats() {
+        let reclaim = "\tfield:int order;\toffset:8;\tsize:4;\tsigned:1;\n";
+        let kswapd = "\tfield:int nid;\toffset:8;\tsize:4;\tsigned:1;\n\
+                      \tfield:int zid;\toffset:12;\tsize:4;\tsigned:1;\n\
+                      \tfield:int order;\toffset:16;\tsize:4;\tsigned:1;\n";
+        let tracefs = fake_tracefs(&[
+            ("mm_vmscan_memcg_reclaim_begin", reclaim),
+            ("mm_vmscan_direct_reclaim_begin", reclaim),
+            ("mm_vmscan_kswapd_wake", kswapd),
+        ]);
+        let config = program_config(tracefs.path(), &TASK).expect("config");
+        assert_eq!(
+            (
+                config.pressure_memcg_order,
+                config.pressure_direct_order,
+                config.pressure_kswapd_order
+            ),
+            (8, 8, 16)
+        );
+        assert_eq!(
+            config.pressure_min_interval_ns,
+            DEFAULT_PRESSURE_MIN_INTERVAL_NS
+        );
+    }
+
+    #[test]
+    fn missing_vmscan_tracepoints_are_not_an_error() {
+        // A kernel without kswapd_wake, and one whose direct reclaim tracepoint lost `order`.
+        let tracefs = fake_tracefs(&[
+            (
+                "mm_vmscan_memcg_reclaim_begin",
+                "\tfield:int order;\toffset:8;\tsize:4;\tsigned:1;\n",
+            ),
+            (
+                "mm_vmscan_direct_reclaim_begin",
+                "\tfield:unsigned long gfp_flags;\toffset:16;\tsize:8;\tsigned:0;\n",
+            ),
+        ]);
+        let config = program_config(tracefs.path(), &TASK).expect("config");
+        assert_eq!(config.pressure_memcg_order, 8);
+        assert_eq!(config.pressure_direct_order, FIELD_ABSENT);
+        assert_eq!(config.pressure_kswapd_order, FIELD_ABSENT);
+        assert_eq!(
+            config.exec_filename, 8,
+            "the mandatory fields are still read"
+        );
+    }
 }

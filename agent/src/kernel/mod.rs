@@ -1,6 +1,8 @@
 //! The only module that talks to aya: it loads swiftlet's eBPF object (embedded in the binary),
 //! resolves the running kernel's layouts for it, attaches the programs, and turns the events ring
-//! buffer into one typed async stream ([`KernelEvents::next`]) with every loss accounted for.
+//! buffer into one typed async stream ([`KernelEvents::next`]) with every loss accounted for:
+//! process exits and execs, OOM kills, cgroup mkdir/rmdir, and memory pressure (the kernel
+//! starting to reclaim, rate limited in the kernel).
 //!
 //! Not here: what events mean for pods (the PLEG), or who consumes them (`app`, `commands`).
 //! Upstream counterpart: none in the kubelet; it replaces the runtime relist as the source of
@@ -18,10 +20,13 @@ pub mod tracefs;
 pub use btf::TaskLayout;
 pub use counters::{CounterReader, KernelCounters};
 pub use error::Error;
-pub use event::{CgroupChange, EventBody, KernelEvent, OomKill, ProcessExec, ProcessExit};
+pub use event::{
+    CgroupChange, EventBody, KernelEvent, MemoryPressure, OomKill, ProcessExec, ProcessExit,
+};
 pub use filter::{FilterHandle, Watch};
 pub use loader::{KernelEvents, LoadInfo, LoadOptions};
 pub use stream::StreamItem;
+pub use swiftlet_common::PressureSource;
 
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns` reads, so the two compare directly.
 pub fn monotonic_ns() -> u64 {

@@ -9,10 +9,12 @@ pub mod sync_loop;
 pub mod syncer;
 
 use std::{
-    collections::HashSet,
-    sync::{Arc, Mutex},
+    collections::{BTreeSet, HashSet},
+    sync::{Arc, Mutex, OnceLock},
     time::{Instant, SystemTime},
 };
+
+use tokio::sync::{oneshot, watch};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 
@@ -23,10 +25,12 @@ use self::{
 use crate::{
     cm::pod_cgroups::PodCgroups,
     container::PodUid,
+    eviction::{Evictor, NodeCondition},
     kuberuntime::manager::KubeRuntimeManager,
     pleg::{EventType, PodCache, PodLifecycleEvent, relist::running_pod_of},
     pod_workers::{
-        PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase, pod_uid,
+        KillOptions, PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase,
+        pod_uid,
     },
     sources::{Op, PodUpdate},
     status::StatusManager,
@@ -43,6 +47,9 @@ pub struct Kubelet {
     pub capacity: NodeCapacity,
     /// Pods admission turned away: they keep their Failed status and never get a worker.
     rejected: Mutex<HashSet<PodUid>>,
+    /// The eviction manager's node conditions, once it runs: admission turns pods away under
+    /// pressure.
+    pressure: OnceLock<watch::Receiver<BTreeSet<NodeCondition>>>,
 }
 
 impl Kubelet {
@@ -70,7 +77,38 @@ impl Kubelet {
             cgroups,
             capacity,
             rejected: Mutex::new(HashSet::new()),
+            pressure: OnceLock::new(),
         }
+    }
+
+    /// Admission from now on also checks the node's pressure conditions.
+    pub fn set_pressure(&self, conditions: watch::Receiver<BTreeSet<NodeCondition>>) {
+        let _ = self.pressure.set(conditions);
+    }
+
+    fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
+        admit(pod, active, &self.capacity, &self.node_name)?;
+        if let Some(pressure) = self.pressure.get() {
+            let conditions = pressure.borrow().clone();
+            crate::eviction::admission::admit(pod, &conditions)?;
+        }
+        Ok(())
+    }
+
+    /// The pods eviction may choose from (upstream `GetActivePods`): admitted, not done, and
+    /// not already being terminated.
+    pub fn pods_for_eviction(&self) -> Vec<Arc<Pod>> {
+        let rejected = self.rejected().clone();
+        self.pods
+            .pods()
+            .into_iter()
+            .filter(|p| {
+                let uid = pod_uid(p);
+                !rejected.contains(&uid)
+                    && !is_terminal_phase(p)
+                    && self.workers.phase(&uid) == Some(WorkerPhase::Syncing)
+            })
+            .collect()
     }
 
     fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<PodUid>> {
@@ -109,7 +147,7 @@ impl Kubelet {
             if self.workers.phase(&uid).is_none() && !is_terminal_phase(&pod) {
                 let active = self.active_pods(&uid);
                 let active: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
-                if let Err(rejection) = admit(&pod, &active, &self.capacity, &self.node_name) {
+                if let Err(rejection) = self.admit(&pod, &active) {
                     tracing::warn!(pod = %uid, reason = rejection.reason, message = rejection.message, "pod rejected");
                     self.rejected().insert(uid.clone());
                     self.status.set_pod_status(
@@ -180,6 +218,23 @@ impl Kubelet {
                 kill: None,
             });
         }
+    }
+
+    /// Evicts a pod: its status says why from now on, and its worker kills it.
+    fn evict_pod(&self, pod: &Arc<Pod>, grace_secs: i64, message: &str) -> oneshot::Receiver<()> {
+        self.status.set_terminal(pod, "Evicted", message);
+        let (tx, rx) = oneshot::channel();
+        self.workers.update_pod(UpdatePodOptions {
+            update_type: UpdateType::Kill,
+            pod: Some(pod.clone()),
+            running_pod: None,
+            kill: Some(KillOptions {
+                grace_period_override: Some(grace_secs),
+                evict: true,
+                completed: Some(tx),
+            }),
+        });
+        rx
     }
 
     /// A PLEG event wakes the pod's worker (upstream `syncLoopIteration`'s `plegCh` case).
@@ -273,5 +328,14 @@ impl Kubelet {
             }
         }
         self.runtime.gc(SystemTime::now());
+    }
+}
+
+/// The eviction manager's way to evict: through the kubelet's pod workers.
+pub struct KubeletEvictor(pub Arc<Kubelet>);
+
+impl Evictor for KubeletEvictor {
+    fn evict(&self, pod: &Arc<Pod>, grace_secs: i64, message: String) -> oneshot::Receiver<()> {
+        self.0.evict_pod(pod, grace_secs, &message)
     }
 }

@@ -8,13 +8,15 @@ use prometheus::{
 };
 use swiftlet_common::EventKind;
 
-use crate::kernel::{CounterReader, KernelEvent};
+use crate::kernel::{CounterReader, EventBody, KernelEvent};
 
 #[derive(Clone)]
 pub struct KernelMetrics {
     pub received: IntCounterVec,
     pub latency: HistogramVec,
     pub lost_notified: IntCounter,
+    /// Reclaim calls the programs' rate limit skipped, as the pressure records report them.
+    pub pressure_suppressed: IntCounterVec,
 }
 
 impl KernelMetrics {
@@ -41,13 +43,23 @@ impl KernelMetrics {
             "swiftlet_kernel_events_lost_notified_total",
             "Losses the agent learnt of from the ring buffer records themselves.",
         )?;
+        let pressure_suppressed = IntCounterVec::new(
+            Opts::new(
+                "swiftlet_kernel_pressure_suppressed_total",
+                "Memory reclaim calls the eBPF programs' rate limit folded into the next pressure \
+                 event (not losses), by source.",
+            ),
+            &["source"],
+        )?;
         registry.register(Box::new(received.clone()))?;
         registry.register(Box::new(latency.clone()))?;
         registry.register(Box::new(lost_notified.clone()))?;
+        registry.register(Box::new(pressure_suppressed.clone()))?;
         Ok(KernelMetrics {
             received,
             latency,
             lost_notified,
+            pressure_suppressed,
         })
     }
 
@@ -56,6 +68,11 @@ impl KernelMetrics {
         self.received.with_label_values(&[kind]).inc();
         let seconds = event.received_ns.saturating_sub(event.ts_ns) as f64 / 1e9;
         self.latency.with_label_values(&[kind]).observe(seconds);
+        if let EventBody::Pressure(pressure) = &event.body {
+            self.pressure_suppressed
+                .with_label_values(&[pressure.source.as_str()])
+                .inc_by(pressure.suppressed);
+        }
     }
 }
 

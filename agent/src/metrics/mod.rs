@@ -1,10 +1,13 @@
 //! One Prometheus registry for the agent, with one metrics struct per subsystem registered in it.
-//! Labels are bounded (event kinds, never pids or paths).
+//! Labels are bounded (event kinds; pods and containers, whose series go with them; never pids or
+//! paths).
 
 mod kernel;
+mod psi;
 
 pub use kernel::{KernelCountersCollector, KernelMetrics};
 use prometheus::{Encoder as _, Registry, TextEncoder};
+pub use psi::{PressureLister, PsiCollector};
 
 #[derive(Clone)]
 pub struct Metrics {

@@ -35,15 +35,19 @@ pub struct ContainerCgroup {
 #[derive(Debug, Default)]
 pub struct ContainerIndex {
     containers: HashMap<u64, ContainerCgroup>,
+    /// The pods' cgroup relative to the cgroup2 root; empty means `kubepods`.
+    kubepods: String,
 }
 
 /// `(pod uid, container id)` of a container cgroup path relative to the cgroup2 root, `None` for
-/// any other cgroup (the QoS levels, the pod's own cgroup, anything outside `kubepods`).
-pub fn parse_container_path(path: &str) -> Option<(PodUid, String)> {
-    let mut parts = path.trim_start_matches('/').split('/');
-    if parts.next()? != "kubepods" {
-        return None;
-    }
+/// any other cgroup (the QoS levels, the pod's own cgroup, anything outside `kubepods`, which is
+/// itself relative to the cgroup2 root: `kubepods`, or `<cgroupRoot>/kubepods`).
+pub fn parse_container_path(path: &str, kubepods: &str) -> Option<(PodUid, String)> {
+    let rest = path
+        .trim_start_matches('/')
+        .strip_prefix(kubepods.trim_matches('/'))?
+        .strip_prefix('/')?;
+    let mut parts = rest.split('/');
     let mut next = parts.next()?;
     if next == "burstable" || next == "besteffort" {
         next = parts.next()?;
@@ -57,6 +61,22 @@ pub fn parse_container_path(path: &str) -> Option<(PodUid, String)> {
 }
 
 impl ContainerIndex {
+    /// An index of the containers below `kubepods` (relative to the cgroup2 root).
+    pub fn under(kubepods: &str) -> ContainerIndex {
+        ContainerIndex {
+            containers: HashMap::new(),
+            kubepods: kubepods.trim_matches('/').to_owned(),
+        }
+    }
+
+    fn kubepods(&self) -> &str {
+        if self.kubepods.is_empty() {
+            "kubepods"
+        } else {
+            &self.kubepods
+        }
+    }
+
     pub fn get(&self, cgroup_id: u64) -> Option<&ContainerCgroup> {
         self.containers.get(&cgroup_id)
     }
@@ -68,7 +88,7 @@ impl ContainerIndex {
     /// Records a new cgroup if it is a container's. A cgroup already known (found by the start
     /// scan, then reported again by its buffered mkdir) keeps what was learnt of it.
     pub fn insert_path(&mut self, cgroup_id: u64, path: &str) -> Option<&ContainerCgroup> {
-        let (pod, container_id) = parse_container_path(path)?;
+        let (pod, container_id) = parse_container_path(path, self.kubepods())?;
         if self
             .containers
             .get(&cgroup_id)
@@ -108,7 +128,7 @@ impl ContainerIndex {
     /// Fills the index from the cgroup2 tree below `root/kubepods`, finding each running
     /// container's init process (pid 1 in its pid namespace) among the cgroup's processes.
     pub fn scan(&mut self, cgroup2_root: &Path) {
-        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join("kubepods")];
+        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join(self.kubepods())];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -186,6 +206,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn container_paths_below_a_cgroup_root() {
+        assert_eq!(
+            parse_container_path("/node-a/kubepods/burstable/podu1/abc", "node-a/kubepods"),
+            Some((PodUid("u1".into()), "abc".into()))
+        );
+        assert_eq!(
+            parse_container_path("/kubepods/podu1/abc", "node-a/kubepods"),
+            None
+        );
+        assert_eq!(
+            parse_container_path("/node-a/kubepodsx/podu1/abc", "node-a/kubepods"),
+            None
+        );
+    }
+
+    #[test]
     fn container_paths_name_their_pod_and_container() {
         let cases = [
             ("/kubepods/burstable/podu1/abc", Some(("u1", "abc"))),
@@ -198,7 +234,7 @@ mod tests {
             ("/kubepods/burstable/podu1/abc/nested", None),
         ];
         for (path, want) in cases {
-            let got = parse_container_path(path);
+            let got = parse_container_path(path, "kubepods");
             let want = want.map(|(u, c)| (PodUid::from(u), c.to_owned()));
             assert_eq!(got, want, "{path}");
         }

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     container::ContainerState,
+    eviction::manager::Decision,
     kernel::{EventBody, KernelEvent, StreamItem},
     pleg::PublishedEvent,
 };
@@ -21,6 +22,7 @@ const WATCH_QUEUE: usize = 1024;
 pub struct EventsService {
     bus: broadcast::Sender<Arc<StreamItem>>,
     pods: broadcast::Sender<Arc<PublishedEvent>>,
+    evictions: Option<broadcast::Sender<Decision>>,
 }
 
 impl EventsService {
@@ -29,12 +31,24 @@ impl EventsService {
         bus: broadcast::Sender<Arc<StreamItem>>,
         pods: broadcast::Sender<Arc<PublishedEvent>>,
     ) -> Self {
-        EventsService { bus, pods }
+        EventsService {
+            bus,
+            pods,
+            evictions: None,
+        }
+    }
+
+    /// Also the eviction manager's decisions (kind `eviction`).
+    pub fn with_evictions(mut self, evictions: broadcast::Sender<Decision>) -> Self {
+        self.evictions = Some(evictions);
+        self
     }
 }
 
 /// The kind name of pod lifecycle events in `WatchRequest.kinds`.
 pub const POD_KIND: &str = "pod";
+/// The kind name of eviction decisions in `WatchRequest.kinds`.
+pub const EVICTION_KIND: &str = "eviction";
 
 #[tonic::async_trait]
 impl Events for EventsService {
@@ -46,10 +60,12 @@ impl Events for EventsService {
     ) -> Result<Response<Self::WatchStream>, Status> {
         let request = request.into_inner();
         let want_pods = request.kinds.is_empty() || request.kinds.iter().any(|k| k == POD_KIND);
+        let want_evictions =
+            request.kinds.is_empty() || request.kinds.iter().any(|k| k == EVICTION_KIND);
         let kernel_kinds: Vec<String> = request
             .kinds
             .iter()
-            .filter(|k| *k != POD_KIND)
+            .filter(|k| *k != POD_KIND && *k != EVICTION_KIND)
             .cloned()
             .collect();
         let want_kernel = request.kinds.is_empty() || !kernel_kinds.is_empty();
@@ -64,6 +80,22 @@ impl Events for EventsService {
                 loop {
                     let message = match pods.recv().await {
                         Ok(published) => pod_to_proto(&published),
+                        Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
+                        Err(broadcast::error::RecvError::Closed) => break,
+                    };
+                    if tx.send(Ok(message)).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        if want_evictions && let Some(evictions) = &self.evictions {
+            let mut decisions = evictions.subscribe();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                loop {
+                    let message = match decisions.recv().await {
+                        Ok(decision) => decision_to_proto(&decision),
                         Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
                         Err(broadcast::error::RecvError::Closed) => break,
                     };
@@ -114,6 +146,7 @@ fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, Status> {
                 .ok_or_else(|| {
                     let mut known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
                     known.push(POD_KIND);
+                    known.push(EVICTION_KIND);
                     Status::invalid_argument(format!(
                         "kinds: unknown kind {name:?}; expected one of {}",
                         known.join(", ")
@@ -167,6 +200,11 @@ pub fn to_proto(event: &KernelEvent) -> v1::Event {
         }),
         EventBody::CgroupMkdir(c) => Kind::CgroupMkdir(cgroup_change(c)),
         EventBody::CgroupRmdir(c) => Kind::CgroupRmdir(cgroup_change(c)),
+        EventBody::Pressure(p) => Kind::Pressure(v1::MemoryPressure {
+            source: p.source.as_str().to_owned(),
+            order: p.order,
+            suppressed: p.suppressed,
+        }),
     };
     v1::Event {
         ts_ns: event.ts_ns,
@@ -208,6 +246,32 @@ pub fn pod_to_proto(published: &PublishedEvent) -> v1::Event {
     }
 }
 
+/// A decision as the API shows it, its instants as CLOCK_MONOTONIC ns.
+pub fn decision_to_proto(d: &Decision) -> v1::Event {
+    let (now_ns, now) = (crate::kernel::monotonic_ns(), std::time::Instant::now());
+    let ns = |at: std::time::Instant| {
+        now_ns.saturating_sub(
+            u64::try_from(now.saturating_duration_since(at).as_nanos()).unwrap_or(u64::MAX),
+        )
+    };
+    let decided_ns = ns(d.decided);
+    let (namespace, pod_name, pod_uid) = d.pod.clone().unwrap_or_default();
+    v1::Event {
+        ts_ns: decided_ns,
+        cgroup_id: 0,
+        kind: Some(v1::event::Kind::Eviction(v1::EvictionDecision {
+            source: d.source.as_str().to_owned(),
+            woke_ns: ns(d.woke),
+            decided_ns,
+            signal: d.signal.map(|s| s.to_string()).unwrap_or_default(),
+            pod_uid,
+            pod_name,
+            namespace,
+            message: d.message.clone(),
+        })),
+    }
+}
+
 fn cgroup_change(c: &crate::kernel::CgroupChange) -> v1::CgroupChange {
     v1::CgroupChange {
         level: c.level,
@@ -218,7 +282,7 @@ fn cgroup_change(c: &crate::kernel::CgroupChange) -> v1::CgroupChange {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::ProcessExit;
+    use crate::kernel::{MemoryPressure, PressureSource, ProcessExit};
     use tokio_stream::StreamExt as _;
 
     fn exit(cgroup_id: u64, pid: u32) -> Arc<StreamItem> {
@@ -262,6 +326,43 @@ mod tests {
         let second = stream.next().await.expect("item").expect("ok");
         assert!(
             matches!(second.kind, Some(v1::event::Kind::Lost(ref l)) if l.count == 3 && l.r#where == "kernel")
+        );
+    }
+
+    #[tokio::test]
+    async fn pressure_events_are_watched_by_kind() {
+        let (bus, _keep) = broadcast::channel(16);
+        let (pods, _keep_pods) = broadcast::channel(16);
+        let service = EventsService::new(bus.clone(), pods);
+        let response = service
+            .watch(Request::new(v1::WatchRequest {
+                kinds: vec!["pressure".into()],
+                cgroup_ids: vec![],
+            }))
+            .await
+            .expect("watch starts");
+        let mut stream = response.into_inner();
+        bus.send(exit(1, 10)).expect("send");
+        bus.send(Arc::new(StreamItem::Event(KernelEvent {
+            ts_ns: 7,
+            received_ns: 8,
+            cpu: 0,
+            body: EventBody::Pressure(MemoryPressure {
+                cgroup_id: 4,
+                source: PressureSource::MemcgReclaim,
+                order: None,
+                suppressed: 2,
+            }),
+        })))
+        .expect("send");
+        let event = stream.next().await.expect("item").expect("ok");
+        assert_eq!((event.ts_ns, event.cgroup_id), (7, 4));
+        let Some(v1::event::Kind::Pressure(p)) = event.kind else {
+            panic!("not a pressure event: {event:?}");
+        };
+        assert_eq!(
+            (p.source.as_str(), p.order, p.suppressed),
+            ("memcg_reclaim", None, 2)
         );
     }
 

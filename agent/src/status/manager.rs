@@ -31,6 +31,10 @@ pub struct PodWithStatus {
 
 pub struct StatusManager {
     statuses: Mutex<HashMap<PodUid, Versioned>>,
+    /// Pods the kubelet itself ended (evicted): every status recorded for them from then on says
+    /// so, whatever a sync in flight generated meanwhile (upstream passes this as the kill's
+    /// `statusFn`).
+    terminal: Mutex<HashMap<PodUid, TerminalStatus>>,
     /// Bumped on every change; a syncer to the API server waits on it.
     changed: watch::Sender<u64>,
 }
@@ -39,6 +43,7 @@ impl Default for StatusManager {
     fn default() -> Self {
         StatusManager {
             statuses: Mutex::new(HashMap::new()),
+            terminal: Mutex::new(HashMap::new()),
             changed: watch::Sender::new(0),
         }
     }
@@ -49,9 +54,34 @@ impl StatusManager {
         self.statuses.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records `status` for `pod`. An unchanged status does not bump the version.
-    pub fn set_pod_status(&self, pod: &Arc<Pod>, status: ApiPodStatus) {
+    fn terminal(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, TerminalStatus>> {
+        self.terminal.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks `pod` as ended by the kubelet (phase Failed with this reason and message, and a
+    /// `DisruptionTarget` condition), and records that at once.
+    pub fn set_terminal(&self, pod: &Arc<Pod>, reason: &str, message: &str) {
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        self.terminal().insert(
+            uid.clone(),
+            TerminalStatus {
+                reason: reason.to_owned(),
+                message: message.to_owned(),
+                since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ),
+            },
+        );
+        let status = self.get(&uid).unwrap_or_default();
+        self.set_pod_status(pod, status);
+    }
+
+    /// Records `status` for `pod`. An unchanged status does not bump the version.
+    pub fn set_pod_status(&self, pod: &Arc<Pod>, mut status: ApiPodStatus) {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        if let Some(terminal) = self.terminal().get(&uid) {
+            terminal.apply(&mut status);
+        }
         let mut statuses = self.lock();
         let version = match statuses.get(&uid) {
             Some(old) if old.status == status && Arc::ptr_eq(&old.pod, pod) => return,
@@ -88,10 +118,12 @@ impl StatusManager {
     /// Forgets the statuses of pods not in `keep` (upstream `RemoveOrphanedStatuses`).
     pub fn retain(&self, keep: impl Fn(&PodUid) -> bool) {
         self.lock().retain(|uid, _| keep(uid));
+        self.terminal().retain(|uid, _| keep(uid));
     }
 
     pub fn remove(&self, uid: &PodUid) {
         self.lock().remove(uid);
+        self.terminal().remove(uid);
         self.changed.send_modify(|n| *n += 1);
     }
 
@@ -122,6 +154,32 @@ impl StatusManager {
     }
 }
 
+/// How the kubelet ended a pod.
+#[derive(Clone, Debug)]
+struct TerminalStatus {
+    reason: String,
+    message: String,
+    since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+}
+
+impl TerminalStatus {
+    fn apply(&self, status: &mut ApiPodStatus) {
+        status.phase = Some("Failed".into());
+        status.reason = Some(self.reason.clone());
+        status.message = Some(self.message.clone());
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        conditions.retain(|c| c.type_ != "DisruptionTarget");
+        conditions.push(k8s_openapi::api::core::v1::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            message: Some(self.message.clone()),
+            last_transition_time: Some(self.since.clone()),
+            ..Default::default()
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +202,34 @@ mod tests {
             phase: Some(p.into()),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_evicted_pod_stays_failed_whatever_is_generated_later() {
+        let m = StatusManager::default();
+        let p = pod("a", "web");
+        m.set_pod_status(&p, phase("Running"));
+        m.set_terminal(&p, "Evicted", "The node was low on resource: memory. ");
+        // A sync that was in flight records what it generated: the eviction still shows.
+        m.set_pod_status(&p, phase("Running"));
+        let s = m.get(&PodUid("a".into())).unwrap_or_default();
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("Evicted"));
+        let conditions = s.conditions.unwrap_or_default();
+        assert_eq!(
+            conditions
+                .iter()
+                .filter(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+                .count(),
+            1
+        );
+        m.remove(&PodUid("a".into()));
+        m.set_pod_status(&p, phase("Running"));
+        assert_eq!(
+            m.get(&PodUid("a".into())).and_then(|s| s.phase).as_deref(),
+            Some("Running"),
+            "forgotten with the pod"
+        );
     }
 
     #[test]

@@ -8,6 +8,9 @@
 //! swiftlet-testproc leader-first CODE      the main thread exits first; another thread later
 //!                                          ends the process with CODE
 //! swiftlet-testproc alloc MIB              allocate and touch MIB MiB, then sleep
+//! swiftlet-testproc read FILE PASSES       drop FILE's cached pages, then read it PASSES times
+//!                                          through the page cache (clean, reclaimable memory
+//!                                          charged to this process's cgroup); prints the bytes
 //! swiftlet-testproc storm N [PARALLEL]     N children forked as fast as possible, each exiting at
 //!                                          once; with PARALLEL > 1 by that many worker processes
 //!                                          (forking from a multi-threaded process is slower);
@@ -73,6 +76,22 @@ fn main() -> ExitCode {
                 thread::sleep(Duration::from_secs(3600));
             }
         }
+        Some("read") => {
+            let Some(path) = args.get(1) else {
+                eprintln!("swiftlet-testproc: read needs a file: {args:?}");
+                return ExitCode::from(100);
+            };
+            match read_through_cache(path, number(2)) {
+                Ok(bytes) => {
+                    println!("read {bytes} bytes");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("swiftlet-testproc: read {path}: {e}");
+                    ExitCode::from(101)
+                }
+            }
+        }
         Some("storm") => {
             let total = number(1);
             let parallel = if args.len() > 2 { number(2).max(1) } else { 1 };
@@ -119,6 +138,34 @@ fn main() -> ExitCode {
             ExitCode::from(100)
         }
     }
+}
+
+/// Reads `path` `passes` times; its pages cached by whoever wrote it are dropped first, so every
+/// page read is charged to this process's memory cgroup.
+fn read_through_cache(path: &str, passes: u64) -> std::io::Result<u64> {
+    use std::{
+        io::{Read as _, Seek as _},
+        os::fd::AsRawFd as _,
+    };
+    let mut file = std::fs::File::open(path)?;
+    // SAFETY: a plain syscall on a file descriptor this function owns.
+    let advised = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if advised != 0 {
+        return Err(std::io::Error::from_raw_os_error(advised));
+    }
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut total = 0;
+    for _ in 0..passes {
+        file.rewind()?;
+        loop {
+            let n = file.read(&mut buffer)?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+    }
+    Ok(total)
 }
 
 /// Forks `n` children one at a time, each exiting at once, reaping each before the next; a fork

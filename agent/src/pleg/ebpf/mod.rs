@@ -131,6 +131,8 @@ pub struct EbpfPleg {
     relist: Arc<RelistPleg>,
     index: Mutex<ContainerIndex>,
     cgroup2_root: PathBuf,
+    /// The pods' cgroup relative to the cgroup2 root (`kubepods`, or `<cgroupRoot>/kubepods`).
+    kubepods: String,
     metrics: EbpfPlegMetrics,
     stream_alive: AtomicBool,
     /// Containers an OOM kill hit, kept after their cgroup is gone (their exited status stays
@@ -233,10 +235,11 @@ const OOM_MEMORY: usize = 4096;
 
 impl EbpfPleg {
     /// Wraps `relist` (which should run at [`RELIST_PERIOD`]) and indexes the containers that
-    /// already run below `cgroup2_root/kubepods`.
+    /// already run below `cgroup2_root/kubepods` (`kubepods` relative to the cgroup2 root).
     pub fn new(
         relist: Arc<RelistPleg>,
         cgroup2_root: PathBuf,
+        kubepods: String,
         metrics: EbpfPlegMetrics,
     ) -> Arc<Self> {
         relist.set_event_latency(metrics.event_latency.clone());
@@ -284,7 +287,7 @@ impl EbpfPleg {
                 }
             }));
         }
-        let mut index = ContainerIndex::default();
+        let mut index = ContainerIndex::under(&kubepods);
         index.scan(&cgroup2_root);
         tracing::info!(
             containers = index.len(),
@@ -294,6 +297,7 @@ impl EbpfPleg {
             relist,
             index: Mutex::new(index),
             cgroup2_root,
+            kubepods,
             metrics,
             stream_alive: AtomicBool::new(true),
             oom_killed,
@@ -463,6 +467,8 @@ impl EbpfPleg {
                 self.record_oom(&pod, &container);
                 Some((pod, container, Expect::Any))
             }
+            // Memory pressure changes no container's state: the eviction manager's business.
+            EventBody::Pressure(_) => None,
         }
     }
 
@@ -488,11 +494,12 @@ impl EbpfPleg {
 
     fn cgroup_dir(&self, entry: &ContainerCgroup) -> Option<PathBuf> {
         // Containers sit below a pod cgroup in one of the QoS levels.
-        ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
+        ["", "burstable", "besteffort"]
             .iter()
-            .map(|parent| {
+            .map(|qos| {
                 self.cgroup2_root
-                    .join(parent)
+                    .join(&self.kubepods)
+                    .join(qos)
                     .join(format!("pod{}", entry.pod))
                     .join(&entry.container_id)
             })

@@ -115,8 +115,13 @@ fn fixture(states: Vec<ContainerState>) -> Fixture {
     // An empty root: nothing to index at start.
     // Pid 100 plays the container's init (pid 1 in its namespace); no exit empties a cgroup
     // but the init's.
-    let pleg = EbpfPleg::new(relist, PathBuf::from("/nonexistent"), metrics.clone())
-        .with_process_checks(|pid| pid == 100, |_, _, _| false);
+    let pleg = EbpfPleg::new(
+        relist,
+        PathBuf::from("/nonexistent"),
+        "kubepods".into(),
+        metrics.clone(),
+    )
+    .with_process_checks(|pid| pid == 100, |_, _, _| false);
     Fixture {
         pleg,
         runtime,

@@ -50,6 +50,10 @@ pub const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
 /// Ready setter gathers the runtime, network and storage errors the same way.
 pub type ReadinessCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
+/// The node's pressure conditions in force (`MemoryPressure`, `DiskPressure`, `PIDPressure`), as
+/// the eviction manager reports them.
+pub type PressureCheck = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
 /// The wall clock for heartbeat and renew times, shared by the loops and pinned by tests.
 pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
@@ -149,6 +153,7 @@ pub struct ApiServerSource {
     /// Where the kubelet's pod statuses are read from.
     pub status: Arc<StatusManager>,
     pub readiness: ReadinessCheck,
+    pub pressure: PressureCheck,
     /// From `PodConfig::channel(Source::Api)`.
     pub pods: SourceSender,
     pub clock: WallClock,
@@ -173,6 +178,7 @@ impl ApiServerSource {
             node,
             status,
             readiness,
+            pressure,
             pods,
             clock,
         } = self;
@@ -192,6 +198,7 @@ impl ApiServerSource {
             clock.clone(),
             node_uid_tx,
         )
+        .with_pressure(pressure)
         .run(cancel.clone());
         let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
             .run(cancel.clone());

@@ -11,9 +11,9 @@
 //! Not here: the Node object itself (`node_object.rs`), the lease (`lease.rs`), re-registering a
 //! Node deleted while the agent runs (upstream does not either).
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeStatus};
+use k8s_openapi::api::core::v1::{Node, NodeStatus};
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
@@ -23,9 +23,11 @@ use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    ApiServerOptions, Error, NodeDescription, ReadinessCheck, WallClock, is_already_exists,
+    ApiServerOptions, Error, NodeDescription, PressureCheck, ReadinessCheck, WallClock,
+    is_already_exists,
     node_object::{
-        default_labels, initial_node, node_status, ready_condition, ready_of, same_but_heartbeat,
+        default_labels, initial_node, node_status, pressure_conditions, ready_condition, ready_of,
+        same_but_heartbeat,
     },
 };
 
@@ -47,6 +49,8 @@ pub(super) struct NodeStatusLoop {
     uid: watch::Sender<Option<String>>,
     /// The status last accepted by the API server, and when.
     last: Option<(NodeStatus, Instant)>,
+    /// The pressure conditions in force (from the eviction manager).
+    pressure: PressureCheck,
 }
 
 impl NodeStatusLoop {
@@ -68,7 +72,14 @@ impl NodeStatusLoop {
             report_frequency: options.node_status_report_frequency,
             uid,
             last: None,
+            pressure: Arc::new(Vec::new),
         }
+    }
+
+    /// Reports the eviction manager's pressure conditions too.
+    pub(super) fn with_pressure(mut self, pressure: PressureCheck) -> Self {
+        self.pressure = pressure;
+        self
     }
 
     pub(super) async fn run(mut self, cancel: CancellationToken) {
@@ -106,7 +117,8 @@ impl NodeStatusLoop {
     /// Upstream `tryRegisterWithAPIServer`: create, or on `AlreadyExists` read and patch.
     async fn try_register(&mut self) -> Result<(), Error> {
         let ready = ready_condition((self.readiness)(), (self.clock)(), None);
-        let node = initial_node(&self.name, &self.node, ready);
+        let pressure = pressure_conditions(&(self.pressure)(), (self.clock)(), None);
+        let node = initial_node(&self.name, &self.node, ready, pressure);
         let created = self.api.create(&PostParams::default(), &node).await;
         let error = match created {
             Ok(created) => {
@@ -127,7 +139,7 @@ impl NodeStatusLoop {
             .get(&self.name)
             .await
             .map_err(Error::api(format!("GET nodes/{}", self.name)))?;
-        let status = self.current_status(ready_of(existing.status.as_ref()));
+        let status = self.current_status(existing.status.as_ref());
         let patch = json!({
             "metadata": { "labels": default_labels(&self.node) },
             "status": status,
@@ -144,16 +156,18 @@ impl NodeStatusLoop {
         self.last = Some((status, Instant::now()));
     }
 
-    /// The status now, keeping the Ready transition time of `previous`.
-    fn current_status(&self, previous: Option<&NodeCondition>) -> NodeStatus {
-        let ready = ready_condition((self.readiness)(), (self.clock)(), previous);
-        node_status(&self.node, ready)
+    /// The status now, keeping the conditions' transition times of `previous`.
+    fn current_status(&self, previous: Option<&NodeStatus>) -> NodeStatus {
+        let now = (self.clock)();
+        let ready = ready_condition((self.readiness)(), now, ready_of(previous));
+        let pressure = pressure_conditions(&(self.pressure)(), now, previous);
+        node_status(&self.node, ready, pressure)
     }
 
     /// Upstream `updateNodeStatus`: a few immediate attempts, then wait for the next tick.
     async fn update_status(&mut self) {
         let previous = self.last.as_ref().map(|(s, _)| s);
-        let status = self.current_status(ready_of(previous));
+        let status = self.current_status(previous);
         let changed = previous.is_none_or(|p| !same_but_heartbeat(p, &status));
         let due = self
             .last

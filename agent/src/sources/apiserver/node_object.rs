@@ -2,8 +2,11 @@
 //! `kubelet_node_status.go` and the setters in `pkg/kubelet/nodestatus/setters.go`: default labels,
 //! machine info, node info, addresses, the Ready condition). Pure: facts in, objects out.
 //!
-//! Not here: talking to the API server (`node.rs`), how the facts are detected (the app), the
-//! pressure conditions (no eviction manager reports them yet), images, volumes, daemon endpoints.
+//! The pressure conditions (MemoryPressure, DiskPressure, PIDPressure) follow upstream's setters,
+//! from what the eviction manager reports.
+//!
+//! Not here: talking to the API server (`node.rs`), how the facts are detected (the app),
+//! images, volumes, daemon endpoints.
 
 use std::{
     collections::BTreeMap,
@@ -44,6 +47,10 @@ pub struct NodeDescription {
     pub internal_ip: Option<IpAddr>,
     pub cpu_millis: i64,
     pub memory_bytes: u64,
+    /// Allocatable (capacity minus kube and system reservations, and for memory the hard
+    /// `memory.available` eviction threshold, as upstream computes it).
+    pub allocatable_cpu_millis: i64,
+    pub allocatable_memory_bytes: u64,
     /// `maxPods`: the `pods` capacity.
     pub max_pods: u32,
     /// `uname -r`.
@@ -93,7 +100,12 @@ pub(super) fn default_labels(node: &NodeDescription) -> BTreeMap<String, String>
 }
 
 /// The Node to create (upstream `initialNode`, which also runs the status setters).
-pub(super) fn initial_node(name: &str, node: &NodeDescription, ready: NodeCondition) -> Node {
+pub(super) fn initial_node(
+    name: &str,
+    node: &NodeDescription,
+    ready: NodeCondition,
+    pressure: Vec<NodeCondition>,
+) -> Node {
     Node {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
@@ -101,12 +113,17 @@ pub(super) fn initial_node(name: &str, node: &NodeDescription, ready: NodeCondit
             ..ObjectMeta::default()
         },
         spec: None,
-        status: Some(node_status(node, ready)),
+        status: Some(node_status(node, ready, pressure)),
     }
 }
 
-/// The status the agent reports: capacity, allocatable, node info, addresses, Ready.
-pub(super) fn node_status(node: &NodeDescription, ready: NodeCondition) -> NodeStatus {
+/// The status the agent reports: capacity, allocatable, node info, addresses, the pressure
+/// conditions and Ready (upstream's order).
+pub(super) fn node_status(
+    node: &NodeDescription,
+    ready: NodeCondition,
+    pressure: Vec<NodeCondition>,
+) -> NodeStatus {
     let resources: BTreeMap<String, Quantity> = [
         ("cpu".to_owned(), cpu_quantity(node.cpu_millis)),
         ("memory".to_owned(), memory_quantity(node.memory_bytes)),
@@ -114,6 +131,18 @@ pub(super) fn node_status(node: &NodeDescription, ready: NodeCondition) -> NodeS
     ]
     .into_iter()
     .collect();
+    let allocatable: BTreeMap<String, Quantity> = [
+        ("cpu".to_owned(), cpu_quantity(node.allocatable_cpu_millis)),
+        (
+            "memory".to_owned(),
+            memory_quantity(node.allocatable_memory_bytes),
+        ),
+        ("pods".to_owned(), Quantity(node.max_pods.to_string())),
+    ]
+    .into_iter()
+    .collect();
+    let mut conditions = pressure;
+    conditions.push(ready);
     let mut addresses = Vec::new();
     if let Some(ip) = node.internal_ip {
         addresses.push(NodeAddress {
@@ -126,11 +155,10 @@ pub(super) fn node_status(node: &NodeDescription, ready: NodeCondition) -> NodeS
         address: node.hostname.clone(),
     });
     NodeStatus {
-        // No reservations or eviction thresholds are configured yet, so all of it is allocatable.
-        allocatable: Some(resources.clone()),
+        allocatable: Some(allocatable),
         capacity: Some(resources),
         addresses: Some(addresses),
-        conditions: Some(vec![ready]),
+        conditions: Some(conditions),
         node_info: Some(NodeSystemInfo {
             architecture: node.architecture.clone(),
             boot_id: node.boot_id.clone(),
@@ -170,6 +198,76 @@ pub(super) fn ready_condition(
         last_heartbeat_time: Some(now),
         last_transition_time: Some(transition),
     }
+}
+
+/// The pressure condition types, in upstream's order, with their reasons and messages when
+/// false and when true (`pkg/kubelet/nodestatus/setters.go`).
+const PRESSURE: [(&str, [(&str, &str); 2]); 3] = [
+    (
+        "MemoryPressure",
+        [
+            (
+                "KubeletHasSufficientMemory",
+                "kubelet has sufficient memory available",
+            ),
+            (
+                "KubeletHasInsufficientMemory",
+                "kubelet has insufficient memory available",
+            ),
+        ],
+    ),
+    (
+        "DiskPressure",
+        [
+            ("KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("KubeletHasDiskPressure", "kubelet has disk pressure"),
+        ],
+    ),
+    (
+        "PIDPressure",
+        [
+            (
+                "KubeletHasSufficientPID",
+                "kubelet has sufficient PID available",
+            ),
+            (
+                "KubeletHasInsufficientPID",
+                "kubelet has insufficient PID available",
+            ),
+        ],
+    ),
+];
+
+/// Upstream's pressure condition setters: every type reported, `True` for those in `active`;
+/// transition times kept from `previous` while the status holds.
+pub(super) fn pressure_conditions(
+    active: &[String],
+    now: SystemTime,
+    previous: Option<&NodeStatus>,
+) -> Vec<NodeCondition> {
+    let now = time(now);
+    PRESSURE
+        .iter()
+        .map(|(type_, texts)| {
+            let on = active.iter().any(|a| a == type_);
+            let (reason, message) = texts[usize::from(on)];
+            let status = if on { "True" } else { "False" };
+            let transition = previous
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == *type_))
+                .filter(|c| c.status == status)
+                .and_then(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| now.clone());
+            NodeCondition {
+                type_: (*type_).into(),
+                status: status.into(),
+                reason: Some(reason.into()),
+                message: Some(message.into()),
+                last_heartbeat_time: Some(now.clone()),
+                last_transition_time: Some(transition),
+            }
+        })
+        .collect()
 }
 
 /// The Ready condition in a status, if any.
@@ -275,13 +373,52 @@ mod tests {
             hostname: "n1".into(),
             ..NodeDescription::default()
         };
-        let a = node_status(&node, ready_condition(None, at(100), None));
-        let b = node_status(&node, ready_condition(None, at(110), ready_of(Some(&a))));
+        let a = node_status(
+            &node,
+            ready_condition(None, at(100), None),
+            pressure_conditions(&[], at(100), None),
+        );
+        let b = node_status(
+            &node,
+            ready_condition(None, at(110), ready_of(Some(&a))),
+            pressure_conditions(&[], at(110), Some(&a)),
+        );
         assert!(same_but_heartbeat(&a, &b));
         let c = node_status(
             &node,
             ready_condition(Some("x".into()), at(120), ready_of(Some(&b))),
+            pressure_conditions(&[], at(120), Some(&b)),
         );
         assert!(!same_but_heartbeat(&b, &c));
+    }
+
+    #[test]
+    fn pressure_conditions_as_upstream_sets_them() {
+        let calm = pressure_conditions(&[], at(100), None);
+        let types: Vec<&str> = calm.iter().map(|c| c.type_.as_str()).collect();
+        assert_eq!(types, ["MemoryPressure", "DiskPressure", "PIDPressure"]);
+        assert!(calm.iter().all(|c| c.status == "False"));
+        assert_eq!(
+            calm[0].reason.as_deref(),
+            Some("KubeletHasSufficientMemory")
+        );
+        let status = NodeStatus {
+            conditions: Some(calm),
+            ..NodeStatus::default()
+        };
+        let pressed = pressure_conditions(&["MemoryPressure".into()], at(200), Some(&status));
+        assert_eq!(pressed[0].status, "True");
+        assert_eq!(
+            pressed[0].reason.as_deref(),
+            Some("KubeletHasInsufficientMemory")
+        );
+        assert_eq!(
+            pressed[0].message.as_deref(),
+            Some("kubelet has insufficient memory available")
+        );
+        assert_eq!(pressed[0].last_transition_time, Some(time(at(200))));
+        // Unchanged ones keep their transition time; every heartbeat is now.
+        assert_eq!(pressed[1].last_transition_time, Some(time(at(100))));
+        assert_eq!(pressed[1].last_heartbeat_time, Some(time(at(200))));
     }
 }

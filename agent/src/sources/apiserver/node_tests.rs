@@ -25,6 +25,8 @@ fn description() -> NodeDescription {
         internal_ip: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5))),
         cpu_millis: 4000,
         memory_bytes: 8 * 1024 * 1024 * 1024,
+        allocatable_cpu_millis: 3500,
+        allocatable_memory_bytes: 7 * 1024 * 1024 * 1024,
         max_pods: 110,
         kernel_version: "6.12.0".into(),
         os_image: "Debian GNU/Linux 13 (trixie)".into(),
@@ -96,9 +98,36 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
             "beta.kubernetes.io/arch": "amd64",
         })
     );
-    let resources = json!({ "cpu": "4", "memory": "8388608Ki", "pods": "110" });
-    assert_eq!(node["status"]["capacity"], resources);
-    assert_eq!(node["status"]["allocatable"], resources);
+    assert_eq!(
+        node["status"]["capacity"],
+        json!({ "cpu": "4", "memory": "8388608Ki", "pods": "110" })
+    );
+    assert_eq!(
+        node["status"]["allocatable"],
+        json!({ "cpu": "3500m", "memory": "7340032Ki", "pods": "110" })
+    );
+    // No pressure: the three conditions are reported False, before Ready, as upstream orders them.
+    let kinds: Vec<(&str, &str, &str)> = node["status"]["conditions"]
+        .as_array()
+        .expect("conditions")
+        .iter()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or_default(),
+                c["status"].as_str().unwrap_or_default(),
+                c["reason"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            ("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            ("PIDPressure", "False", "KubeletHasSufficientPID"),
+            ("Ready", "True", "KubeletReady"),
+        ]
+    );
     assert_eq!(
         node["status"]["nodeInfo"],
         json!({
@@ -155,7 +184,10 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
         t0_plus(Duration::from_secs(10))
     );
     assert_eq!(condition["lastTransitionTime"], t0_plus(Duration::ZERO));
-    assert_eq!(beat.body["status"]["capacity"], resources);
+    assert_eq!(
+        beat.body["status"]["capacity"],
+        json!({ "cpu": "4", "memory": "8388608Ki", "pods": "110" })
+    );
     beat.reply(200, &created);
 
     // The PLEG turns unhealthy: NotReady with its message, and a new transition time.

@@ -89,6 +89,7 @@ impl Agent {
             .arg(options.work_dir.join("root"))
             .args(["--node-name", NODE_NAME])
             .args(&options.extra_args)
+            .args(crate::default_eviction_args(&options.extra_args))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

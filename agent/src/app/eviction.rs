@@ -1,0 +1,193 @@
+//! Building the eviction manager: where its figures come from on this node, how it evicts
+//! (through the kubelet's pod workers), and what wakes it (the kernel programs on the event bus,
+//! PSI triggers, memory cgroup notifications), each as asked by `evictionWakeups`.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::SystemTime,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::{sync::broadcast, task::JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use crate::{
+    cm::{CgroupLayout, pod_cgroups::PodCgroups},
+    config::Config,
+    cri::ImageService,
+    eviction::{
+        EvictionManager, EvictionMetrics, Sources, observe::NodeObserver, thresholds::Signal,
+        wakeups,
+    },
+    kernel::StreamItem,
+    kubelet::{Kubelet, KubeletEvictor},
+    kuberuntime::manager::KubeRuntimeManager,
+    metrics::Metrics,
+    pleg::PodCache,
+    pod_workers::pod_uid,
+    server::Health,
+};
+
+/// The pods' logs, measured for disk ranking.
+const LOG_ROOT: &str = "/var/log/pods";
+
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the composition root hands every part in"
+)]
+pub async fn start(
+    config: &Config,
+    memory_capacity: i64,
+    kubelet: &Arc<Kubelet>,
+    cgroups: &Arc<PodCgroups>,
+    cache: Arc<PodCache>,
+    runtime: &Arc<KubeRuntimeManager>,
+    images: &dyn ImageService,
+    kernel: Option<broadcast::Receiver<Arc<StreamItem>>>,
+    metrics: &Metrics,
+    health: &Health,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<Arc<EvictionManager>, Error> {
+    let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
+    let kubepods = super::pods::kubepods_path(config);
+    let nodefs = existing_ancestor(&config.root_dir);
+    // The runtime's image filesystem, as it reports it; the root dir's when it does not say.
+    let imagefs = match images.image_fs_info().await {
+        Ok(info) => info
+            .image_filesystems
+            .iter()
+            .find_map(|fs| fs.fs_id.as_ref().map(|id| PathBuf::from(&id.mountpoint)))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| nodefs.clone()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the runtime's image filesystem is unknown: imagefs signals read the root dir's");
+            nodefs.clone()
+        }
+    };
+    let eviction = &config.eviction;
+    let observer = NodeObserver {
+        layout,
+        kubepods,
+        memory_capacity,
+        allocatable_memory: memory_capacity - config.reserved.memory_bytes(),
+        nodefs,
+        imagefs,
+        proc: PathBuf::from("/proc"),
+        psi: eviction
+            .thresholds
+            .iter()
+            .map(|t| t.signal)
+            .filter(|s| matches!(s, Signal::Pressure(_)))
+            .collect(),
+    };
+    let sources = Sources {
+        observe: Box::new({
+            let observer = observer.clone();
+            move || observer.observe()
+        }),
+        active_pods: Box::new({
+            let kubelet = kubelet.clone();
+            move || kubelet.pods_for_eviction()
+        }),
+        pod_usage: Box::new({
+            let observer = observer.clone();
+            let cgroups = cgroups.clone();
+            move |pods: &[Arc<Pod>]| {
+                observer.pod_usage(
+                    pods,
+                    &|pod| cgroups.pod_path(pod).ok(),
+                    &|pod| container_names(&cache, pod),
+                    Path::new(LOG_ROOT),
+                )
+            }
+        }),
+        reclaim_disk: Box::new({
+            let runtime = runtime.clone();
+            move || runtime.gc(SystemTime::now())
+        }),
+        evictor: Arc::new(KubeletEvictor(kubelet.clone())),
+    };
+    let (manager, waker, wakes) = EvictionManager::new(
+        eviction.clone(),
+        sources,
+        EvictionMetrics::register(&metrics.registry)?,
+    );
+    kubelet.set_pressure(manager.conditions());
+
+    let mut wake_tasks = JoinSet::new();
+    let mut woken_by = vec![format!("every {:?}", eviction.monitoring_period)];
+    if eviction.wakeups.kernel {
+        match kernel {
+            Some(events) => {
+                wakeups::spawn_kernel(events, waker.clone(), &mut wake_tasks, shutdown.clone());
+                woken_by.push("kernel OOM kills and reclaim".into());
+            }
+            None => health.set_note(
+                "eviction",
+                "kernel events unavailable: no OOM or reclaim wake-ups".into(),
+            ),
+        }
+    }
+    if eviction.wakeups.psi {
+        woken_by.extend(wakeups::spawn_psi(
+            &observer,
+            &waker,
+            &mut wake_tasks,
+            shutdown,
+        ));
+    }
+    if eviction.wakeups.memcg
+        && let Some(what) = wakeups::spawn_memcg(
+            observer,
+            eviction.thresholds.clone(),
+            manager.observations(),
+            waker,
+            &mut wake_tasks,
+            shutdown.clone(),
+        )
+    {
+        woken_by.push(what);
+    }
+    tracing::info!(
+        thresholds = ?eviction.thresholds.iter().map(|t| t.text.clone()).collect::<Vec<_>>(),
+        woken_by = ?woken_by,
+        "eviction manager"
+    );
+    tasks.spawn({
+        let manager = manager.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            manager.run(wakes, shutdown).await;
+            // The wake-up tasks end with the token; wait for them so none outlives the agent.
+            while wake_tasks.join_next().await.is_some() {}
+            Ok(())
+        }
+    });
+    Ok(manager)
+}
+
+/// Container ids of the pod to their names, from the PLEG cache.
+fn container_names(cache: &PodCache, pod: &Pod) -> HashMap<String, String> {
+    cache
+        .get(&pod_uid(pod))
+        .status
+        .map(|s| {
+            s.containers
+                .iter()
+                .map(|c| (c.id.id.clone(), c.name.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `path`, or its nearest existing ancestor (the root dir may not exist yet).
+fn existing_ancestor(path: &Path) -> PathBuf {
+    path.ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(Path::new("/"))
+        .to_owned()
+}

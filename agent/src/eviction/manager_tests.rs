@@ -1,0 +1,278 @@
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use k8s_openapi::{
+    api::core::v1::{Container, PodSpec, ResourceRequirements},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+
+use super::*;
+use crate::eviction::{
+    logic::Observation,
+    rank::PodUsage,
+    thresholds::{Operator, ThresholdValue, Wakeups},
+};
+
+const MI: i64 = 1 << 20;
+
+fn pod(name: &str, memory: Option<&str>, priority_class: Option<&str>) -> Arc<Pod> {
+    let limits = memory.map(|m| {
+        std::collections::BTreeMap::from([
+            ("memory".to_owned(), Quantity(m.into())),
+            ("cpu".to_owned(), Quantity("100m".into())),
+        ])
+    });
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            uid: Some(format!("uid-{name}")),
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            priority_class_name: priority_class.map(Into::into),
+            termination_grace_period_seconds: Some(30),
+            containers: vec![Container {
+                name: "main".into(),
+                resources: Some(ResourceRequirements {
+                    requests: limits.clone(),
+                    limits,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+#[derive(Default)]
+struct Recorder {
+    evicted: Mutex<Vec<(String, i64, String)>>,
+}
+
+impl Evictor for Recorder {
+    fn evict(&self, pod: &Arc<Pod>, grace_secs: i64, message: String) -> oneshot::Receiver<()> {
+        self.evicted.lock().expect("lock").push((
+            pod.metadata.name.clone().unwrap_or_default(),
+            grace_secs,
+            message,
+        ));
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(());
+        rx
+    }
+}
+
+struct Fixture {
+    manager: Arc<EvictionManager>,
+    available: Arc<AtomicI64>,
+    recorder: Arc<Recorder>,
+}
+
+fn threshold(value: i64, grace: Duration) -> Threshold {
+    Threshold {
+        signal: Signal::AllocatableMemoryAvailable,
+        operator: Operator::LessThan,
+        value: ThresholdValue::Quantity(value),
+        grace_period: grace,
+        min_reclaim: None,
+        text: format!("allocatableMemory.available<{}Mi", value / MI),
+    }
+}
+
+fn fixture(thresholds: Vec<Threshold>, transition: Duration, pods: Vec<Arc<Pod>>) -> Fixture {
+    let available = Arc::new(AtomicI64::new(900 * MI));
+    let recorder = Arc::new(Recorder::default());
+    let observe = {
+        let available = available.clone();
+        move || {
+            Observations::from([(
+                Signal::AllocatableMemoryAvailable,
+                Observation {
+                    available: available.load(Ordering::SeqCst),
+                    capacity: 1024 * MI,
+                },
+            )])
+        }
+    };
+    let usage = |pods: &[Arc<Pod>]| {
+        pods.iter()
+            .map(|p| {
+                let ws = match p.metadata.name.as_deref() {
+                    Some("besteffort") => 150 * MI,
+                    _ => 100 * MI,
+                };
+                (
+                    pod_uid(p),
+                    PodUsage {
+                        memory_working_set: Some(ws),
+                        containers: vec![("main".into(), ws)],
+                        processes: Some(1),
+                        disk_bytes: Some(0),
+                    },
+                )
+            })
+            .collect()
+    };
+    let (manager, _waker, _rx) = EvictionManager::new(
+        EvictionConfig {
+            thresholds,
+            max_pod_grace_period_secs: 10,
+            pressure_transition_period: transition,
+            monitoring_period: Duration::from_secs(10),
+            wakeups: Wakeups::ALL,
+        },
+        Sources {
+            observe: Box::new(observe),
+            active_pods: Box::new(move || pods.clone()),
+            pod_usage: Box::new(usage),
+            reclaim_disk: Box::new(|| {}),
+            evictor: recorder.clone(),
+        },
+        EvictionMetrics::register(&Registry::new()).expect("metrics"),
+    );
+    Fixture {
+        manager,
+        available,
+        recorder,
+    }
+}
+
+fn wake() -> Wake {
+    Wake {
+        source: WakeSource::Memcg,
+        at: Instant::now(),
+    }
+}
+
+#[test]
+fn a_hard_threshold_evicts_the_best_effort_pod_first_at_once() {
+    let f = fixture(
+        vec![threshold(200 * MI, Duration::ZERO)],
+        Duration::from_secs(300),
+        vec![
+            pod("guaranteed", Some("300Mi"), None),
+            pod("besteffort", None, None),
+        ],
+    );
+    assert!(f.manager.synchronize(wake()).is_none(), "no pressure yet");
+    assert!(f.manager.conditions().borrow().is_empty());
+    f.available.store(150 * MI, Ordering::SeqCst);
+    let mut decisions = f.manager.decisions();
+    assert!(f.manager.synchronize(wake()).is_some());
+    let evicted = f.recorder.evicted.lock().expect("lock").clone();
+    assert_eq!(evicted.len(), 1, "one pod per round");
+    let (name, grace, message) = &evicted[0];
+    assert_eq!(name, "besteffort");
+    assert_eq!(*grace, 0, "hard thresholds grant no grace period");
+    assert!(
+        message.starts_with(
+            "The node was low on resource: memory. Threshold quantity: 200Mi, available: 150Mi. "
+        ),
+        "{message}"
+    );
+    assert!(
+        f.manager
+            .conditions()
+            .borrow()
+            .contains(&NodeCondition::MemoryPressure)
+    );
+    let d = decisions.try_recv().expect("a decision was published");
+    assert_eq!(d.source, WakeSource::Memcg);
+    assert_eq!(d.signal, Some(Signal::AllocatableMemoryAvailable));
+    assert!(d.woke <= d.decided);
+}
+
+#[test]
+fn a_soft_threshold_waits_its_grace_period_and_caps_the_pod_grace() {
+    let grace = Duration::from_millis(300);
+    let f = fixture(
+        vec![threshold(200 * MI, grace)],
+        Duration::from_secs(300),
+        vec![pod("besteffort", None, None)],
+    );
+    f.available.store(150 * MI, Ordering::SeqCst);
+    assert!(
+        f.manager.synchronize(wake()).is_none(),
+        "within the grace period"
+    );
+    // The condition is reported at once, before any eviction.
+    assert!(
+        f.manager
+            .conditions()
+            .borrow()
+            .contains(&NodeCondition::MemoryPressure)
+    );
+    std::thread::sleep(grace);
+    assert!(f.manager.synchronize(wake()).is_some(), "grace period over");
+    let evicted = f.recorder.evicted.lock().expect("lock").clone();
+    assert_eq!(
+        evicted[0].1, 10,
+        "min(pod's 30 s, evictionMaxPodGracePeriod 10 s)"
+    );
+}
+
+#[test]
+fn pressure_that_ends_within_the_grace_period_evicts_nothing_and_the_condition_lingers() {
+    let grace = Duration::from_millis(300);
+    let transition = Duration::from_millis(600);
+    let f = fixture(
+        vec![threshold(200 * MI, grace)],
+        transition,
+        vec![pod("besteffort", None, None)],
+    );
+    f.available.store(150 * MI, Ordering::SeqCst);
+    assert!(f.manager.synchronize(wake()).is_none());
+    f.available.store(900 * MI, Ordering::SeqCst);
+    std::thread::sleep(grace);
+    assert!(f.manager.synchronize(wake()).is_none(), "relieved in time");
+    assert!(f.recorder.evicted.lock().expect("lock").is_empty());
+    assert!(
+        f.manager
+            .conditions()
+            .borrow()
+            .contains(&NodeCondition::MemoryPressure),
+        "kept for the transition period"
+    );
+    std::thread::sleep(transition);
+    assert!(f.manager.synchronize(wake()).is_none());
+    assert!(
+        f.manager.conditions().borrow().is_empty(),
+        "cleared after it"
+    );
+    // A new episode starts its grace period afresh.
+    f.available.store(150 * MI, Ordering::SeqCst);
+    assert!(f.manager.synchronize(wake()).is_none());
+}
+
+#[test]
+fn critical_pods_are_never_evicted() {
+    let f = fixture(
+        vec![threshold(200 * MI, Duration::ZERO)],
+        Duration::from_secs(300),
+        vec![pod("besteffort", None, Some("system-node-critical"))],
+    );
+    f.available.store(10 * MI, Ordering::SeqCst);
+    assert!(f.manager.synchronize(wake()).is_none());
+    assert!(f.recorder.evicted.lock().expect("lock").is_empty());
+}
+
+#[test]
+fn minimum_reclaim_keeps_evicting_until_enough_is_back() {
+    let mut t = threshold(200 * MI, Duration::ZERO);
+    t.min_reclaim = Some(ThresholdValue::Quantity(100 * MI));
+    let f = fixture(
+        vec![t],
+        Duration::from_secs(300),
+        vec![pod("besteffort", None, None)],
+    );
+    f.available.store(150 * MI, Ordering::SeqCst);
+    assert!(f.manager.synchronize(wake()).is_some());
+    // Above the threshold but short of threshold + minimum reclaim: still met.
+    f.available.store(250 * MI, Ordering::SeqCst);
+    assert!(f.manager.synchronize(wake()).is_some());
+    f.available.store(301 * MI, Ordering::SeqCst);
+    assert!(f.manager.synchronize(wake()).is_none());
+    assert_eq!(f.recorder.evicted.lock().expect("lock").len(), 2);
+}
