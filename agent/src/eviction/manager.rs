@@ -297,8 +297,9 @@ impl EvictionManager {
     ) {
         let mut periodic = tokio::time::interval(self.config.monitoring_period);
         periodic.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_reclaim_check: Option<Instant> = None;
         loop {
-            let wake = tokio::select! {
+            let mut wake = tokio::select! {
                 () = shutdown.cancelled() => return,
                 _ = periodic.tick() => {
                     self.metrics.wakeups.with_label_values(&[WakeSource::Periodic.as_str()]).inc();
@@ -306,6 +307,27 @@ impl EvictionManager {
                 }
                 Some(wake) = wakes.recv() => wake,
             };
+            // Reclaim records come in storms on a node that is merely busy with page cache: the
+            // first one is answered at once, later ones at most once per cool-down. Any other
+            // wake-up arriving meanwhile ends the wait.
+            if wake.source == WakeSource::Reclaim {
+                if let Some(last) = last_reclaim_check {
+                    let resume = last + RECLAIM_COOLDOWN;
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep_until(resume.into()) => {}
+                        Some(other) = async {
+                            loop {
+                                match wakes.recv().await {
+                                    Some(w) if w.source == WakeSource::Reclaim => continue,
+                                    other => return other,
+                                }
+                            }
+                        } => wake = other,
+                    }
+                }
+                last_reclaim_check = Some(Instant::now());
+            }
             // Wake-ups that queued meanwhile are answered by this one check.
             while wakes.try_recv().is_ok() {}
             let mut next = Some(wake);
@@ -498,6 +520,9 @@ impl EvictionManager {
         None
     }
 }
+
+/// The shortest time between two checks woken by reclaim records alone.
+pub const RECLAIM_COOLDOWN: Duration = Duration::from_millis(50);
 
 /// How long the manager waits for an evicted pod's containers to stop before looking again
 /// (upstream `podCleanupTimeout`).
