@@ -98,15 +98,18 @@ impl Kubelet {
     /// The pods eviction may choose from (upstream `GetActivePods`): admitted, not done, and
     /// not already being terminated.
     pub fn pods_for_eviction(&self) -> Vec<Arc<Pod>> {
+        self.admitted_pods(|uid| self.workers.phase(uid) == Some(WorkerPhase::Syncing))
+    }
+
+    /// Admitted pods not in a terminal phase that also pass `keep`.
+    fn admitted_pods(&self, keep: impl Fn(&PodUid) -> bool) -> Vec<Arc<Pod>> {
         let rejected = self.rejected().clone();
         self.pods
             .pods()
             .into_iter()
             .filter(|p| {
                 let uid = pod_uid(p);
-                !rejected.contains(&uid)
-                    && !is_terminal_phase(p)
-                    && self.workers.phase(&uid) == Some(WorkerPhase::Syncing)
+                !rejected.contains(&uid) && !is_terminal_phase(p) && keep(&uid)
             })
             .collect()
     }
@@ -173,18 +176,7 @@ impl Kubelet {
 
     /// Admitted pods that are not done, other than `except`.
     fn active_pods(&self, except: &PodUid) -> Vec<Arc<Pod>> {
-        let rejected = self.rejected().clone();
-        self.pods
-            .pods()
-            .into_iter()
-            .filter(|p| {
-                let uid = pod_uid(p);
-                &uid != except
-                    && !rejected.contains(&uid)
-                    && !is_terminal_phase(p)
-                    && !self.workers.is_known_terminated(&uid)
-            })
-            .collect()
+        self.admitted_pods(|uid| uid != except && !self.workers.is_known_terminated(uid))
     }
 
     pub fn handle_updates(&self, pods: Vec<Pod>) {

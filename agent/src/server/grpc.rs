@@ -74,36 +74,10 @@ impl Events for EventsService {
         let mut rx = self.bus.subscribe();
         let (tx, out) = mpsc::channel(WATCH_QUEUE);
         if want_pods {
-            let mut pods = self.pods.subscribe();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                loop {
-                    let message = match pods.recv().await {
-                        Ok(published) => pod_to_proto(&published),
-                        Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    };
-                    if tx.send(Ok(message)).await.is_err() {
-                        break;
-                    }
-                }
-            });
+            forward(self.pods.subscribe(), tx.clone(), |p| pod_to_proto(p));
         }
         if want_evictions && let Some(evictions) = &self.evictions {
-            let mut decisions = evictions.subscribe();
-            let tx = tx.clone();
-            tokio::spawn(async move {
-                loop {
-                    let message = match decisions.recv().await {
-                        Ok(decision) => decision_to_proto(&decision),
-                        Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
-                        Err(broadcast::error::RecvError::Closed) => break,
-                    };
-                    if tx.send(Ok(message)).await.is_err() {
-                        break;
-                    }
-                }
-            });
+            forward(evictions.subscribe(), tx.clone(), decision_to_proto);
         }
         if !want_kernel {
             return Ok(Response::new(ReceiverStream::new(out)));
@@ -134,6 +108,27 @@ impl Events for EventsService {
         });
         Ok(Response::new(ReceiverStream::new(out)))
     }
+}
+
+/// Forwards one bus to a watcher, as `to_proto` shows each item, until either side is gone; a
+/// watcher that fell behind is told how many it missed.
+fn forward<T: Clone + Send + 'static>(
+    mut rx: broadcast::Receiver<T>,
+    tx: mpsc::Sender<Result<v1::Event, Status>>,
+    to_proto: impl Fn(&T) -> v1::Event + Send + 'static,
+) {
+    tokio::spawn(async move {
+        loop {
+            let message = match rx.recv().await {
+                Ok(item) => to_proto(&item),
+                Err(broadcast::error::RecvError::Lagged(missed)) => lost(missed, "watcher"),
+                Err(broadcast::error::RecvError::Closed) => break,
+            };
+            if tx.send(Ok(message)).await.is_err() {
+                break;
+            }
+        }
+    });
 }
 
 fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, Status> {
@@ -327,6 +322,52 @@ mod tests {
         assert!(
             matches!(second.kind, Some(v1::event::Kind::Lost(ref l)) if l.count == 3 && l.r#where == "kernel")
         );
+    }
+
+    #[tokio::test]
+    async fn eviction_decisions_are_watched_by_kind() {
+        let (bus, _keep) = broadcast::channel(16);
+        let (pods, _keep_pods) = broadcast::channel(16);
+        let (evictions, _keep_evictions) = broadcast::channel(16);
+        let service = EventsService::new(bus.clone(), pods).with_evictions(evictions.clone());
+        let response = service
+            .watch(Request::new(v1::WatchRequest {
+                kinds: vec![EVICTION_KIND.into()],
+                cgroup_ids: vec![],
+            }))
+            .await
+            .expect("watch starts");
+        let mut stream = response.into_inner();
+        bus.send(exit(1, 10)).expect("send");
+        let decided = std::time::Instant::now();
+        let woke = decided
+            .checked_sub(std::time::Duration::from_millis(2))
+            .expect("the clock is past 2 ms");
+        evictions
+            .send(Decision {
+                source: crate::eviction::WakeSource::Memcg,
+                woke,
+                decided,
+                signal: Some(crate::eviction::thresholds::Signal::AllocatableMemoryAvailable),
+                pod: Some(("default".into(), "hog".into(), "u1".into())),
+                message: "The node was low on resource: memory. ".into(),
+            })
+            .expect("send");
+        let event = stream.next().await.expect("item").expect("ok");
+        let Some(v1::event::Kind::Eviction(d)) = event.kind else {
+            panic!("not an eviction decision: {event:?}");
+        };
+        assert_eq!(
+            (d.source.as_str(), d.signal.as_str(), d.pod_name.as_str(), d.pod_uid.as_str()),
+            ("memcg", "allocatableMemory.available", "hog", "u1")
+        );
+        // Both instants are mapped through the same clock reading: 2 ms apart, to rounding.
+        assert!(
+            (1_999_000..=2_001_000).contains(&(d.decided_ns - d.woke_ns)),
+            "{} ns apart",
+            d.decided_ns - d.woke_ns
+        );
+        assert_eq!(event.ts_ns, d.decided_ns);
     }
 
     #[tokio::test]
