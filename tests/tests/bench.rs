@@ -1,17 +1,23 @@
-//! The PLEG benchmark's smoke run (what `cargo xtask bench pleg --quick` does, smaller still) on
-//! the real kernel and containerd: both PLEGs run the same workload, every kill is measured, every
-//! death carries the SIGKILL status, the kernel-event PLEG learnt every death from the kernel, and
-//! the report's table, JSON and plot are written. Latencies are not asserted: the benchmark
-//! reports them.
-use std::time::Duration;
+//! The benchmarks' smoke runs on the real kernel and containerd.
+//!
+//! PLEG (what `cargo xtask bench pleg --quick` does, smaller still): both PLEGs run the same
+//! workload, every kill is measured, every death carries the SIGKILL status, the kernel-event PLEG
+//! learnt every death from the kernel, and the report's table, JSON and plot are written.
+//! Eviction: see its test. Latencies are not asserted: the benchmarks report them.
+use std::{collections::BTreeMap, time::Duration};
 
 use swiftlet_tests::{
     bench::{
+        eviction,
         machine::Machine,
         pleg::{self, Settings, report},
     },
     privileged, runtime_endpoint, swiftlet_bin,
 };
+
+/// The benchmarks' smoke runs share the runtime's `swiftlet-bench` namespace, which each clears
+/// when it starts: they take turns.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pleg_benchmark_measures_every_exit_with_both_plegs() {
@@ -22,6 +28,7 @@ async fn the_pleg_benchmark_measures_every_exit_with_both_plegs() {
     let Some(endpoint) = runtime_endpoint(test) else {
         return;
     };
+    let _serial = SERIAL.lock().await;
     let out = std::env::temp_dir().join(format!("swiftlet-bench-smoke-{}", std::process::id()));
     let settings = Settings {
         swiftlet: swiftlet_bin(),
@@ -105,5 +112,108 @@ async fn the_pleg_benchmark_measures_every_exit_with_both_plegs() {
     );
     assert!(settings.log_dir.join("swiftlet-ebpf-5.log").is_file());
     assert!(settings.log_dir.join("metrics-relist-5.txt").is_file());
+    std::fs::remove_dir_all(&out).expect("removing the smoke run's folder");
+}
+
+/// The eviction benchmark's smoke run (`cargo xtask bench eviction --quick`, with one run per
+/// mode and no random wait before it): in every mode the hog is evicted, its containers stop,
+/// nothing else is evicted and the bystander keeps running; with `--eviction-wakeups none` only
+/// the periodic check decides, with the kernel's wake-ups one of them does; the report's table
+/// and plot are made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_eviction_benchmark_evicts_the_hog_in_every_mode() {
+    let test = "the_eviction_benchmark_evicts_the_hog_in_every_mode";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let out = std::env::temp_dir().join(format!(
+        "swiftlet-bench-eviction-smoke-{}",
+        std::process::id()
+    ));
+    let settings = eviction::Settings {
+        swiftlet: swiftlet_bin(),
+        runtime_endpoint: endpoint,
+        modes: eviction::Mode::ALL.to_vec(),
+        runs: 1,
+        max_delay: Duration::ZERO,
+        log_dir: out.join("logs"),
+    };
+    let outcomes = eviction::run(&settings).await.expect("the benchmark runs");
+
+    let modes: Vec<&str> = outcomes.iter().map(|o| o.mode.name()).collect();
+    assert_eq!(modes, ["kernel", "periodic", "psi"]);
+    for o in &outcomes {
+        let what = format!("--eviction-wakeups {}", o.wakeups);
+        assert_eq!(o.failures(), 0, "{what}: {:#?}", o.runs);
+        assert_eq!(o.evictions(), 1, "{what}");
+        assert_eq!(o.decision_latencies_ns().len(), 1, "{what}");
+        assert_eq!(o.stopped_latencies_ns().len(), 1, "{what}");
+        assert!(
+            o.bystander_ok() && o.bystander_restarts == 0,
+            "{what}: the bystander ended {} with {} restarts, evicted {} times",
+            o.bystander_phase,
+            o.bystander_restarts,
+            o.bystander_evictions
+        );
+        assert!(
+            o.stray_evictions.is_empty(),
+            "{what}: {:?}",
+            o.stray_evictions
+        );
+    }
+    let (kernel, periodic) = (&outcomes[0], &outcomes[1]);
+    assert_eq!(
+        periodic.decided_by(),
+        BTreeMap::from([("periodic".to_owned(), 1)]),
+        "only the periodic check decides with --eviction-wakeups none"
+    );
+    assert!(
+        kernel
+            .decided_by()
+            .keys()
+            .all(|source| ["memcg", "psi", "oom", "reclaim"].contains(&source.as_str())),
+        "with the kernel's wake-ups, one of them decides, not the periodic check: {:?}",
+        kernel.decided_by()
+    );
+
+    let machine = Machine::detect();
+    let entries: Vec<eviction::report::Entry> = outcomes
+        .iter()
+        .map(|o| eviction::report::Entry::new(o, &machine, "now"))
+        .collect();
+    let table = eviction::report::markdown(&entries);
+    for mode in modes {
+        let rows = table
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {mode} |")));
+        assert_eq!(rows.count(), 1, "{table}");
+        assert!(
+            settings
+                .log_dir
+                .join(format!("swiftlet-{mode}.log"))
+                .is_file(),
+            "{mode}"
+        );
+        assert!(
+            settings
+                .log_dir
+                .join(format!("metrics-{mode}.txt"))
+                .is_file(),
+            "{mode}"
+        );
+    }
+    let warnings = eviction::report::warnings(&entries);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let svg = out.join("eviction-latency.svg");
+    eviction::report::plot(&svg, "smoke", &outcomes).expect("the plot");
+    let drawn = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(
+        drawn.contains("periodic: decision"),
+        "the legend names each curve"
+    );
     std::fs::remove_dir_all(&out).expect("removing the smoke run's folder");
 }

@@ -56,6 +56,24 @@ pub enum Which {
         #[arg(long)]
         exits: Option<usize>,
     },
+    /// Memory pressure → eviction latency (the pods' working set past
+    /// `allocatableMemory.available<400Mi` → the eviction decided, and the pod's container
+    /// stopped), with the eviction manager woken by the kernel, by its 10 s check alone (the
+    /// kubelet's model) and by PSI alone, on the private containerd.
+    Eviction {
+        /// Where to write the JSON results (default target/bench/eviction.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// A smoke run: 3 runs per mode.
+        #[arg(long)]
+        quick: bool,
+        /// Runs per mode (default 20; 3 with --quick).
+        #[arg(long)]
+        runs: Option<usize>,
+        /// Modes to run (repeatable: kernel, periodic, psi; default all three).
+        #[arg(long = "mode", value_name = "M")]
+        modes: Vec<String>,
+    },
 }
 
 pub fn run(which: Which) -> anyhow::Result<()> {
@@ -125,6 +143,38 @@ pub fn run(which: Which) -> anyhow::Result<()> {
                 }
                 if let Some(exits) = exits {
                     args.extend(["--exits".to_owned(), exits.to_string()]);
+                }
+                args
+            })
+        }
+        Which::Eviction {
+            json,
+            quick,
+            runs,
+            modes,
+        } => {
+            let json = json.unwrap_or_else(|| out_dir.join("eviction.json"));
+            let swiftlet = release.join("swiftlet");
+            with_containerd(&driver, |containerd| {
+                let mut args = vec![
+                    "eviction".to_owned(),
+                    "--runtime-endpoint".to_owned(),
+                    containerd.endpoint(),
+                    "--swiftlet".to_owned(),
+                    swiftlet.display().to_string(),
+                    "--json".to_owned(),
+                    json.display().to_string(),
+                    "--out-dir".to_owned(),
+                    out_dir.display().to_string(),
+                ];
+                if quick {
+                    args.push("--quick".to_owned());
+                }
+                if let Some(runs) = runs {
+                    args.extend(["--runs".to_owned(), runs.to_string()]);
+                }
+                for mode in modes {
+                    args.extend(["--mode".to_owned(), mode]);
                 }
                 args
             })

@@ -3,6 +3,7 @@
 //! They live in the library so that the arithmetic is unit-tested without root.
 
 pub mod events;
+pub mod eviction;
 pub mod harness;
 pub mod machine;
 pub mod pleg;

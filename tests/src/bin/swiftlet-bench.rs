@@ -7,6 +7,8 @@
 //!                        [--timeout-s S]
 //! swiftlet-bench pleg --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--size N]...
 //!                     [--exits N] [--idle-s S] [--quick] [--json FILE] [--out-dir DIR]
+//! swiftlet-bench eviction --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--mode M]...
+//!                         [--runs N] [--quick] [--json FILE] [--out-dir DIR]
 //! ```
 //!
 //! `events` measures, on the running kernel, how long a process-exit event takes from the
@@ -24,6 +26,12 @@
 //! running containers, how long after a container's init is killed its `ContainerDied` reaches
 //! swiftlet's gRPC stream, and what each costs idle (CPU, CRI calls, RSS). Same outputs, logs
 //! under `<out-dir>/pleg/`.
+//!
+//! `eviction` measures, with the eviction manager woken by the kernel (`kernel`: every wake-up),
+//! by its periodic 10 s check alone (`periodic`, the kubelet's model) and by PSI triggers alone
+//! (`psi`), how long after the pods' working set crosses an `allocatableMemory.available`
+//! threshold the manager decides to evict the pod that caused it, and its container has stopped.
+//! Same outputs, logs under `<out-dir>/eviction/`.
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -40,6 +48,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use swiftlet_tests::bench::{
     events::{self, Outcome, Scenario},
+    eviction,
     machine::{self, Machine},
     pleg,
     plot::{self, Axes, Curve},
@@ -62,6 +71,8 @@ enum Bench {
     Startup(StartupArgs),
     /// Exit detection latency and idle cost, relist PLEG against kernel-event PLEG.
     Pleg(PlegArgs),
+    /// Memory pressure → eviction latency: kernel wake-ups, the periodic check, PSI.
+    Eviction(EvictionArgs),
 }
 
 #[derive(Args)]
@@ -139,6 +150,32 @@ struct PlegArgs {
     out_dir: PathBuf,
 }
 
+#[derive(Args)]
+struct EvictionArgs {
+    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
+    /// imported, as `cargo xtask bench eviction` does).
+    #[arg(long)]
+    runtime_endpoint: String,
+    /// The swiftlet binary (default: the one next to this driver).
+    #[arg(long)]
+    swiftlet: Option<PathBuf>,
+    /// Modes to run, in order (repeatable: kernel, periodic, psi; default all three).
+    #[arg(long = "mode", value_name = "M")]
+    modes: Vec<eviction::Mode>,
+    /// Runs per mode (default 20; 3 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// A smoke run: 3 runs per mode.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the JSON results (default <out-dir>/eviction.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the JSON (by default), the plot, and the logs go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+}
+
 /// Below this, p99.9 rests on fewer than ten samples.
 const MEANINGFUL_EXITS: u64 = 10_000;
 
@@ -148,6 +185,7 @@ async fn main() -> ExitCode {
         Bench::Events(args) => events_bench(args).await,
         Bench::Startup(args) => startup_bench(args).await,
         Bench::Pleg(args) => pleg_bench(args).await,
+        Bench::Eviction(args) => eviction_bench(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -350,6 +388,77 @@ async fn pleg_bench(args: PlegArgs) -> Result<()> {
         machine.kernel_release, machine.cpus
     );
     pleg::report::plot(&svg, &title, &outcomes)
+        .with_context(|| format!("plotting {}", svg.display()))?;
+    eprintln!("wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+async fn eviction_bench(args: EvictionArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "swiftlet loads eBPF programs and manages cgroups, which needs root: run `cargo xtask \
+             bench eviction`"
+        );
+    }
+    let settings = eviction::Settings {
+        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
+        runtime_endpoint: args.runtime_endpoint,
+        modes: if args.modes.is_empty() {
+            eviction::Mode::ALL.to_vec()
+        } else {
+            args.modes
+        },
+        runs: args.runs.unwrap_or(if args.quick { 3 } else { 20 }),
+        max_delay: eviction::MONITORING_PERIOD,
+        log_dir: args.out_dir.join("eviction"),
+    };
+    eprintln!(
+        "eviction: modes {:?}, {} runs each; the pods' cgroup ({}/kubepods) limited to {} MiB, \
+         allocatableMemory.available<{}Mi; swiftlet logs in {}",
+        settings.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        settings.runs,
+        eviction::CGROUP_ROOT,
+        eviction::ALLOCATABLE_BYTES >> 20,
+        eviction::THRESHOLD_MIB,
+        settings.log_dir.display()
+    );
+    let outcomes = tokio::select! {
+        outcomes = eviction::run(&settings) => outcomes?,
+        signal = interrupted() => {
+            eprintln!("eviction: {signal}: clearing the benchmark's pods");
+            eviction::clean_up(&settings.runtime_endpoint).await?;
+            bail!("interrupted by {signal}");
+        }
+    };
+
+    let machine = Machine::detect();
+    let epoch_secs = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let date = swiftlet_tests::bench::report::utc_rfc3339(epoch_secs);
+    let entries: Vec<eviction::report::Entry> = outcomes
+        .iter()
+        .map(|o| eviction::report::Entry::new(o, &machine, &date))
+        .collect();
+    println!("{}", eviction::report::markdown(&entries));
+    for verdict in eviction::report::verdicts(&entries) {
+        println!("{verdict}");
+    }
+    for problem in eviction::report::warnings(&entries) {
+        println!("WARNING: {problem}");
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let json = args
+        .json
+        .unwrap_or_else(|| args.out_dir.join("eviction.json"));
+    write_json(&json, &entries)?;
+    let svg = args.out_dir.join("eviction-latency.svg");
+    let title = format!(
+        "Memory pressure → eviction, kernel wake-ups vs the 10 s check (Linux {}, {} CPUs)",
+        machine.kernel_release, machine.cpus
+    );
+    eviction::report::plot(&svg, &title, &outcomes)
         .with_context(|| format!("plotting {}", svg.display()))?;
     eprintln!("wrote {} and {}", json.display(), svg.display());
     Ok(())

@@ -56,3 +56,34 @@ fn remove_empty_tree(dir: &Path) -> std::io::Result<()> {
     }
     std::fs::remove_dir(dir)
 }
+
+/// Removes the cgroup folder `root` (a `cgroupRoot` such as `/swiftlet-bench-eviction`) and every
+/// folder below it from every hierarchy, deepest first, for a benchmark that gives its agents a
+/// cgroup root of their own; call it once their pods are gone (the kernel refuses to remove a
+/// cgroup that still has processes). Returns the hierarchies it was removed from.
+pub fn remove_root(root: &str) -> usize {
+    let relative = root.trim_start_matches('/');
+    if relative.is_empty() {
+        return 0;
+    }
+    let mut hierarchies = vec![PathBuf::from(CGROUP_MOUNTS)];
+    if let Ok(entries) = std::fs::read_dir(CGROUP_MOUNTS) {
+        hierarchies.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    let mut removed = 0;
+    for hierarchy in &hierarchies {
+        let dir = hierarchy.join(relative);
+        if dir.is_dir() {
+            match remove_empty_tree(&dir) {
+                Ok(()) => removed += 1,
+                Err(e) => eprintln!("cannot remove {}: {e}", dir.display()),
+            }
+        }
+    }
+    removed
+}
