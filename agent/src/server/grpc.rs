@@ -358,7 +358,12 @@ mod tests {
             panic!("not an eviction decision: {event:?}");
         };
         assert_eq!(
-            (d.source.as_str(), d.signal.as_str(), d.pod_name.as_str(), d.pod_uid.as_str()),
+            (
+                d.source.as_str(),
+                d.signal.as_str(),
+                d.pod_name.as_str(),
+                d.pod_uid.as_str()
+            ),
             ("memcg", "allocatableMemory.available", "hog", "u1")
         );
         // Both instants are mapped through the same clock reading: 2 ms apart, to rounding.
