@@ -1,7 +1,8 @@
 //! Container management on the node's cgroups: which cgroup layout the node has, pod QoS classes
 //! and OOM score adjustments, resource quantities, the QoS hierarchy and pod cgroups, and their
-//! pressure (PSI). Later issues add the CPU manager here.
+//! pressure (PSI), and the CPU manager's core (`cpumanager/`, not wired yet).
 
+pub mod cpumanager;
 pub mod layout;
 pub mod pod_cgroups;
 pub mod pressure_targets;
