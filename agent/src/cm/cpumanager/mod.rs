@@ -7,6 +7,7 @@
 
 pub mod allocate;
 pub mod cpuset;
+pub mod policy;
 pub mod state;
 pub mod topology;
 
