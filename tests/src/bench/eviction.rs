@@ -347,7 +347,7 @@ async fn run_mode(
     cri: &mut Cri,
     rng: &mut fastrand::Rng,
 ) -> Result<ModeOutcome> {
-    let work_dir = WorkDir::new(mode.name())?;
+    let work_dir = crate::bench::harness::WorkDir::new("eviction", mode.name())?;
     let work = &work_dir.0;
     let (staging, manifest_dir) = (work.join("staging"), work.join("manifests"));
     for d in [&staging, &manifest_dir] {
@@ -655,25 +655,4 @@ fn stall_before(history: &VecDeque<(u64, PsiTotals)>, woke_ns: u64) -> Option<St
     let now_ns = swiftlet::kernel::monotonic_ns();
     let now = PsiTotals::read(CGROUP_ROOT);
     Some(now.since(then, Duration::from_nanos(now_ns.saturating_sub(*then_ns))))
-}
-
-/// A fresh private folder for one mode, removed when dropped.
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new(label: &str) -> Result<WorkDir> {
-        let dir = std::env::temp_dir().join(format!(
-            "swiftlet-bench-eviction-{}-{label}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(WorkDir(dir))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }

@@ -243,7 +243,8 @@ impl Config<'_> {
     }
 
     async fn run(&self, cri: &mut Cri, rng: &mut fastrand::Rng) -> Result<ConfigOutcome> {
-        let work_dir = WorkDir::new(&format!("{}-{}", self.pleg, self.size))?;
+        let work_dir =
+            crate::bench::harness::WorkDir::new("pleg", &format!("{}-{}", self.pleg, self.size))?;
         let work = &work_dir.0;
         let (staging, manifest_dir) = (work.join("staging"), work.join("manifests"));
         for d in [&staging, &manifest_dir] {
@@ -674,28 +675,6 @@ fn operation(labels: &str) -> String {
         .and_then(|v| v.strip_suffix('"'))
         .unwrap_or(labels)
         .to_owned()
-}
-
-/// A fresh private folder for one configuration, removed when dropped (also when an interrupt
-/// drops the run midway).
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new(label: &str) -> Result<WorkDir> {
-        let dir = std::env::temp_dir().join(format!(
-            "swiftlet-bench-pleg-{}-{label}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(WorkDir(dir))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn nanos(d: Duration) -> u64 {

@@ -114,6 +114,14 @@ impl Report {
     }
 }
 
+/// The current time as [`utc_rfc3339`] prints it: a report's date.
+pub fn now_rfc3339() -> String {
+    let epoch_secs = std::time::SystemTime::now()
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_rfc3339(epoch_secs)
+}
+
 /// `YYYY-MM-DDTHH:MM:SSZ` for seconds since the epoch (what `date -u +%FT%TZ` prints), without a
 /// date library or a child process.
 pub fn utc_rfc3339(epoch_secs: u64) -> String {

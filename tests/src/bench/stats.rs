@@ -33,6 +33,35 @@ impl Latency {
     }
 }
 
+/// The same summary in milliseconds, as the reports' JSON shows it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LatencyMs {
+    pub p50: f64,
+    pub p99: f64,
+    pub max: f64,
+    pub mean: f64,
+    pub n: u64,
+}
+
+impl LatencyMs {
+    /// Summarises `sorted_ns` (ascending, in ns).
+    pub fn of(sorted_ns: &[u64]) -> LatencyMs {
+        let l = Latency::of(sorted_ns);
+        LatencyMs {
+            p50: ms(l.p50_ns),
+            p99: ms(l.p99_ns),
+            max: ms(l.max_ns),
+            mean: l.mean_ns / 1e6,
+            n: l.count,
+        }
+    }
+}
+
+/// Nanoseconds as milliseconds.
+pub fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
 /// The nearest-rank quantile `num/den` (e.g. 999/1000 for p99.9) of `sorted` (ascending): the
 /// smallest sample such that at least that share of the samples is at or below it. 0 for an empty
 /// sample. A fraction of integers, not an f64 percentage: `99.9 / 100.0 * 1000.0` is a hair above

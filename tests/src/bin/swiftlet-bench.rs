@@ -363,10 +363,7 @@ async fn pleg_bench(args: PlegArgs) -> Result<()> {
     };
 
     let machine = Machine::detect();
-    let epoch_secs = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let date = swiftlet_tests::bench::report::utc_rfc3339(epoch_secs);
+    let date = swiftlet_tests::bench::report::now_rfc3339();
     let entries: Vec<pleg::report::Entry> = outcomes
         .iter()
         .map(|o| pleg::report::Entry::new(o, &machine, &date))
@@ -432,10 +429,7 @@ async fn eviction_bench(args: EvictionArgs) -> Result<()> {
     };
 
     let machine = Machine::detect();
-    let epoch_secs = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let date = swiftlet_tests::bench::report::utc_rfc3339(epoch_secs);
+    let date = swiftlet_tests::bench::report::now_rfc3339();
     let entries: Vec<eviction::report::Entry> = outcomes
         .iter()
         .map(|o| eviction::report::Entry::new(o, &machine, &date))

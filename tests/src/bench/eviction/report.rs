@@ -11,7 +11,7 @@ use super::{Mode, ModeOutcome, RunOutcome};
 use crate::bench::{
     machine::Machine,
     plot::{self, Axes, Curve},
-    stats::Latency,
+    stats::{LatencyMs, ms},
 };
 
 /// The targets, crossing → decision at p99: kernel wake-ups (memory cgroup, OOM, reclaim) ...
@@ -62,32 +62,6 @@ pub struct Entry {
     pub date: String,
     pub machine: Machine,
     pub run_details: Vec<RunOutcome>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LatencyMs {
-    pub p50: f64,
-    pub p99: f64,
-    pub max: f64,
-    pub mean: f64,
-    pub n: u64,
-}
-
-impl LatencyMs {
-    fn of(sorted_ns: &[u64]) -> LatencyMs {
-        let l = Latency::of(sorted_ns);
-        LatencyMs {
-            p50: ms(l.p50_ns),
-            p99: ms(l.p99_ns),
-            max: ms(l.max_ns),
-            mean: l.mean_ns / 1e6,
-            n: l.count,
-        }
-    }
-}
-
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
 }
 
 impl Entry {

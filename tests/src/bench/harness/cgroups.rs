@@ -17,9 +17,8 @@ const CGROUP_MOUNTS: &str = "/sys/fs/cgroup";
 /// swiftlet's default cgroup root (`cgroupRoot: /`) with the kubelet's QoS classes below it.
 const QOS_PARENTS: [&str; 3] = ["kubepods", "kubepods/burstable", "kubepods/besteffort"];
 
-/// Removes the `pod<uid>` folders of `uids` (and any empty folders inside them) from every
-/// hierarchy; returns how many pod folders there were.
-pub fn remove_pod_dirs(uids: &[String]) -> usize {
+/// The cgroup mount and every hierarchy below it (v1 controllers, the hybrid layout's cgroup2).
+fn hierarchies() -> Vec<PathBuf> {
     let mut hierarchies = vec![PathBuf::from(CGROUP_MOUNTS)];
     if let Ok(entries) = std::fs::read_dir(CGROUP_MOUNTS) {
         hierarchies.extend(
@@ -29,6 +28,13 @@ pub fn remove_pod_dirs(uids: &[String]) -> usize {
                 .map(|e| e.path()),
         );
     }
+    hierarchies
+}
+
+/// Removes the `pod<uid>` folders of `uids` (and any empty folders inside them) from every
+/// hierarchy; returns how many pod folders there were.
+pub fn remove_pod_dirs(uids: &[String]) -> usize {
+    let hierarchies = hierarchies();
     let mut found = 0;
     for hierarchy in &hierarchies {
         for parent in QOS_PARENTS {
@@ -66,15 +72,7 @@ pub fn remove_root(root: &str) -> usize {
     if relative.is_empty() {
         return 0;
     }
-    let mut hierarchies = vec![PathBuf::from(CGROUP_MOUNTS)];
-    if let Ok(entries) = std::fs::read_dir(CGROUP_MOUNTS) {
-        hierarchies.extend(
-            entries
-                .flatten()
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                .map(|e| e.path()),
-        );
-    }
+    let hierarchies = hierarchies();
     let mut removed = 0;
     for hierarchy in &hierarchies {
         let dir = hierarchy.join(relative);

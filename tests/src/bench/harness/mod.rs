@@ -79,3 +79,26 @@ pub async fn wait_removed(
         tokio::time::sleep(TEARDOWN_POLL).await;
     }
 }
+
+/// A fresh private folder for one configuration of benchmark `bench`, removed when dropped
+/// (also when an interrupt drops the run midway).
+pub struct WorkDir(pub std::path::PathBuf);
+
+impl WorkDir {
+    pub fn new(bench: &str, label: &str) -> Result<WorkDir> {
+        use anyhow::Context as _;
+        let dir = std::env::temp_dir().join(format!(
+            "swiftlet-bench-{bench}-{}-{label}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(WorkDir(dir))
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

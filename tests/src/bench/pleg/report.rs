@@ -11,7 +11,7 @@ use super::ConfigOutcome;
 use crate::bench::{
     machine::Machine,
     plot::{self, Axes, Curve},
-    stats::Latency,
+    stats::{LatencyMs, ms},
 };
 
 /// The targets: the kernel-event PLEG's p99 at [`TARGET_CONTAINERS`] under this,
@@ -52,32 +52,6 @@ pub struct Entry {
     pub machine: Machine,
     /// Every sample, ascending.
     pub latencies_ms: Vec<f64>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct LatencyMs {
-    pub p50: f64,
-    pub p99: f64,
-    pub max: f64,
-    pub mean: f64,
-    pub n: u64,
-}
-
-impl LatencyMs {
-    fn of(sorted_ns: &[u64]) -> LatencyMs {
-        let l = Latency::of(sorted_ns);
-        LatencyMs {
-            p50: ms(l.p50_ns),
-            p99: ms(l.p99_ns),
-            max: ms(l.max_ns),
-            mean: l.mean_ns / 1e6,
-            n: l.count,
-        }
-    }
-}
-
-fn ms(ns: u64) -> f64 {
-    ns as f64 / 1e6
 }
 
 impl Entry {
