@@ -12,6 +12,7 @@ mod config;
 mod counters;
 mod events;
 mod filter;
+mod sched;
 
 pub use config::{
     DEFAULT_PRESSURE_MIN_INTERVAL_NS, FIELD_ABSENT, ProgramConfig, SIGNAL_GROUP_EXIT,
@@ -22,6 +23,10 @@ pub use events::{
     PATH_LEN, PRESSURE_SOURCES, PressureEvent, PressureLimit, PressureSource,
 };
 pub use filter::{FILTER_ACTIVE, MAX_WATCHED, WatchedCgroup};
+pub use sched::{
+    FOREIGN_ENTRIES, ForeignKey, MAX_CPUS, PREV_STATE_BLOCKED_MASK, RUNQ_BUCKETS, RUNQ_ENTRIES,
+    RunqHist, SchedCounters, SchedCpuState, WAKEUP_ENTRIES, runq_bucket, runq_upper_bound_us,
+};
 
 /// Names of the maps and globals in the eBPF object. The programs declare statics with exactly
 /// these names; the agent looks them up by these constants.
@@ -51,6 +56,21 @@ pub mod names {
     /// The [`crate::ProgramConfig`] global.
     pub const CONFIG: &str = "CONFIG";
 
+    /// `u64` per CPU number (up to [`crate::MAX_CPUS`]): the cgroup2 id of the container owning
+    /// that CPU exclusively, 0 when none does.
+    pub const SCHED_OWNER: &str = "SCHED_OWNER";
+    /// Per-CPU hash [`crate::ForeignKey`] → `u64` ns: how long each cgroup ran on a CPU owned by
+    /// another, on each CPU, since the programs were loaded.
+    pub const SCHED_FOREIGN: &str = "SCHED_FOREIGN";
+    /// LRU per-CPU hash cgroup2 id → [`crate::RunqHist`]: run-queue latency per cgroup.
+    pub const SCHED_RUNQ: &str = "SCHED_RUNQ";
+    /// LRU hash pid → `u64` ns: when a task was woken (or preempted) and not yet run again.
+    pub const SCHED_WAKEUP: &str = "SCHED_WAKEUP";
+    /// Per-CPU [`crate::SchedCpuState`] (one entry).
+    pub const SCHED_CPU: &str = "SCHED_CPU";
+    /// Per-CPU [`crate::SchedCounters`] (one entry).
+    pub const SCHED_COUNTERS: &str = "SCHED_COUNTERS";
+
     /// Program names (the function names in `ebpf/src/main.rs`) with their tracepoints: the
     /// mandatory ones. The memory-pressure programs are optional (a kernel may lack a `vmscan`
     /// tracepoint) and are named by [`crate::PressureSource::program`].
@@ -61,6 +81,18 @@ pub mod names {
         ("cgroup_mkdir", "cgroup", "cgroup_mkdir"),
         ("cgroup_rmdir", "cgroup", "cgroup_rmdir"),
     ];
+
+    /// The scheduler audit's programs with their tracepoints, loaded only by the audit (never
+    /// with [`PROGRAMS`]).
+    pub const SCHED_PROGRAMS: [(&str, &str, &str); 3] = [
+        ("sched_switch", "sched", "sched_switch"),
+        ("sched_wakeup", "sched", "sched_wakeup"),
+        ("sched_wakeup_new", "sched", "sched_wakeup_new"),
+    ];
+
+    /// The maps only the scheduler audit uses, which the event programs' loader shrinks to one
+    /// entry each (the object is one, so every load creates every map).
+    pub const SCHED_MAPS: [&str; 4] = [SCHED_OWNER, SCHED_FOREIGN, SCHED_RUNQ, SCHED_WAKEUP];
 }
 
 // Every kind has its slot in the counters (and the agent's delivered counts).
@@ -107,4 +139,12 @@ mod pod_impls {
     unsafe impl aya::Pod for crate::WatchedCgroup {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::ProgramConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::ForeignKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::RunqHist {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::SchedCpuState {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::SchedCounters {}
 }

@@ -1,7 +1,10 @@
 //! swiftlet's kernel side: tracepoint programs that turn process exits and execs, OOM kills,
 //! cgroup creation/removal and memory reclaim (rate limited) into records in one BPF ring buffer,
-//! filtered to the cgroup subtrees the agent watches (node-wide reclaim is not filtered). Every entry point is a one-line wrapper around a `try_*` function; failures are
-//! counted per CPU in `COUNTERS`, never panicked on.
+//! filtered to the cgroup subtrees the agent watches (node-wide reclaim is not filtered); and,
+//! loaded apart by the scheduler audit, context-switch programs that aggregate foreign time on
+//! exclusive CPUs and run-queue latency in per-CPU maps (`sched.rs`). Every entry point is a
+//! one-line wrapper around a `try_*` function; failures are counted per CPU (`COUNTERS`,
+//! `SCHED_COUNTERS`), never panicked on.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
@@ -12,6 +15,7 @@ mod exit;
 mod filter;
 mod oom;
 mod pressure;
+mod sched;
 
 use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
 use swiftlet_common::{EventKind, PressureSource, ProgramConfig};
@@ -83,6 +87,21 @@ pub fn vmscan_kswapd_wake(ctx: TracePointContext) -> u32 {
         EventKind::Pressure,
         pressure::try_pressure(&ctx, PressureSource::KswapdWake),
     )
+}
+
+#[tracepoint]
+pub fn sched_switch(ctx: TracePointContext) -> u32 {
+    sched::finish(sched::try_switch(&ctx))
+}
+
+#[tracepoint]
+pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
+    sched::finish(sched::try_wakeup(&ctx, config!(sched_wakeup_pid)))
+}
+
+#[tracepoint]
+pub fn sched_wakeup_new(ctx: TracePointContext) -> u32 {
+    sched::finish(sched::try_wakeup(&ctx, config!(sched_wakeup_new_pid)))
 }
 
 #[cfg(target_arch = "bpf")]

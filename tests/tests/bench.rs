@@ -3,12 +3,13 @@
 //! PLEG (what `cargo xtask bench pleg --quick` does, smaller still): both PLEGs run the same
 //! workload, every kill is measured, every death carries the SIGKILL status, the kernel-event PLEG
 //! learnt every death from the kernel, and the report's table, JSON and plot are written.
-//! Eviction: see its test. Latencies are not asserted: the benchmarks report them.
+//! Eviction and CPU manager: see their tests. Latencies are not asserted: the benchmarks report
+//! them.
 use std::{collections::BTreeMap, time::Duration};
 
 use swiftlet_tests::{
     bench::{
-        eviction,
+        cpumanager, eviction,
         machine::Machine,
         pleg::{self, Settings, report},
     },
@@ -213,6 +214,128 @@ async fn the_eviction_benchmark_evicts_the_hog_in_every_mode() {
     let drawn = std::fs::read_to_string(&svg).expect("the SVG");
     assert!(
         drawn.contains("periodic: decision"),
+        "the legend names each curve"
+    );
+    std::fs::remove_dir_all(&out).expect("removing the smoke run's folder");
+}
+
+/// The CPU manager benchmark's smoke run (`cargo xtask bench cpumanager --quick`: two runs per
+/// mode, no random wait, short overhead windows): in both modes every Guaranteed pod got its CPU
+/// alone and its foreign time was read, the spinner ran throughout, applying on events was in
+/// place sooner than the reconcile alone (when the reconcile took any time at all), the overhead
+/// was measured in both modes, and the report's table, JSON and plot are made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cpumanager_benchmark_gives_every_guaranteed_pod_its_cpu() {
+    let test = "the_cpumanager_benchmark_gives_every_guaranteed_pod_its_cpu";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let out = std::env::temp_dir().join(format!(
+        "swiftlet-bench-cpumanager-smoke-{}",
+        std::process::id()
+    ));
+    let settings = cpumanager::Settings {
+        swiftlet: swiftlet_bin(),
+        runtime_endpoint: endpoint,
+        modes: cpumanager::Mode::ALL.to_vec(),
+        runs: 2,
+        max_delay: Duration::ZERO,
+        overhead_rounds: 2,
+        overhead_window: Duration::from_millis(200),
+        log_dir: out.join("logs"),
+    };
+    let outcome = cpumanager::run(&settings)
+        .await
+        .expect("the benchmark runs");
+
+    let modes: Vec<&str> = outcome.modes.iter().map(|o| o.mode.name()).collect();
+    assert_eq!(modes, ["events", "reconcile"]);
+    for o in &outcome.modes {
+        let what = format!("--cpu-manager-apply {}", o.mode.name());
+        assert_eq!(o.failures(), 0, "{what}: {:#?}", o.runs);
+        assert_eq!(o.runs.len(), 2, "{what}");
+        assert_eq!(o.latencies_ns().len(), 2, "{what}");
+        assert_eq!(
+            o.foreign_pod_ns().len(),
+            2,
+            "{what}: the foreign time was read"
+        );
+        assert_eq!(o.foreign_other_ns().len(), 2, "{what}");
+        assert!(o.spinner_ran_throughout, "{what}");
+        assert!(
+            o.runs.iter().all(|r| r.samples > 0),
+            "{what}: {:#?}",
+            o.runs
+        );
+    }
+    let (events, reconcile) = (&outcome.modes[0], &outcome.modes[1]);
+    let p50 = |o: &cpumanager::ModeOutcome| {
+        swiftlet_tests::bench::stats::nearest_rank(&o.latencies_ns(), 1, 2)
+    };
+    if p50(reconcile) > 0 {
+        assert!(
+            p50(events) < p50(reconcile),
+            "events {:?} vs reconcile {:?}",
+            events.latencies_ns(),
+            reconcile.latencies_ns()
+        );
+    }
+    assert!(
+        events.cpuset_updates.get("event").is_some_and(|n| *n > 0.0),
+        "cpusets were updated on events: {:?}",
+        events.cpuset_updates
+    );
+    assert!(
+        reconcile
+            .cpuset_updates
+            .get("event")
+            .is_none_or(|n| *n == 0.0),
+        "the reconcile alone updated them: {:?}",
+        reconcile.cpuset_updates
+    );
+    let o = &outcome.overhead;
+    assert_eq!((o.without.len(), o.with.len()), (2, 2), "{o:?}");
+    assert!(o.median_without > 0 && o.median_with > 0, "{o:?}");
+
+    let report = cpumanager::report::Report::new(&outcome, Machine::detect(), "now");
+    let table = report.markdown();
+    for mode in modes {
+        let rows = table
+            .lines()
+            .filter(|l| l.starts_with(&format!("| {mode} |")));
+        assert_eq!(rows.count(), 1, "{table}");
+        for file in [
+            format!("swiftlet-{mode}.log"),
+            format!("metrics-{mode}.txt"),
+        ] {
+            assert!(settings.log_dir.join(&file).is_file(), "{file}");
+        }
+    }
+    assert!(
+        table.contains("| `sched_switch` + `sched_wakeup` |"),
+        "{table}"
+    );
+    assert_eq!(report.verdicts().len(), 4);
+    let warnings = report.warnings();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let json = out.join("cpumanager.json");
+    std::fs::write(&json, serde_json::to_string_pretty(&report).expect("JSON")).expect("written");
+    let read: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("read")).expect("parsed");
+    assert_eq!(read["modes"][1]["mode"], "reconcile");
+    assert_eq!(
+        read["modes"][0]["run_details"].as_array().map(Vec::len),
+        Some(2)
+    );
+    let svg = out.join("cpumanager-latency.svg");
+    cpumanager::report::plot(&svg, "smoke", &outcome.modes).expect("the plot");
+    let drawn = std::fs::read_to_string(&svg).expect("the SVG");
+    assert!(
+        drawn.contains("--cpu-manager-apply reconcile"),
         "the legend names each curve"
     );
     std::fs::remove_dir_all(&out).expect("removing the smoke run's folder");

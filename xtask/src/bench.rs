@@ -12,7 +12,7 @@ use anyhow::anyhow;
 use clap::Subcommand;
 
 use crate::{
-    containerd::{Containerd, Paths},
+    containerd::{self, Containerd, Paths},
     sh,
     supervise::{self, Interrupts, OnContainerdDeath},
     tasks,
@@ -73,6 +73,21 @@ pub enum Which {
         /// Modes to run (repeatable: kernel, periodic, psi; default all three).
         #[arg(long = "mode", value_name = "M")]
         modes: Vec<String>,
+    },
+    /// The CPU manager's static policy: a Guaranteed pod's container started → its CPU its own
+    /// (the shared pool's spinner off it), with cpusets applied on events against the kubelet's
+    /// 10 s reconcile; other pods' and the system's time on that CPU in the first 10 s; and what
+    /// the scheduler audit's programs cost in context switches. On the private containerd.
+    Cpumanager {
+        /// Where to write the JSON results (default target/bench/cpumanager.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// A smoke run: 2 runs per mode, no random wait before each, short overhead windows.
+        #[arg(long)]
+        quick: bool,
+        /// Runs per mode (default 10; 2 with --quick).
+        #[arg(long)]
+        runs: Option<usize>,
     },
 }
 
@@ -179,13 +194,48 @@ pub fn run(which: Which) -> anyhow::Result<()> {
                 args
             })
         }
+        Which::Cpumanager { json, quick, runs } => {
+            let json = json.unwrap_or_else(|| out_dir.join("cpumanager.json"));
+            let swiftlet = release.join("swiftlet");
+            with_containerd(&driver, |containerd| {
+                let mut args = vec![
+                    "cpumanager".to_owned(),
+                    "--runtime-endpoint".to_owned(),
+                    containerd.endpoint(),
+                    "--swiftlet".to_owned(),
+                    swiftlet.display().to_string(),
+                    "--json".to_owned(),
+                    json.display().to_string(),
+                    "--out-dir".to_owned(),
+                    out_dir.display().to_string(),
+                ];
+                if quick {
+                    args.push("--quick".to_owned());
+                }
+                if let Some(runs) = runs {
+                    args.extend(["--runs".to_owned(), runs.to_string()]);
+                }
+                args
+            })
+        }
     }
 }
 
 /// Runs `driver` with the arguments `args` makes from the private containerd's paths, supervised
 /// as `cargo xtask test` runs the tests: Ctrl-C reaches the driver, a dying containerd stops it,
 /// and containerd is stopped afterwards whatever happened.
+///
+/// When `cargo xtask containerd start` already keeps it running, the driver uses that instance
+/// as it is (exec'd in xtask's place: Ctrl-C reaches it directly), and leaves it running.
 fn with_containerd(driver: &Path, args: impl FnOnce(&Paths) -> Vec<String>) -> anyhow::Result<()> {
+    if let Some((paths, holder)) = containerd::started_for_people()? {
+        println!(
+            "xtask: containerd: using the private containerd that `cargo xtask containerd start` \
+             (pid {holder}) keeps running at {}",
+            paths.endpoint()
+        );
+        return tasks::exec_as_root(driver, &args(&paths));
+    }
     let mut interrupts = Interrupts::catch()?;
     let mut containerd = Containerd::start(&mut interrupts)?;
     let args = args(containerd.paths());

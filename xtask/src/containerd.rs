@@ -363,6 +363,27 @@ fn lock(paths: &Paths) -> anyhow::Result<Flock<File>> {
     }
 }
 
+/// The instance `cargo xtask containerd start` keeps running for people, if one does: its paths
+/// and that xtask's pid. Another task may use it as it is (a benchmark, say) instead of failing
+/// on the lock; an instance owned by any other xtask (a test run, another benchmark) is not
+/// offered, as that xtask clears and stops it when it is done.
+pub fn started_for_people() -> anyhow::Result<Option<(Paths, String)>> {
+    let paths = Paths::new()?;
+    let holder = match try_lock(&paths)? {
+        Ok(_released_on_drop) => return Ok(None),
+        Err(holder) => holder,
+    };
+    let args: Vec<String> = fs::read(format!("/proc/{holder}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    let containerd_start = args
+        .windows(2)
+        .any(|w| w[0] == "containerd" && w[1] == "start");
+    Ok((containerd_start && paths.socket().exists()).then_some((paths, holder)))
+}
+
 /// The lock with our pid written in it, or the pid of the xtask holding it.
 fn try_lock(paths: &Paths) -> anyhow::Result<Result<Flock<File>, String>> {
     let file = File::options()

@@ -5,6 +5,7 @@
 //! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources). HTTP serves `/healthz` and
 //! `/metrics`, and the read-only port `/pods`.
 
+mod cpumanager;
 mod eviction;
 mod node;
 mod pods;
@@ -39,6 +40,8 @@ pub enum Error {
     Runtime(#[source] crate::cri::Error),
     #[error("cgroups: {0}")]
     Cgroups(String),
+    #[error("CPU manager: {0}")]
+    CpuManager(String),
     #[error("API server: {0}")]
     ApiServer(#[source] crate::sources::ApiServerError),
     #[error("metrics: {0}")]
@@ -75,6 +78,12 @@ impl Error {
             Error::ApiServer(_) => Some(
                 "check the file given with --kubeconfig: its current context, server and \
                  credentials"
+                    .into(),
+            ),
+            Error::CpuManager(_) => Some(
+                "check cpuManagerPolicy, reservedSystemCPUs and the reservations; a checkpoint \
+                 swiftlet refuses can be set aside with --cpu-manager-reset-state after draining \
+                 the node"
                     .into(),
             ),
             Error::Cgroups(_) => Some("swiftlet runs as root and needs the cpu, memory and pids cgroup controllers".into()),
@@ -199,6 +208,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         metrics,
         health,
         pods: Some(pods.status),
+        annotate: pods.annotate,
     };
     let mut listening = Vec::new();
     for addr in [config.healthz_address, config.read_only_address]

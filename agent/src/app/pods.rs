@@ -43,6 +43,8 @@ use crate::{
 /// What the rest of the app needs from the pod half.
 pub struct Pods {
     pub status: Arc<StatusManager>,
+    /// `/pods` annotations of the CPU manager, under the static policy.
+    pub annotate: Option<crate::server::http::Annotator>,
     pub evictions: broadcast::Sender<crate::eviction::manager::Decision>,
 }
 
@@ -146,8 +148,9 @@ pub async fn start(
         );
     }
 
+    let cpu_manager = super::cpumanager::start(config, metrics, runtime.clone(), tasks, shutdown)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let manager = Arc::new(KubeRuntimeManager::new(
+    let mut manager = KubeRuntimeManager::new(
         runtime.clone(),
         runtime.clone(),
         reasons.clone(),
@@ -161,7 +164,11 @@ pub async fn start(
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
         },
-    ));
+    );
+    if let Some(cpus) = &cpu_manager {
+        manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus.clone())));
+    }
+    let manager = Arc::new(manager);
     let period = match &source {
         PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
     };
@@ -266,6 +273,13 @@ pub async fn start(
         },
     ));
 
+    let annotate = cpu_manager.clone().map(|cpus| {
+        Arc::new(move |uid: &str| cpus.pod_annotations(uid)) as crate::server::http::Annotator
+    });
+    if let Some(cpus) = cpu_manager {
+        kubelet.set_cpu_manager(cpus);
+    }
+
     let eviction = super::eviction::start(
         config,
         i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
@@ -367,6 +381,7 @@ pub async fn start(
     });
     Ok(Pods {
         status,
+        annotate,
         evictions: eviction.decision_sender(),
     })
 }

@@ -66,6 +66,11 @@ pub struct FileConfig {
     pub kube_reserved: Option<BTreeMap<String, String>>,
     pub system_reserved: Option<BTreeMap<String, String>>,
     pub enforce_node_allocatable: Option<Vec<String>>,
+    pub cpu_manager_policy: Option<String>,
+    pub cpu_manager_policy_options: Option<BTreeMap<String, String>>,
+    pub cpu_manager_reconcile_period: Option<String>,
+    #[serde(rename = "reservedSystemCPUs")]
+    pub reserved_system_cpus: Option<String>,
 
     // swiftlet's own.
     pub node_name: Option<String>,
@@ -75,6 +80,7 @@ pub struct FileConfig {
     pub grpc_socket: Option<PathBuf>,
     pub eviction_monitoring_period: Option<String>,
     pub eviction_wakeups: Option<Vec<String>>,
+    pub cpu_manager_apply: Option<String>,
 }
 
 impl FileConfig {

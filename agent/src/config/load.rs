@@ -22,6 +22,7 @@ use std::{
 
 use super::{
     DEFAULT_GRPC_SOCKET, KernelArgs, RunArgs,
+    cpumanager::{self, CpuManagerConfig},
     error::{ConfigError, Origin, invalid},
     eviction,
     fields::{Resolver, is_dns1123_subdomain, runtime_endpoint, system_hostname},
@@ -77,8 +78,11 @@ pub struct Config {
     pub kernel: KernelArgs,
     /// Thresholds and the eviction manager's periods (`eviction.rs`).
     pub eviction: EvictionConfig,
-    /// `kubeReserved`, `systemReserved`, `enforceNodeAllocatable` (`reserved.rs`).
+    /// `kubeReserved`, `systemReserved`, `enforceNodeAllocatable` (`reserved.rs`); the CPU of
+    /// `reservedSystemCPUs` replaces theirs.
     pub reserved: Reserved,
+    /// `cpuManagerPolicy` and its settings (`cpumanager.rs`).
+    pub cpu_manager: CpuManagerConfig,
 }
 
 /// Built-in defaults (the kubelet's where it has one).
@@ -321,7 +325,14 @@ impl Config {
 
         let node_name = r.node_name(args, file, hostname)?;
         let cgroups_per_qos = file.cgroups_per_qos.unwrap_or(true);
-        let reserved = reserved::resolve(&r, args, file, cgroups_per_qos)?;
+        let mut reserved = reserved::resolve(&r, args, file, cgroups_per_qos)?;
+        let cpu_manager = cpumanager::resolve(&r, args, file)?;
+        if let Some(cpus) = &cpu_manager.reserved_system_cpus {
+            // As upstream: the reserved CPUs overwrite the cpu of both reservations, so that
+            // node allocatable and the static policy agree on what pods may use.
+            reserved.kube.cpu_millis = 0;
+            reserved.system.cpu_millis = i64::try_from(cpus.len()).unwrap_or(i64::MAX) * 1000;
+        }
         let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
 
         Ok(Config {
@@ -356,6 +367,7 @@ impl Config {
             kernel: args.kernel.clone(),
             eviction,
             reserved,
+            cpu_manager,
         })
     }
 }

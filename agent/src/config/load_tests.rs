@@ -9,7 +9,7 @@ use std::{
 use clap::Parser as _;
 
 use super::*;
-use crate::config::{Args, Command};
+use crate::config::{Args, Command, CpuApply, CpuManagerPolicy};
 
 fn run_args(extra: &[&str]) -> RunArgs {
     let argv = ["swiftlet", "run"].iter().chain(extra).copied();
@@ -810,5 +810,88 @@ enforceNodeAllocatable: [pods]
         let config = result.expect("loads");
         assert!(config.eviction.thresholds.is_empty());
         assert_eq!(config.eviction.wakeups, Wakeups::NONE);
+    }
+}
+
+#[test]
+fn cpu_manager_settings_from_file_and_flags() {
+    let config = Config::load_with(&run_args(&[]), &host).expect("defaults");
+    assert_eq!(config.cpu_manager, CpuManagerConfig::default());
+    assert_eq!(config.cpu_manager.reconcile_period, Duration::from_secs(10));
+
+    let (_dir, config) = load(
+        "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerReconcilePeriod: 5s\n\
+         cpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\nkubeReserved:\n  cpu: 500m\n",
+        &["--cpu-manager-apply", "reconcile"],
+    );
+    let config = config.expect("loads");
+    let cpus = &config.cpu_manager;
+    assert_eq!(cpus.policy, CpuManagerPolicy::Static);
+    assert_eq!(
+        cpus.reserved_system_cpus.as_ref().map(ToString::to_string),
+        Some("0".into())
+    );
+    assert_eq!(cpus.reconcile_period, Duration::from_secs(5));
+    assert!(cpus.options.full_pcpus_only && !cpus.options.distribute_cpus_across_numa);
+    assert_eq!(cpus.apply, CpuApply::Reconcile);
+    // As upstream, the reserved CPUs replace the cpu of both reservations.
+    assert_eq!(config.reserved.kube.cpu_millis, 0);
+    assert_eq!(config.reserved.cpu_millis(), 1000);
+
+    let flags = Config::load_with(
+        &run_args(&[
+            "--cpu-manager-policy",
+            "static",
+            "--reserved-cpus",
+            "0-1",
+            "--cpu-manager-policy-options",
+            "distribute-cpus-across-numa=true",
+            "--cpu-manager-reset-state",
+        ]),
+        &host,
+    )
+    .expect("flags");
+    assert_eq!(
+        flags.cpu_manager.reserved_system_cpus.map(|c| c.len()),
+        Some(2)
+    );
+    assert!(flags.cpu_manager.options.distribute_cpus_across_numa);
+    assert!(flags.cpu_manager.reset_state);
+}
+
+#[test]
+fn cpu_manager_errors_name_the_field_and_value() {
+    for (yaml, flags, want) in [
+        (
+            "",
+            &["--cpu-manager-policy", "dynamic"][..],
+            "flag --cpu-manager-policy: field `cpuManagerPolicy`: invalid value \"dynamic\": expected \"none\" or \"static\"",
+        ),
+        (
+            "reservedSystemCPUs: \"0-x\"\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `reservedSystemCPUs`: invalid CPU list \"0-x\"",
+        ),
+        (
+            "cpuManagerPolicyOptions:\n  full-pcpus-only: \"true\"\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `cpuManagerPolicyOptions`: invalid option \"full-pcpus-only: true\": policy options need cpuManagerPolicy \"static\" (it is \"none\")",
+        ),
+        (
+            "cpuManagerPolicy: static\n",
+            &["--cpu-manager-policy-options", "align-by-socket=true"][..],
+            "flag --cpu-manager-policy-options: field `cpuManagerPolicyOptions`: invalid option \"align-by-socket=true\": unknown option \"align-by-socket\"",
+        ),
+        (
+            "",
+            &["--cpu-manager-apply", "sometimes"][..],
+            "flag --cpu-manager-apply: field `cpuManagerApply`: invalid value \"sometimes\": expected \"events\" or \"reconcile\"",
+        ),
+    ] {
+        let got = err(yaml, flags);
+        assert!(
+            got.starts_with(want),
+            "{got}\nwanted it to start with\n{want}"
+        );
     }
 }

@@ -6,6 +6,7 @@
 //! Not here: what the components do with their settings. Upstream: `cmd/kubelet/app/options` and
 //! `pkg/kubelet/apis/config`.
 
+mod cpumanager;
 mod duration;
 mod error;
 mod eviction;
@@ -22,6 +23,7 @@ use std::{
 
 use clap::{Args as ClapArgs, Parser, Subcommand, ValueEnum};
 
+pub use cpumanager::{CpuApply, CpuManagerConfig, CpuManagerPolicy};
 pub use duration::{DurationError, DurationErrorReason, GoDuration};
 pub use error::{ConfigError, Origin};
 pub use file::FileConfig;
@@ -191,6 +193,30 @@ pub struct RunArgs {
     /// `psi`, `kernel`, `memcg`; empty or `none` for the periodic check alone.
     #[arg(long, value_name = "LIST")]
     pub eviction_wakeups: Vec<String>,
+    /// CPU manager policy (`cpuManagerPolicy`): `none` or `static` (exclusive CPUs for
+    /// Guaranteed containers with whole CPUs).
+    #[arg(long, value_name = "POLICY")]
+    pub cpu_manager_policy: Option<String>,
+    /// Options of the static policy (`cpuManagerPolicyOptions`), e.g. `full-pcpus-only=true`,
+    /// `distribute-cpus-across-numa=true`.
+    #[arg(long, value_name = "OPTION=BOOL,...")]
+    pub cpu_manager_policy_options: Vec<String>,
+    /// CPUs kept for the system and Kubernetes daemons (`reservedSystemCPUs`), e.g. `0` or
+    /// `0-1,4`; replaces the cpu of `--kube-reserved`/`--system-reserved`.
+    #[arg(long, value_name = "CPULIST")]
+    pub reserved_cpus: Option<String>,
+    /// Period of the CPU manager's safety-net reconcile (`cpuManagerReconcilePeriod`).
+    #[arg(long, value_name = "DURATION")]
+    pub cpu_manager_reconcile_period: Option<GoDuration>,
+    /// When CPU assignments reach containers (`cpuManagerApply`): `events` (at once) or
+    /// `reconcile` (only every reconcile period, as the kubelet).
+    #[arg(long, value_name = "MODE")]
+    pub cpu_manager_apply: Option<String>,
+    /// Move a corrupt or other-policy CPU manager checkpoint aside and start with fresh
+    /// assignments, instead of refusing to start. Drain the node first: running containers'
+    /// exclusive CPUs are forgotten.
+    #[arg(long)]
+    pub cpu_manager_reset_state: bool,
 }
 
 #[cfg(test)]

@@ -60,6 +60,14 @@ pub enum Error {
     },
     #[error("waiting on the events ring buffer: {0}")]
     Io(#[source] io::Error),
+    #[error("CPU {cpu} is beyond the {max} CPUs the scheduler audit covers")]
+    CpuOutOfRange { cpu: u32, max: u32 },
+    #[error("reading the possible CPUs ({path}): {source}")]
+    PossibleCpus {
+        path: &'static str,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl Error {
@@ -102,7 +110,12 @@ impl Error {
                     .into()
             }
             Error::Missing { .. } => "rebuild with `cargo xtask build`".into(),
-            Error::Map { .. } | Error::Io(_) => return None,
+            Error::CpuOutOfRange { .. } => {
+                "CPUs numbered 1024 and above cannot be audited; the CPU manager still assigns \
+                 them"
+                    .into()
+            }
+            Error::Map { .. } | Error::Io(_) | Error::PossibleCpus { .. } => return None,
         };
         Some(hint)
     }

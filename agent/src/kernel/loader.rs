@@ -25,8 +25,10 @@ use super::{
 };
 use crate::cm::CgroupLayout;
 
-/// The programs, built by `build.rs` from the `ebpf` crate.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet-ebpf"));
+/// The programs, built by `build.rs` from the `ebpf` crate. The scheduler audit loads the same
+/// object (its own programs only).
+pub(super) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/swiftlet-ebpf"));
 
 /// What to load and how.
 #[derive(Clone, Debug)]
@@ -129,12 +131,17 @@ impl KernelEvents {
 
         raise_memlock_limit();
         let log_level = log::max_level() as u8;
-        let mut ebpf = EbpfLoader::new()
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global(names::CONFIG, &config, true)
             .override_global("AYA_LOG_LEVEL", &log_level, false)
-            .map_max_entries(names::EVENTS, options.ring_bytes)
-            .load(OBJECT)
-            .map_err(Error::Load)?;
+            .map_max_entries(names::EVENTS, options.ring_bytes);
+        // Every load creates every map of the object: the scheduler audit's, unused here, are
+        // kept to one entry (its per-CPU histograms would take megabytes on a large node).
+        for map in names::SCHED_MAPS {
+            loader.map_max_entries(map, 1);
+        }
+        let mut ebpf = loader.load(OBJECT).map_err(Error::Load)?;
 
         let logger = start_logger(&mut ebpf);
         let filter = FilterHandle::new(
@@ -250,13 +257,20 @@ pub fn program_config(tracefs_root: &Path, task: &TaskLayout) -> Result<ProgramC
         pressure_memcg_order: pressure_order(PressureSource::MemcgReclaim),
         pressure_direct_order: pressure_order(PressureSource::DirectReclaim),
         pressure_kswapd_order: pressure_order(PressureSource::KswapdWake),
+        // The scheduler audit's programs are not loaded with these (see `sched::sched_config`).
+        sched_prev_pid: FIELD_ABSENT,
+        sched_prev_state: FIELD_ABSENT,
+        sched_prev_state_size: 0,
+        sched_next_pid: FIELD_ABSENT,
+        sched_wakeup_pid: FIELD_ABSENT,
+        sched_wakeup_new_pid: FIELD_ABSENT,
         _pad: 0,
         pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
     })
 }
 
 /// Root, or CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (Linux 5.8+).
-fn check_privileges() -> Result<(), Error> {
+pub(super) fn check_privileges() -> Result<(), Error> {
     const CAP_SYS_ADMIN: u32 = 21;
     const CAP_PERFMON: u32 = 38;
     const CAP_BPF: u32 = 39;
@@ -293,14 +307,14 @@ fn check_privileges() -> Result<(), Error> {
 }
 
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; later ones ignore it.
-fn raise_memlock_limit() {
+pub(super) fn raise_memlock_limit() {
     use nix::sys::resource::{RLIM_INFINITY, Resource, setrlimit};
     if let Err(errno) = setrlimit(Resource::RLIMIT_MEMLOCK, RLIM_INFINITY, RLIM_INFINITY) {
         tracing::debug!(%errno, "could not raise RLIMIT_MEMLOCK (only matters before Linux 5.11)");
     }
 }
 
-fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, Error>
+pub(super) fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, Error>
 where
     M: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {
@@ -310,7 +324,7 @@ where
     M::try_from(map).map_err(|source| Error::Map { map: name, source })
 }
 
-fn attach(
+pub(super) fn attach(
     ebpf: &mut Ebpf,
     program: &'static str,
     category: &str,

@@ -2,7 +2,9 @@
 //! resolves the running kernel's layouts for it, attaches the programs, and turns the events ring
 //! buffer into one typed async stream ([`KernelEvents::next`]) with every loss accounted for:
 //! process exits and execs, OOM kills, cgroup mkdir/rmdir, and memory pressure (the kernel
-//! starting to reclaim, rate limited in the kernel).
+//! starting to reclaim, rate limited in the kernel). Apart from those, [`SchedAudit`] loads the
+//! context-switch programs alone and reads their per-CPU aggregates on demand (foreign time on
+//! exclusive CPUs, run-queue latency per cgroup).
 //!
 //! Not here: what events mean for pods (the PLEG), or who consumes them (`app`, `commands`).
 //! Upstream counterpart: none in the kubelet; it replaces the runtime relist as the source of
@@ -14,6 +16,7 @@ mod error;
 pub mod event;
 pub mod filter;
 mod loader;
+pub mod sched;
 mod stream;
 pub mod tracefs;
 
@@ -25,6 +28,7 @@ pub use event::{
 };
 pub use filter::{FilterHandle, Watch};
 pub use loader::{KernelEvents, LoadInfo, LoadOptions};
+pub use sched::{ForeignRun, RunqHistogram, SchedAudit, cgroup_id_of};
 pub use stream::StreamItem;
 pub use swiftlet_common::PressureSource;
 

@@ -23,10 +23,10 @@ use self::{
     pod_manager::PodManager,
 };
 use crate::{
-    cm::pod_cgroups::PodCgroups,
+    cm::{cpumanager::CpuManager, pod_cgroups::PodCgroups},
     container::PodUid,
     eviction::{Evictor, NodeCondition},
-    kuberuntime::manager::KubeRuntimeManager,
+    kuberuntime::{manager::KubeRuntimeManager, should_container_be_restarted},
     pleg::{EventType, PodCache, PodLifecycleEvent, relist::running_pod_of},
     pod_workers::{
         KillOptions, PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase,
@@ -50,6 +50,8 @@ pub struct Kubelet {
     /// The eviction manager's node conditions, once it runs: admission turns pods away under
     /// pressure.
     pressure: OnceLock<watch::Receiver<BTreeSet<NodeCondition>>>,
+    /// The CPU manager, under the static policy.
+    cpu_manager: OnceLock<Arc<CpuManager>>,
 }
 
 impl Kubelet {
@@ -78,6 +80,7 @@ impl Kubelet {
             capacity,
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
+            cpu_manager: OnceLock::new(),
         }
     }
 
@@ -86,11 +89,24 @@ impl Kubelet {
         let _ = self.pressure.set(conditions);
     }
 
+    /// Admission from now on also allocates exclusive CPUs, and container events reach the CPU
+    /// manager.
+    pub fn set_cpu_manager(&self, manager: Arc<CpuManager>) {
+        let _ = self.cpu_manager.set(manager);
+    }
+
     fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
         admit(pod, active, &self.capacity, &self.node_name)?;
         if let Some(pressure) = self.pressure.get() {
             let conditions = pressure.borrow().clone();
             crate::eviction::admission::admit(pod, &conditions)?;
+        }
+        // Last: allocating is the only check with a side effect.
+        if let Some(cpus) = self.cpu_manager.get() {
+            cpus.admit(pod).map_err(|e| admission::Rejection {
+                reason: "UnexpectedAdmissionError".into(),
+                message: e.to_string(),
+            })?;
         }
         Ok(())
     }
@@ -231,6 +247,9 @@ impl Kubelet {
 
     /// A PLEG event wakes the pod's worker (upstream `syncLoopIteration`'s `plegCh` case).
     pub fn handle_pleg_event(&self, event: &PodLifecycleEvent) {
+        if let Some(cpus) = self.cpu_manager.get() {
+            self.cpu_event(cpus, event);
+        }
         if event.kind == EventType::ContainerChanged {
             return;
         }
@@ -246,6 +265,77 @@ impl Kubelet {
             running_pod: None,
             kill: None,
         });
+    }
+
+    /// A container started (its cpuset may be stale) or died (its exclusive CPUs may be free).
+    fn cpu_event(&self, cpus: &CpuManager, event: &PodLifecycleEvent) {
+        let Some(id) = &event.container else {
+            return;
+        };
+        match event.kind {
+            EventType::ContainerStarted => cpus.container_started(&id.id),
+            EventType::ContainerDied => {
+                if let Some(name) = event.status.as_ref().map(|s| s.name.as_str())
+                    && self.done_for_good(&event.pod, name)
+                {
+                    cpus.container_exited(&event.pod, name, &id.id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether the container `name` of pod `uid` exited and will not run again: its pod is no
+    /// longer active, or its restart policy does not restart it.
+    fn done_for_good(&self, uid: &PodUid, name: &str) -> bool {
+        let Some(pod) = self.pods.get(uid) else {
+            return true;
+        };
+        if self.rejected().contains(uid)
+            || is_terminal_phase(&pod)
+            || self.workers.phase(uid) != Some(WorkerPhase::Syncing)
+        {
+            return true;
+        }
+        let Some(status) = self.cache.get(uid).status else {
+            return false;
+        };
+        let exited = status
+            .latest(name)
+            .is_some_and(|c| c.state == crate::container::ContainerState::Exited);
+        let spec = pod.spec.as_ref();
+        let container = spec.and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|c| c.name == name)
+        });
+        exited && container.is_some_and(|c| !should_container_be_restarted(c, &pod, &status))
+    }
+
+    /// The CPU manager's safety net: CPUs of pods no longer active and of containers done for
+    /// good go back to the shared pool even if their event was missed.
+    fn cpu_housekeeping(&self, cpus: &CpuManager) {
+        let active: HashSet<PodUid> = self
+            .active_pods(&PodUid(String::new()))
+            .iter()
+            .map(|p| pod_uid(p))
+            .collect();
+        cpus.remove_stale(&active);
+        for (uid, containers) in cpus.assignments().entries {
+            let uid = PodUid(uid);
+            let Some(status) = self.cache.get(&uid).status else {
+                continue;
+            };
+            for name in containers.keys() {
+                if let Some(latest) = status.latest(name)
+                    && latest.state == crate::container::ContainerState::Exited
+                    && self.done_for_good(&uid, name)
+                {
+                    cpus.container_exited(&uid, name, &latest.id.id);
+                }
+            }
+        }
     }
 
     /// Pods whose resync or retry is due (upstream `syncCh`).
@@ -318,6 +408,9 @@ impl Kubelet {
             {
                 tracing::debug!(pod = %uid, error = %e, "orphaned pod cgroup not removed yet");
             }
+        }
+        if let Some(cpus) = self.cpu_manager.get() {
+            self.cpu_housekeeping(cpus);
         }
         self.runtime.gc(SystemTime::now());
     }

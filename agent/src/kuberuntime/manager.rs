@@ -24,6 +24,7 @@ use super::{
     container_config::{ContainerKind, ContainerParams, container_config},
     env::EnvContext,
     images::ImagePuller,
+    lifecycle::{ContainerLifecycle, NoLifecycle},
     sandbox_config::{SandboxParams, sandbox_config},
 };
 use crate::{
@@ -100,6 +101,7 @@ pub struct KubeRuntimeManager {
     reasons: Arc<Mutex<ReasonCache>>,
     config: RuntimeManagerConfig,
     oom_clamp_logged: AtomicBool,
+    lifecycle: Arc<dyn ContainerLifecycle>,
 }
 
 fn full_name(pod: &Pod) -> String {
@@ -126,7 +128,14 @@ impl KubeRuntimeManager {
             reasons,
             config,
             oom_clamp_logged: AtomicBool::new(false),
+            lifecycle: Arc::new(NoLifecycle),
         }
+    }
+
+    /// Calls `lifecycle` around every container creation (the resource managers' hooks).
+    pub fn with_lifecycle(mut self, lifecycle: Arc<dyn ContainerLifecycle>) -> Self {
+        self.lifecycle = lifecycle;
+        self
     }
 
     /// Uses `clock` instead of the system clock (tests).
@@ -364,7 +373,7 @@ impl KubeRuntimeManager {
             },
             oom_score_adj,
         };
-        let config = match container_config(pod, container, &params) {
+        let mut config = match container_config(pod, container, &params) {
             Ok(config) => config,
             Err(e) => {
                 self.fail(
@@ -380,6 +389,13 @@ impl KubeRuntimeManager {
                 return false;
             }
         };
+        let resources = config
+            .linux
+            .get_or_insert_default()
+            .resources
+            .get_or_insert_default();
+        self.lifecycle.pre_create(pod, container, resources);
+        let resources = resources.clone();
         let id = match self
             .runtime
             .create_container(sandbox_id, config, sandbox_cfg.clone())
@@ -397,6 +413,7 @@ impl KubeRuntimeManager {
                 return false;
             }
         };
+        self.lifecycle.pre_start(pod, container, &id, &resources);
         if let Err(e) = self.runtime.start_container(&id).await {
             self.fail(
                 &uid,

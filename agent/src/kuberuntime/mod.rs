@@ -16,6 +16,7 @@ pub mod container_config;
 pub mod env;
 pub mod images;
 mod init;
+pub mod lifecycle;
 pub mod manager;
 #[cfg(test)]
 mod manager_tests;
@@ -36,6 +37,7 @@ pub use backoff::{
     IMAGE_PULL_INITIAL, IMAGE_PULL_MAX, ImageBackoffKey, ImagePullBackoff, InBackoff,
     last_finished_at,
 };
+pub use lifecycle::{ContainerLifecycle, NoLifecycle};
 pub use sandbox::{SandboxChange, SandboxCheck, pod_sandbox_changed};
 
 use crate::container::ContainerId;

@@ -2,7 +2,10 @@
 //! read-only port's `/pods` (a PodList as the kubelet's read-only port serves it), `/healthz` and
 //! `/metrics`. Upstream: kubelet `pkg/kubelet/server/server.go`.
 
-use std::sync::{Arc, Mutex};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
 
 use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 
@@ -89,7 +92,13 @@ pub struct HttpState {
     pub health: Health,
     /// Pods and their statuses, for `/pods` (absent when the agent runs no pods).
     pub pods: Option<Arc<StatusManager>>,
+    /// Annotations `/pods` adds to a pod, by pod UID (the CPU manager's assignments and what the
+    /// scheduler audit saw on them).
+    pub annotate: Option<Annotator>,
 }
+
+/// Extra annotations for the pod with this UID.
+pub type Annotator = Arc<dyn Fn(&str) -> BTreeMap<String, String> + Send + Sync>;
 
 pub fn router(state: HttpState) -> Router {
     Router::new()
@@ -105,7 +114,20 @@ async fn pods(State(state): State<HttpState>) -> impl IntoResponse {
         .pods
         .iter()
         .flat_map(|m| m.pods())
-        .filter_map(|p| serde_json::to_value(&p.pod).ok())
+        .filter_map(|p| {
+            let mut pod = p.pod.clone();
+            if let Some(annotate) = &state.annotate {
+                let uid = pod.metadata.uid.clone().unwrap_or_default();
+                let extra = annotate(&uid);
+                if !extra.is_empty() {
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_default()
+                        .extend(extra);
+                }
+            }
+            serde_json::to_value(&pod).ok()
+        })
         .collect();
     let list = serde_json::json!({
         "kind": "PodList",

@@ -491,7 +491,7 @@ impl ModeRun<'_> {
             bystander_restarts: state.restarts,
             stray_evictions: tally.stray,
             lost_events: tally.lost,
-            wakeups_total: pods::metric_by_label(
+            wakeups_total: http::metric_by_label(
                 &metrics,
                 "swiftlet_eviction_wakeups_total",
                 "source",
@@ -590,7 +590,7 @@ impl ModeRun<'_> {
         let deadline = Instant::now() + SETTLE_TIMEOUT;
         loop {
             let metrics = http::get(self.agent.port, "/metrics").await?;
-            let pressure = pods::metric(
+            let pressure = http::metric(
                 &metrics,
                 "swiftlet_node_pressure_condition{condition=\"MemoryPressure\"}",
             );

@@ -28,6 +28,16 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// `Machine: Linux <release>, <n> CPUs, <model>; <date>`: the line above a report's table.
+    pub fn line(&self, date: &str) -> String {
+        format!(
+            "Machine: Linux {}, {} CPUs, {}; {date}",
+            self.kernel_release, self.cpus, self.cpu_model
+        )
+    }
+}
+
 /// CPUs available to this process (its affinity mask and cgroup quota included).
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)

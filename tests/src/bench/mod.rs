@@ -2,6 +2,7 @@
 //! real kernel, the statistics taken from them, and how they are reported (Markdown, JSON, SVG).
 //! They live in the library so that the arithmetic is unit-tested without root.
 
+pub mod cpumanager;
 pub mod events;
 pub mod eviction;
 pub mod harness;

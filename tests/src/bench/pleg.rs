@@ -73,9 +73,6 @@ const SETTLE: Duration = Duration::from_secs(5);
 /// Bound on a generation's teardown.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// How often `/pods` is read while a generation starts (not measured).
-const START_POLL: Duration = Duration::from_millis(100);
-
 /// The seed of the kill order and gaps: runs are repeatable.
 const SEED: u64 = 0x5EED_F1E7;
 
@@ -339,7 +336,7 @@ impl Config<'_> {
             manifests::write_all(&files, staging, manifest_dir)?;
             let node_names: Vec<String> =
                 names.iter().map(|n| format!("{n}-{NODE_NAME}")).collect();
-            let containers = wait_running(agent, &node_names).await?;
+            let containers = harness::wait_running(agent, &node_names, START_TIMEOUT).await?;
             if generation == 0 {
                 tokio::time::sleep(SETTLE).await;
                 outcome.idle = self.idle_cost(agent, account).await?;
@@ -454,38 +451,6 @@ impl Config<'_> {
 /// One busybox `sleep` container that is never restarted.
 fn manifest(name: &str) -> String {
     harness::sleep_pod(name, "swiftlet-bench-pleg", "Never")
-}
-
-/// Polls `/pods` until every pod of `names` runs; their containers' ids.
-async fn wait_running(agent: &Agent, names: &[String]) -> Result<Vec<String>> {
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        let listed = http::list(&http::get(agent.port, "/pods").await?)?;
-        let running: Option<Vec<String>> = names
-            .iter()
-            .map(|n| {
-                listed
-                    .get(n)
-                    .filter(|p| p.running)
-                    .and_then(|p| p.container_ids.first().cloned())
-            })
-            .collect();
-        if let Some(ids) = running {
-            return Ok(ids);
-        }
-        if Instant::now() >= deadline {
-            let up = names
-                .iter()
-                .filter(|n| listed.get(*n).is_some_and(|p| p.running))
-                .count();
-            bail!(
-                "{up} of {} pods ran within {START_TIMEOUT:?}; the end of swiftlet's log:\n{}",
-                names.len(),
-                agent.log_tail()
-            );
-        }
-        tokio::time::sleep(START_POLL).await;
-    }
 }
 
 /// Subscribes to swiftlet's pod lifecycle events; every `ContainerDied` is passed on with the

@@ -81,11 +81,7 @@ impl Report {
 
     /// The machine line and one table row per scenario.
     pub fn markdown(&self) -> String {
-        let m = &self.machine;
-        let mut out = format!(
-            "Machine: Linux {}, {} CPUs, {}; {}\n\n",
-            m.kernel_release, m.cpus, m.cpu_model, self.date
-        );
+        let mut out = format!("{}\n\n", self.machine.line(&self.date));
         out.push_str(
             "| scenario | exits | rate/s | p50 µs | p99 µs | p99.9 µs | max µs | mean µs | lost | \
              ring bytes |\n\
@@ -111,6 +107,18 @@ impl Report {
             );
         }
         out
+    }
+}
+
+/// A table cell of milliseconds from `n` samples: two decimals below 10 ms, none above; a dash
+/// without samples.
+pub fn ms_cell(ms: f64, n: u64) -> String {
+    if n == 0 {
+        "—".to_owned()
+    } else if ms < 10.0 {
+        format!("{ms:.2}")
+    } else {
+        format!("{ms:.0}")
     }
 }
 

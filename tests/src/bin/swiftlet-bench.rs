@@ -9,6 +9,8 @@
 //!                     [--exits N] [--idle-s S] [--quick] [--json FILE] [--out-dir DIR]
 //! swiftlet-bench eviction --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--mode M]...
 //!                         [--runs N] [--quick] [--json FILE] [--out-dir DIR]
+//! swiftlet-bench cpumanager --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--mode M]...
+//!                           [--runs N] [--quick] [--json FILE] [--out-dir DIR]
 //! ```
 //!
 //! `events` measures, on the running kernel, how long a process-exit event takes from the
@@ -32,6 +34,13 @@
 //! (`psi`), how long after the pods' working set crosses an `allocatableMemory.available`
 //! threshold the manager decides to evict the pod that caused it, and its container has stopped.
 //! Same outputs, logs under `<out-dir>/eviction/`.
+//!
+//! `cpumanager` measures, with the static CPU manager applying cpusets on events (`events`) and
+//! on its 10 s reconcile alone (`reconcile`, the kubelet's model), how long after a Guaranteed
+//! pod's container has started its CPU is its own (the shared pool's spinner off it), how long
+//! other pods and the system ran on that CPU in the container's first 10 s, and what the
+//! scheduler audit's programs cost in context switches. Same outputs, logs under
+//! `<out-dir>/cpumanager/`.
 #![expect(
     clippy::print_stdout,
     clippy::print_stderr,
@@ -47,6 +56,7 @@ use std::{
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Parser, Subcommand};
 use swiftlet_tests::bench::{
+    cpumanager,
     events::{self, Outcome, Scenario},
     eviction,
     machine::{self, Machine},
@@ -73,6 +83,9 @@ enum Bench {
     Pleg(PlegArgs),
     /// Memory pressure → eviction latency: kernel wake-ups, the periodic check, PSI.
     Eviction(EvictionArgs),
+    /// CPU manager: start → exclusive CPU, on events vs the 10 s reconcile; foreign time on the
+    /// CPU; the scheduler audit's cost.
+    Cpumanager(CpumanagerArgs),
 }
 
 #[derive(Args)]
@@ -176,6 +189,32 @@ struct EvictionArgs {
     out_dir: PathBuf,
 }
 
+#[derive(Args)]
+struct CpumanagerArgs {
+    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
+    /// imported, as `cargo xtask bench cpumanager` does).
+    #[arg(long)]
+    runtime_endpoint: String,
+    /// The swiftlet binary (default: the one next to this driver).
+    #[arg(long)]
+    swiftlet: Option<PathBuf>,
+    /// Modes to run, in order (repeatable: events, reconcile; default both).
+    #[arg(long = "mode", value_name = "M")]
+    modes: Vec<cpumanager::Mode>,
+    /// Runs per mode (default 10; 2 with --quick).
+    #[arg(long)]
+    runs: Option<usize>,
+    /// A smoke run: 2 runs per mode, no random wait before each, short overhead windows.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the JSON results (default <out-dir>/cpumanager.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Where the JSON (by default), the plot, and the logs go.
+    #[arg(long, default_value = "target/bench")]
+    out_dir: PathBuf,
+}
+
 /// Below this, p99.9 rests on fewer than ten samples.
 const MEANINGFUL_EXITS: u64 = 10_000;
 
@@ -186,6 +225,7 @@ async fn main() -> ExitCode {
         Bench::Startup(args) => startup_bench(args).await,
         Bench::Pleg(args) => pleg_bench(args).await,
         Bench::Eviction(args) => eviction_bench(args).await,
+        Bench::Cpumanager(args) => cpumanager_bench(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -453,6 +493,79 @@ async fn eviction_bench(args: EvictionArgs) -> Result<()> {
         machine.kernel_release, machine.cpus
     );
     eviction::report::plot(&svg, &title, &outcomes)
+        .with_context(|| format!("plotting {}", svg.display()))?;
+    eprintln!("wrote {} and {}", json.display(), svg.display());
+    Ok(())
+}
+
+async fn cpumanager_bench(args: CpumanagerArgs) -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "swiftlet loads eBPF programs and manages cgroups, which needs root: run `cargo xtask \
+             bench cpumanager`"
+        );
+    }
+    let settings = cpumanager::Settings {
+        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
+        runtime_endpoint: args.runtime_endpoint,
+        modes: if args.modes.is_empty() {
+            cpumanager::Mode::ALL.to_vec()
+        } else {
+            args.modes
+        },
+        runs: args.runs.unwrap_or(if args.quick { 2 } else { 10 }),
+        max_delay: if args.quick {
+            Duration::ZERO
+        } else {
+            cpumanager::RECONCILE_PERIOD
+        },
+        overhead_rounds: if args.quick { 2 } else { 10 },
+        overhead_window: Duration::from_millis(if args.quick { 200 } else { 1000 }),
+        log_dir: args.out_dir.join("cpumanager"),
+    };
+    eprintln!(
+        "cpumanager: modes {:?}, {} runs each; --cpu-manager-policy static --reserved-cpus {}, \
+         a Guaranteed pod gets CPU {} beside a spinner in the shared pool; cgroup root {}; \
+         swiftlet logs in {}",
+        settings.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        settings.runs,
+        cpumanager::RESERVED_CPU,
+        cpumanager::EXCLUSIVE_CPU,
+        cpumanager::CGROUP_ROOT,
+        settings.log_dir.display()
+    );
+    let outcome = tokio::select! {
+        outcome = cpumanager::run(&settings) => outcome?,
+        signal = interrupted() => {
+            eprintln!("cpumanager: {signal}: clearing the benchmark's pods");
+            cpumanager::clean_up(&settings.runtime_endpoint).await?;
+            bail!("interrupted by {signal}");
+        }
+    };
+
+    let machine = Machine::detect();
+    let date = swiftlet_tests::bench::report::now_rfc3339();
+    let report = cpumanager::report::Report::new(&outcome, machine, &date);
+    println!("{}", report.markdown());
+    for verdict in report.verdicts() {
+        println!("{verdict}");
+    }
+    for problem in report.warnings() {
+        println!("WARNING: {problem}");
+    }
+    std::fs::create_dir_all(&args.out_dir)
+        .with_context(|| format!("creating {}", args.out_dir.display()))?;
+    let json = args
+        .json
+        .unwrap_or_else(|| args.out_dir.join("cpumanager.json"));
+    write_json(&json, &report)?;
+    let svg = args.out_dir.join("cpumanager-latency.svg");
+    let title = format!(
+        "Guaranteed container started → its CPU its own, events vs the 10 s reconcile (Linux {}, \
+         {} CPUs)",
+        report.machine.kernel_release, report.machine.cpus
+    );
+    cpumanager::report::plot(&svg, &title, &outcome.modes)
         .with_context(|| format!("plotting {}", svg.display()))?;
     eprintln!("wrote {} and {}", json.display(), svg.display());
     Ok(())

@@ -16,6 +16,10 @@
 //!                                          (forking from a multi-threaded process is slower);
 //!                                          prints "forked N workers W" when all are reaped
 //! swiftlet-testproc paced N                fork N children one after another (fork, exit, reap)
+//! swiftlet-testproc spin [PERIOD_MS]       burn CPU until killed; with PERIOD_MS, sleep 1 ms
+//!                                          every PERIOD_MS (wall clock), so that the CPU
+//!                                          switches tasks at a known rate even when nothing
+//!                                          else wants it
 //! ```
 #![expect(
     clippy::print_stdout,
@@ -129,6 +133,10 @@ fn main() -> ExitCode {
             println!("forked {total} workers {parallel}");
             ExitCode::SUCCESS
         }
+        Some("spin") => {
+            let period = (args.len() > 1).then(|| Duration::from_millis(number(1)));
+            spin(period)
+        }
         Some("paced") => {
             println!("forked {} workers 0", fork_sequentially(number(1)));
             ExitCode::SUCCESS
@@ -136,6 +144,23 @@ fn main() -> ExitCode {
         _ => {
             eprintln!("swiftlet-testproc: unknown command {args:?}");
             ExitCode::from(100)
+        }
+    }
+}
+
+/// Spins forever; with a period, sleeps 1 ms after each period of spinning.
+fn spin(period: Option<Duration>) -> ! {
+    let mut since = std::time::Instant::now();
+    let mut x = 0u64;
+    loop {
+        for _ in 0..10_000 {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1));
+        }
+        if let Some(period) = period
+            && since.elapsed() >= period
+        {
+            thread::sleep(Duration::from_millis(1));
+            since = std::time::Instant::now();
         }
     }
 }

@@ -2,8 +2,8 @@
 //! `pkg/kubelet/cm/cpumanager/cpu_assignment.go` (`takeByTopologyNUMAPacked`, formerly
 //! `takeByTopology`), the `full-pcpus-only` policy option and the choice of reserved CPUs from
 //! `policy_static.go`. Pure functions over a `Topology` and a free `CpuSet`; the assignment state,
-//! the checkpoint and the cgroup writes are elsewhere. Not here: the `distribute-cpus-across-numa`
-//! and `align-by-uncore-cache` options, and topology-manager hints.
+//! the checkpoint and the cgroup writes are elsewhere. The `distribute-cpus-across-numa` option is
+//! in `distribute.rs`. Not here: the `align-by-uncore-cache` option and topology-manager hints.
 
 use super::cpuset::CpuSet;
 use super::topology::Topology;
@@ -66,6 +66,16 @@ pub fn take_full_physical_cores(
     available: &CpuSet,
     n: usize,
 ) -> Result<CpuSet, AllocateError> {
+    take_by_topology(topo, &whole_free_cores(topo, available, n)?, n)
+}
+
+/// What `full-pcpus-only` leaves to choose from: `n` must fill whole cores (upstream's
+/// `SMTAlignmentError` otherwise), and only cores whose every thread is in `available` count.
+pub(super) fn whole_free_cores(
+    topo: &Topology,
+    available: &CpuSet,
+    n: usize,
+) -> Result<CpuSet, AllocateError> {
     let cpus_per_core = topo.cpus_per_core();
     if cpus_per_core == 0 || !n.is_multiple_of(cpus_per_core) {
         return Err(AllocateError::SmtAlignment {
@@ -73,14 +83,13 @@ pub fn take_full_physical_cores(
             cpus_per_core,
         });
     }
-    let whole_cores: CpuSet = topo
+    Ok(topo
         .cores()
         .into_iter()
         .map(|core| topo.cpus_in_core(core))
         .filter(|cpus| cpus.is_subset(available))
         .flat_map(|cpus| cpus.iter().collect::<Vec<_>>())
-        .collect();
-    take_by_topology(topo, &whole_cores, n)
+        .collect())
 }
 
 /// The CPUs the static policy reserves for system daemons when only a CPU quantity
@@ -89,6 +98,13 @@ pub fn take_full_physical_cores(
 pub fn reserved_cpus(topo: &Topology, millis: u64) -> Result<CpuSet, AllocateError> {
     let n = usize::try_from(millis.div_ceil(1000)).unwrap_or(usize::MAX);
     take_by_topology(topo, &topo.all_cpus(), n)
+}
+
+/// The NUMA nodes holding at least one CPU of `available`, in the order the packed algorithm
+/// visits them (upstream `sortAvailableNUMANodes`); the distributed option walks its combinations of
+/// nodes in this order, so ties go the same way packing would go.
+pub(super) fn numa_nodes_by_free(topo: &Topology, available: &CpuSet) -> Vec<u32> {
+    Accumulator::new(topo, available, 0).sorted_numa_nodes()
 }
 
 /// Upstream's `cpuAccumulator`: the request being filled and what is still free.

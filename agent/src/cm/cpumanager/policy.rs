@@ -11,8 +11,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
-    allocate::{AllocateError, take_by_topology, take_full_physical_cores},
+    allocate::{AllocateError, take_by_topology, take_full_physical_cores, whole_free_cores},
     cpuset::CpuSet,
+    distribute::take_by_topology_numa_distributed,
     state::Assignments,
     topology::Topology,
 };
@@ -46,17 +47,27 @@ pub enum PolicyError {
     },
 }
 
+/// The static policy's options (upstream `StaticPolicyOptions`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PolicyOptions {
+    /// `full-pcpus-only`: exclusive CPUs come as whole physical cores (SMT siblings together).
+    pub full_pcpus_only: bool,
+    /// `distribute-cpus-across-numa`: a request that needs more than one NUMA node is spread
+    /// evenly over the fewest nodes that fit it.
+    pub distribute_cpus_across_numa: bool,
+}
+
 pub struct StaticPolicy {
     topology: Topology,
     reserved: CpuSet,
-    full_pcpus_only: bool,
+    options: PolicyOptions,
 }
 
 impl StaticPolicy {
     pub fn new(
         topology: Topology,
         reserved: CpuSet,
-        full_pcpus_only: bool,
+        options: PolicyOptions,
     ) -> Result<StaticPolicy, PolicyError> {
         if reserved.is_empty() {
             return Err(PolicyError::NoReservedCpus);
@@ -68,7 +79,7 @@ impl StaticPolicy {
         Ok(StaticPolicy {
             topology,
             reserved,
-            full_pcpus_only,
+            options,
         })
     }
 
@@ -151,15 +162,12 @@ impl StaticPolicy {
             return Ok(Some(set.clone()));
         }
         let free = state.default_set.difference(&self.reserved).union(reusable);
-        let take = if self.full_pcpus_only {
-            take_full_physical_cores
-        } else {
-            take_by_topology
-        };
-        let set = take(&self.topology, &free, n).map_err(|source| PolicyError::Allocate {
-            container: container.to_owned(),
-            source,
-        })?;
+        let set = self
+            .take(&free, n)
+            .map_err(|source| PolicyError::Allocate {
+                container: container.to_owned(),
+                source,
+            })?;
         // CPUs reused from an init container leave its entry: one owner per CPU.
         for assigned in state
             .entries
@@ -174,6 +182,27 @@ impl StaticPolicy {
         containers.insert(container.to_owned(), set.clone());
         state.default_set = state.default_set.difference(&set);
         Ok(Some(set))
+    }
+
+    /// Upstream `allocateCPUs`: the SMT check of `full-pcpus-only` first, then the packed or the
+    /// NUMA-distributed choice.
+    fn take(&self, free: &CpuSet, n: usize) -> Result<CpuSet, AllocateError> {
+        match (
+            self.options.full_pcpus_only,
+            self.options.distribute_cpus_across_numa,
+        ) {
+            (false, false) => take_by_topology(&self.topology, free, n),
+            (true, false) => take_full_physical_cores(&self.topology, free, n),
+            (full, true) => {
+                let (free, group) = if full {
+                    let whole = whole_free_cores(&self.topology, free, n)?;
+                    (whole, self.topology.cpus_per_core().max(1))
+                } else {
+                    (free.clone(), 1)
+                };
+                take_by_topology_numa_distributed(&self.topology, &free, n, group)
+            }
+        }
     }
 
     /// Returns a container's exclusive CPUs to the shared pool (upstream `RemoveContainer`).
@@ -258,8 +287,12 @@ mod tests {
     /// leaves the shared pool; deleting it gives it back; a second one does not fit.
     #[test]
     fn on_two_cpus_with_cpu_0_reserved() {
-        let policy =
-            StaticPolicy::new(Topology::described(1, 2, 1, 1), set("0"), false).expect("policy");
+        let policy = StaticPolicy::new(
+            Topology::described(1, 2, 1, 1),
+            set("0"),
+            PolicyOptions::default(),
+        )
+        .expect("policy");
         let mut state = policy.start(None).expect("fresh");
         assert_eq!(state.default_set, set("0-1"));
         let got = policy
@@ -284,9 +317,54 @@ mod tests {
     }
 
     #[test]
+    fn distribute_across_numa_spreads_what_one_node_cannot_hold() {
+        // 2 sockets (one NUMA node each) × 4 cores × 2 threads; core 0 (CPUs 0 and 8) reserved:
+        // node 0 has 6 free CPUs, node 1 has 8.
+        let topo = Topology::described(2, 4, 2, 1);
+        let options = PolicyOptions {
+            full_pcpus_only: true,
+            distribute_cpus_across_numa: true,
+        };
+        let policy = StaticPolicy::new(topo.clone(), set("0,8"), options).expect("policy");
+        let mut state = policy.start(None).expect("state");
+        let got = policy
+            .allocate(&mut state, "p", "c", Some(12), &CpuSet::new())
+            .expect("allocates")
+            .expect("exclusive");
+        let on = |node: u32| got.intersection(&topo.cpus_in_numa_node(node)).len();
+        assert_eq!(
+            (on(0), on(1)),
+            (6, 6),
+            "evenly, not node 1 filled first: {got}"
+        );
+        // Whole cores only: every CPU's sibling comes with it.
+        assert!(got.iter().all(|cpu| got.contains((cpu + 8) % 16)));
+        let packed =
+            StaticPolicy::new(topo.clone(), set("0,8"), PolicyOptions::default()).expect("policy");
+        let mut state = packed.start(None).expect("state");
+        let got = packed
+            .allocate(&mut state, "p", "c", Some(12), &CpuSet::new())
+            .expect("allocates")
+            .expect("exclusive");
+        assert_eq!(got.intersection(&topo.cpus_in_numa_node(1)).len(), 8);
+        let mut state = policy.start(None).expect("state");
+        assert!(matches!(
+            policy.allocate(&mut state, "p", "c", Some(3), &CpuSet::new()),
+            Err(PolicyError::Allocate {
+                source: AllocateError::SmtAlignment { .. },
+                ..
+            })
+        ));
+    }
+
+    #[test]
     fn init_containers_cpus_pass_to_the_app_container() {
-        let policy =
-            StaticPolicy::new(Topology::described(1, 4, 2, 1), set("0,4"), false).expect("policy");
+        let policy = StaticPolicy::new(
+            Topology::described(1, 4, 2, 1),
+            set("0,4"),
+            PolicyOptions::default(),
+        )
+        .expect("policy");
         let mut state = policy.start(None).expect("fresh");
         let init = policy
             .allocate(&mut state, "p", "init", Some(2), &CpuSet::new())
@@ -306,8 +384,12 @@ mod tests {
 
     #[test]
     fn restored_state_must_match_the_node() {
-        let policy =
-            StaticPolicy::new(Topology::described(1, 2, 1, 1), set("0"), false).expect("policy");
+        let policy = StaticPolicy::new(
+            Topology::described(1, 2, 1, 1),
+            set("0"),
+            PolicyOptions::default(),
+        )
+        .expect("policy");
         let good = Assignments {
             policy: STATIC.into(),
             default_set: set("0"),
@@ -333,7 +415,12 @@ mod tests {
             Err(PolicyError::StateMismatch { .. })
         ));
         assert_eq!(
-            StaticPolicy::new(Topology::described(1, 2, 1, 1), CpuSet::new(), false).err(),
+            StaticPolicy::new(
+                Topology::described(1, 2, 1, 1),
+                CpuSet::new(),
+                PolicyOptions::default()
+            )
+            .err(),
             Some(PolicyError::NoReservedCpus)
         );
     }

@@ -1,7 +1,7 @@
 //! The eviction benchmark's pods and what it reads about them: the hog (Burstable: a busybox
 //! shell that allocates anonymous memory in shell variables; in the PSI scenario beside a
 //! container that thrashes the page cache in its own memory limit), the bystander (Guaranteed,
-//! which must never be evicted), their state in `/pods`, and single samples from `/metrics`.
+//! which must never be evicted), and their state in `/pods`.
 //!
 //! Memory is taken in chunks of command substitution (`a0=$(head -c BYTES /dev/zero | tr '\0'
 //! x); a1=...`): busybox holds a substitution's output twice for a moment (the read buffer and
@@ -12,7 +12,7 @@
 
 use serde_json::Value;
 
-use crate::bench::harness::{IMAGE, NAMESPACE};
+use crate::bench::harness::{pod_header, shell_container};
 
 const MI: u64 = 1 << 20;
 
@@ -142,27 +142,9 @@ pub fn bystander(name: &str) -> String {
 }
 
 fn manifest(name: &str, restart_policy: &str, containers: &[(&str, String, String)]) -> String {
-    let mut text = format!(
-        "apiVersion: v1\n\
-         kind: Pod\n\
-         metadata:\n  \
-           name: {name}\n  \
-           namespace: {NAMESPACE}\n  \
-           labels:\n    \
-             app: swiftlet-bench-eviction\n\
-         spec:\n  \
-           restartPolicy: {restart_policy}\n  \
-           terminationGracePeriodSeconds: 0\n  \
-           containers:\n"
-    );
+    let mut text = pod_header(name, "swiftlet-bench-eviction", restart_policy);
     for (container, resources, script) in containers {
-        text.push_str(&format!(
-            "    - name: {container}\n      \
-               image: {IMAGE}\n      \
-               imagePullPolicy: Never\n\
-             {resources}      \
-               command: [\"sh\", \"-c\", {script:?}]\n"
-        ));
+        text.push_str(&shell_container(container, resources, script));
     }
     text
 }
@@ -208,33 +190,10 @@ pub fn pod_state(pod_list: &str, name: &str) -> Option<PodState> {
     })
 }
 
-/// The value of the sample `series` (a metric name with its labels, as exposed, e.g.
-/// `swiftlet_node_pressure_condition{condition="MemoryPressure"}`) in a Prometheus text.
-pub fn metric(text: &str, series: &str) -> Option<f64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(series)?;
-        rest.starts_with(' ')
-            .then(|| rest.trim().parse().ok())
-            .flatten()
-    })
-}
-
-/// Every sample of `name` by its label set.
-pub fn metric_by_label(text: &str, name: &str, label: &str) -> Vec<(String, f64)> {
-    let prefix = format!("{name}{{{label}=\"");
-    text.lines()
-        .filter_map(|line| {
-            let rest = line.strip_prefix(&prefix)?;
-            let (value_of_label, rest) = rest.split_once('"')?;
-            let value = rest.strip_prefix('}')?.trim().parse().ok()?;
-            Some((value_of_label.to_owned(), value))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::harness::NAMESPACE;
 
     #[test]
     fn memory_is_taken_in_chunks() {
@@ -292,7 +251,7 @@ mod tests {
     }
 
     #[test]
-    fn pod_states_and_metrics_are_read() {
+    fn pod_states_are_read() {
         let list = serde_json::json!({"items": [
             {"metadata": {"name": "a", "uid": "u-a"},
              "status": {"phase": "Failed", "reason": "Evicted",
@@ -310,22 +269,5 @@ mod tests {
         let b = pod_state(&list, "b").unwrap();
         assert_eq!((b.uid.as_str(), b.running, b.restarts), ("u-b", true, 2));
         assert!(pod_state(&list, "c").is_none());
-
-        let text = "# HELP x\n\
-                    swiftlet_node_pressure_condition{condition=\"MemoryPressure\"} 1\n\
-                    swiftlet_eviction_wakeups_total{source=\"memcg\"} 3\n\
-                    swiftlet_eviction_wakeups_total{source=\"psi\"} 0\n";
-        assert_eq!(
-            metric(
-                text,
-                "swiftlet_node_pressure_condition{condition=\"MemoryPressure\"}"
-            ),
-            Some(1.0)
-        );
-        assert_eq!(metric(text, "swiftlet_node_pressure_condition"), None);
-        assert_eq!(
-            metric_by_label(text, "swiftlet_eviction_wakeups_total", "source"),
-            [("memcg".to_owned(), 3.0), ("psi".to_owned(), 0.0)]
-        );
     }
 }

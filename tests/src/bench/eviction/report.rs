@@ -11,6 +11,7 @@ use super::{Mode, ModeOutcome, RunOutcome};
 use crate::bench::{
     machine::Machine,
     plot::{self, Axes, Curve},
+    report::ms_cell,
     stats::{LatencyMs, ms},
 };
 
@@ -136,12 +137,7 @@ fn stall_over_trigger(runs: &[RunOutcome]) -> BTreeMap<String, usize> {
 pub fn markdown(entries: &[Entry]) -> String {
     let mut out = String::new();
     if let Some(first) = entries.first() {
-        let m = &first.machine;
-        let _ = writeln!(
-            out,
-            "Machine: Linux {}, {} CPUs, {}; {}\n",
-            m.kernel_release, m.cpus, m.cpu_model, first.date
-        );
+        let _ = writeln!(out, "{}\n", first.machine.line(&first.date));
     }
     out.push_str(
         "| mode | `--eviction-wakeups` | runs | evicted | failures | decision p50 ms | p99 ms | \
@@ -159,28 +155,17 @@ pub fn markdown(entries: &[Entry]) -> String {
             e.runs,
             e.evictions,
             e.failures,
-            cell(d.p50, d.n),
-            cell(d.p99, d.n),
-            cell(d.max, d.n),
-            cell(s.p50, s.n),
-            cell(s.p99, s.n),
-            cell(s.max, s.n),
+            ms_cell(d.p50, d.n),
+            ms_cell(d.p99, d.n),
+            ms_cell(d.max, d.n),
+            ms_cell(s.p50, s.n),
+            ms_cell(s.p99, s.n),
+            ms_cell(s.max, s.n),
             e.decided_by_text(),
             e.bystander_evictions,
         );
     }
     out
-}
-
-/// Milliseconds: two decimals below 10 ms, none above; a dash without samples.
-fn cell(ms: f64, n: u64) -> String {
-    if n == 0 {
-        "—".to_owned()
-    } else if ms < 10.0 {
-        format!("{ms:.2}")
-    } else {
-        format!("{ms:.0}")
-    }
 }
 
 /// One sentence per mode that ran: its target met or missed, with the numbers.

@@ -1,5 +1,6 @@
 //! Looking at the node the way a user does: `GET /pods` on swiftlet's read-only port, and which of
-//! the listed pods are running, i.e. in phase Running with every container in state `running`.
+//! the listed pods are running, i.e. in phase Running with every container in state `running`;
+//! and single samples of `GET /metrics`.
 //!
 //! The HTTP client is a few lines over a TCP stream (one request per connection), so that the
 //! poll costs no more than it must on a 2-CPU machine and the benchmark needs no HTTP client
@@ -117,6 +118,30 @@ fn is_running(pod: &Value) -> bool {
             .all(|s| s.pointer("/state/running").is_some_and(Value::is_object))
 }
 
+/// The value of the sample `series` (a metric name with its labels, as exposed, e.g.
+/// `swiftlet_node_pressure_condition{condition="MemoryPressure"}`) in a Prometheus text.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?;
+        rest.starts_with(' ')
+            .then(|| rest.trim().parse().ok())
+            .flatten()
+    })
+}
+
+/// Every sample of `name` by its label set.
+pub fn metric_by_label(text: &str, name: &str, label: &str) -> Vec<(String, f64)> {
+    let prefix = format!("{name}{{{label}=\"");
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(&prefix)?;
+            let (value_of_label, rest) = rest.split_once('"')?;
+            let value = rest.strip_prefix('}')?.trim().parse().ok()?;
+            Some((value_of_label.to_owned(), value))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,5 +206,25 @@ mod tests {
         assert_eq!(found["bare"].uid, "");
         assert!(super::list("{}").is_err());
         assert!(super::list("nope").is_err());
+    }
+
+    #[test]
+    fn metrics_are_read() {
+        let text = "# HELP x\n\
+                    swiftlet_node_pressure_condition{condition=\"MemoryPressure\"} 1\n\
+                    swiftlet_eviction_wakeups_total{source=\"memcg\"} 3\n\
+                    swiftlet_eviction_wakeups_total{source=\"psi\"} 0\n";
+        assert_eq!(
+            metric(
+                text,
+                "swiftlet_node_pressure_condition{condition=\"MemoryPressure\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(metric(text, "swiftlet_node_pressure_condition"), None);
+        assert_eq!(
+            metric_by_label(text, "swiftlet_eviction_wakeups_total", "source"),
+            [("memcg".to_owned(), 3.0), ("psi".to_owned(), 0.0)]
+        );
     }
 }

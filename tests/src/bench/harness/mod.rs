@@ -10,9 +10,9 @@ pub mod manifests;
 
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
-use self::cri::Cri;
+use self::{agent::Agent, cri::Cri};
 
 /// The namespace of every benchmark pod: what the CRI clean-up selects on
 /// (`io.kubernetes.pod.namespace`), so it never touches another pod.
@@ -24,10 +24,10 @@ pub const NODE_NAME: &str = "bench";
 /// The local image xtask imports into its containerd (never pulled).
 pub const IMAGE: &str = "localhost/swiftlet/busybox:latest";
 
-/// A static pod of one busybox `sleep 3600` container in [`NAMESPACE`], labelled `app: {app}`.
-/// `sleep` is the container's PID 1 and ignores SIGTERM, so the grace period is 0 (swiftlet then
-/// waits its minimum of 2 s): teardowns between measurements stay short.
-pub fn sleep_pod(name: &str, app: &str, restart_policy: &str) -> String {
+/// A static pod's manifest up to its `containers:` key: in [`NAMESPACE`], labelled `app: {app}`,
+/// with no grace period (swiftlet then waits its minimum of 2 s for a container that ignores
+/// SIGTERM), so that teardowns between measurements stay short. The containers' list follows.
+pub fn pod_header(name: &str, app: &str, restart_policy: &str) -> String {
     format!(
         "apiVersion: v1\n\
          kind: Pod\n\
@@ -39,16 +39,102 @@ pub fn sleep_pod(name: &str, app: &str, restart_policy: &str) -> String {
          spec:\n  \
            restartPolicy: {restart_policy}\n  \
            terminationGracePeriodSeconds: 0\n  \
-           containers:\n    \
-             - name: sleep\n      \
-               image: {IMAGE}\n      \
-               imagePullPolicy: Never\n      \
-               command: [\"sleep\", \"3600\"]\n"
+           containers:\n"
     )
 }
 
-/// How often [`wait_removed`] looks again: teardowns are not measured, so it need not be fast.
+/// A static pod of one busybox `sleep 3600` container (see [`pod_header`]). `sleep` is the
+/// container's PID 1 and ignores SIGTERM: swiftlet waits its minimum of 2 s.
+pub fn sleep_pod(name: &str, app: &str, restart_policy: &str) -> String {
+    format!(
+        "{}    - name: sleep\n      \
+               image: {IMAGE}\n      \
+               imagePullPolicy: Never\n      \
+               command: [\"sleep\", \"3600\"]\n",
+        pod_header(name, app, restart_policy)
+    )
+}
+
+/// A static pod of one busybox container `main` running `sh -c script` (see [`pod_header`] and
+/// [`shell_container`]).
+pub fn shell_pod(
+    name: &str,
+    app: &str,
+    restart_policy: &str,
+    resources: &str,
+    script: &str,
+) -> String {
+    pod_header(name, app, restart_policy) + &shell_container("main", resources, script)
+}
+
+/// One entry of a pod's `containers:` list: busybox running `sh -c script`, with `resources`
+/// (YAML lines at the container's keys' indentation, or nothing).
+pub fn shell_container(name: &str, resources: &str, script: &str) -> String {
+    format!(
+        "    - name: {name}\n      \
+           image: {IMAGE}\n      \
+           imagePullPolicy: Never\n\
+         {resources}      \
+           command: [\"sh\", \"-c\", {script:?}]\n"
+    )
+}
+
+/// How often [`wait_running`], [`wait_unlisted`] and [`wait_removed`] look again: starts and
+/// teardowns are not measured, so they need not be fast.
 const TEARDOWN_POLL: Duration = Duration::from_millis(100);
+
+/// Polls `/pods` of `agent` until every pod of `names` runs; their containers' ids (each pod's
+/// first). Fails, with the end of swiftlet's log, when they do not within `timeout`.
+pub async fn wait_running(
+    agent: &Agent,
+    names: &[String],
+    timeout: Duration,
+) -> Result<Vec<String>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let listed = http::list(&http::get(agent.port, "/pods").await?)?;
+        let running: Option<Vec<String>> = names
+            .iter()
+            .map(|n| {
+                listed
+                    .get(n)
+                    .filter(|p| p.running)
+                    .and_then(|p| p.container_ids.first().cloned())
+            })
+            .collect();
+        if let Some(ids) = running {
+            return Ok(ids);
+        }
+        if Instant::now() >= deadline {
+            let up = names
+                .iter()
+                .filter(|n| listed.get(*n).is_some_and(|p| p.running))
+                .count();
+            bail!(
+                "{up} of {} pods ran within {timeout:?}; the end of swiftlet's log:\n{}",
+                names.len(),
+                agent.log_tail()
+            );
+        }
+        tokio::time::sleep(TEARDOWN_POLL).await;
+    }
+}
+
+/// Waits until the swiftlet on `port` no longer lists the pods `names` in `/pods`. Whether that
+/// happened within `timeout`.
+pub async fn wait_unlisted(port: u16, names: &[String], timeout: Duration) -> Result<bool> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let listed = http::list(&http::get(port, "/pods").await?)?;
+        if !names.iter().any(|n| listed.contains_key(n)) {
+            return Ok(true);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(TEARDOWN_POLL).await;
+    }
+}
 
 /// Waits until the swiftlet on `port` no longer lists the pods `names` in `/pods` and the
 /// runtime has no sandbox of the benchmark left. Whether that happened within `timeout`.
@@ -59,15 +145,8 @@ pub async fn wait_removed(
     timeout: Duration,
 ) -> Result<bool> {
     let deadline = Instant::now() + timeout;
-    loop {
-        let listed = http::list(&http::get(port, "/pods").await?)?;
-        if !names.iter().any(|n| listed.contains_key(n)) {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Ok(false);
-        }
-        tokio::time::sleep(TEARDOWN_POLL).await;
+    if !wait_unlisted(port, names, timeout).await? {
+        return Ok(false);
     }
     loop {
         if cri.sandboxes().await?.is_empty() {

@@ -87,12 +87,7 @@ impl Entry {
 pub fn markdown(entries: &[Entry]) -> String {
     let mut out = String::new();
     if let Some(first) = entries.first() {
-        let m = &first.machine;
-        let _ = writeln!(
-            out,
-            "Machine: Linux {}, {} CPUs, {}; {}\n",
-            m.kernel_release, m.cpus, m.cpu_model, first.date
-        );
+        let _ = writeln!(out, "{}\n", first.machine.line(&first.date));
     }
     out.push_str(
         "| PLEG | containers | exits | p50 ms | p99 ms | max ms | missed | agent CPU s/min | \

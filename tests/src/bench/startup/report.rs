@@ -117,10 +117,10 @@ impl Report {
 
     /// The machine line, one table row per batch size, and the verdict on the target.
     pub fn markdown(&self) -> String {
-        let m = &self.machine;
         let mut out = format!(
-            "Machine: Linux {}, {} CPUs, {}; {} (load average {})\n\n",
-            m.kernel_release, m.cpus, m.cpu_model, self.date, self.load_average
+            "{} (load average {})\n\n",
+            self.machine.line(&self.date),
+            self.load_average
         );
         out.push_str(
             "| pods per batch | rounds | pods measured | p50 ms | p99 ms | max ms | batch ms \

@@ -1,0 +1,357 @@
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::core::v1::{Container, Pod, PodSpec, ResourceRequirements},
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+};
+
+use super::*;
+use crate::{
+    cm::cpumanager::{
+        audit::{AuditError, AuditMaps},
+        policy::PolicyOptions,
+        topology::Topology,
+    },
+    cri::fake::FakeRuntime,
+    kernel::{ForeignRun, RunqHistogram},
+};
+
+#[derive(Default)]
+struct FakeAudit {
+    owners: Mutex<BTreeMap<u32, u64>>,
+    foreign: Mutex<Vec<ForeignRun>>,
+}
+
+impl AuditMaps for FakeAudit {
+    fn set_owner(&self, cpu: u32, cgroup_id: u64) -> Result<(), AuditError> {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        if cgroup_id == 0 {
+            owners.remove(&cpu);
+        } else {
+            owners.insert(cpu, cgroup_id);
+        }
+        Ok(())
+    }
+
+    fn foreign(&self) -> Result<Vec<ForeignRun>, AuditError> {
+        Ok(self
+            .foreign
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone())
+    }
+
+    fn runqueue(&self) -> Result<HashMap<u64, RunqHistogram>, AuditError> {
+        Ok(HashMap::new())
+    }
+}
+
+fn set(text: &str) -> CpuSet {
+    CpuSet::parse(text).expect("cpuset")
+}
+
+fn container(name: &str, cpu: &str) -> Container {
+    let list = BTreeMap::from([
+        ("cpu".to_owned(), Quantity(cpu.into())),
+        ("memory".to_owned(), Quantity("64Mi".into())),
+    ]);
+    Container {
+        name: name.into(),
+        resources: Some(ResourceRequirements {
+            requests: Some(list.clone()),
+            limits: Some(list),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn pod(uid: &str, containers: Vec<Container>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            uid: Some(uid.into()),
+            name: Some(format!("pod-{uid}")),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+struct Fixture {
+    dir: std::path::PathBuf,
+    runtime: Arc<FakeRuntime>,
+    audit: Arc<FakeAudit>,
+}
+
+impl Fixture {
+    fn new(test: &str) -> Fixture {
+        let dir =
+            std::env::temp_dir().join(format!("swiftlet-cpumanager-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Fixture {
+            dir,
+            runtime: Arc::new(FakeRuntime::new()),
+            audit: Arc::new(FakeAudit::default()),
+        }
+    }
+
+    fn manager(&self, mode: ApplyMode, on_bad: OnBadCheckpoint) -> Result<CpuManager, Error> {
+        let policy = StaticPolicy::new(
+            Topology::described(1, 2, 1, 1),
+            set("0"),
+            PolicyOptions::default(),
+        )
+        .expect("policy");
+        // Cgroup ids: a hash of the container id, stable across calls.
+        let cgroup_id_of: CgroupIdOf = Arc::new(|_: &PodUid, id: &str| {
+            Some(
+                id.bytes()
+                    .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b))),
+            )
+        });
+        CpuManager::new(
+            policy,
+            self.runtime.clone(),
+            CpuManagerMetrics::register(&prometheus::Registry::new()).expect("metrics"),
+            CpuManagerOptions {
+                root_dir: self.dir.clone(),
+                mode,
+                reconcile_period: Duration::from_secs(10),
+                on_bad_checkpoint: on_bad,
+                cgroup_id_of,
+                audit: Some(self.audit.clone()),
+            },
+        )
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts `pod`'s containers in the fake runtime the way the runtime manager would: created
+/// with the cpuset the manager gives, then registered.
+async fn run_pod(f: &Fixture, m: &CpuManager, pod: &Pod) -> Vec<String> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let spec = pod.spec.clone().unwrap_or_default();
+    let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();
+    let (_, ids) = f
+        .runtime
+        .start_pod(&uid, &name, "default", &names)
+        .await
+        .expect("start pod");
+    for (c, id) in spec.containers.iter().zip(&ids) {
+        let cpus = m.cpuset_for(pod, c);
+        m.container_created(pod, c, id, cpus);
+    }
+    ids
+}
+
+fn cpuset_of(f: &Fixture, id: &str) -> Option<String> {
+    f.runtime
+        .container_resources(id)
+        .map(|r| r.cpuset_cpus)
+        .filter(|s| !s.is_empty())
+}
+
+#[tokio::test]
+async fn a_guaranteed_pod_gets_cpu_1_and_everyone_else_leaves_it_at_once() {
+    let f = Fixture::new("exclusive");
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("manager");
+    let shared = pod(
+        "be",
+        vec![Container {
+            name: "c".into(),
+            ..Default::default()
+        }],
+    );
+    m.admit(&shared).expect("admit best-effort");
+    let be_ids = run_pod(&f, &m, &shared).await;
+    assert_eq!(
+        m.cpuset_for(&shared, &shared.spec.as_ref().expect("spec").containers[0]),
+        set("0-1")
+    );
+
+    let guaranteed = pod("g", vec![container("main", "1")]);
+    m.admit(&guaranteed).expect("admit guaranteed");
+    let g_ids = run_pod(&f, &m, &guaranteed).await;
+    assert_eq!(
+        m.assignments().entries.get("g").and_then(|c| c.get("main")),
+        Some(&set("1"))
+    );
+    // The event-driven apply moves the best-effort container off CPU 1.
+    m.apply("event").await;
+    assert_eq!(cpuset_of(&f, &be_ids[0]).as_deref(), Some("0"));
+    // The guaranteed container was created on CPU 1 and is not updated again.
+    assert_eq!(m.cpuset_for(&guaranteed, &container("main", "1")), set("1"));
+    assert!(!f.runtime.calls().iter().any(
+        |c| matches!(c, crate::cri::fake::Call::UpdateContainerResources { id } if id == &g_ids[0])
+    ));
+    // The audit owns CPU 1 for the guaranteed container's cgroup.
+    let owner = m.containers().get(&g_ids[0]).and_then(|c| c.cgroup_id);
+    assert_eq!(
+        f.audit.owners.lock().expect("owners").get(&1).copied(),
+        owner
+    );
+
+    // A second guaranteed pod does not fit: rejected whole, state untouched.
+    let before = m.assignments();
+    let second = pod("g2", vec![container("main", "1")]);
+    let err = m
+        .admit(&second)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        err,
+        "Allocate failed due to not enough cpus available to satisfy request: requested=1, \
+         available=0, which is unexpected"
+    );
+    assert_eq!(m.assignments(), before);
+
+    // Deleting the pod returns CPU 1 to the shared pool, and to the best-effort container.
+    m.remove_stale(&HashSet::from([PodUid("be".into())]));
+    assert_eq!(m.assignments().default_set, set("0-1"));
+    m.apply("event").await;
+    assert_eq!(cpuset_of(&f, &be_ids[0]).as_deref(), Some("0-1"));
+    assert!(f.audit.owners.lock().expect("owners").is_empty());
+}
+
+#[tokio::test]
+async fn the_checkpoint_restores_assignments_and_a_bad_one_is_refused_or_set_aside() {
+    let f = Fixture::new("checkpoint");
+    {
+        let m = f
+            .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+            .expect("manager");
+        m.admit(&pod("g", vec![container("main", "1")]))
+            .expect("admit");
+    }
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("restart");
+    assert_eq!(
+        m.assignments().entries.get("g").and_then(|c| c.get("main")),
+        Some(&set("1"))
+    );
+    drop(m);
+
+    let path = f.dir.join(state::FILE_NAME);
+    std::fs::write(
+        &path,
+        "{\"policyName\":\"static\",\"defaultCpuSet\":\"0-1\",\"checksum\":1}",
+    )
+    .expect("corrupt it");
+    let refused = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        refused.contains("is corrupt") && refused.contains("delete the file"),
+        "{refused}"
+    );
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::SetAside)
+        .expect("reset");
+    assert!(m.assignments().entries.is_empty());
+    let aside = std::fs::read_dir(&f.dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().contains("rejected-"))
+        .count();
+    assert_eq!(aside, 1);
+}
+
+#[tokio::test]
+async fn reconcile_only_mode_waits_for_the_tick() {
+    let f = Fixture::new("reconcile");
+    let m = Arc::new(
+        f.manager(ApplyMode::ReconcileOnly, OnBadCheckpoint::Refuse)
+            .expect("manager"),
+    );
+    let shared = pod(
+        "be",
+        vec![Container {
+            name: "c".into(),
+            ..Default::default()
+        }],
+    );
+    m.admit(&shared).expect("admit");
+    let be_ids = run_pod(&f, &m, &shared).await;
+    let shutdown = CancellationToken::new();
+    let runner = tokio::spawn(m.clone().run(shutdown.clone()));
+    // The first tick is immediate; let it pass, then allocate.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    m.admit(&pod("g", vec![container("main", "1")]))
+        .expect("admit");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_ne!(
+        cpuset_of(&f, &be_ids[0]).as_deref(),
+        Some("0"),
+        "applied before the tick"
+    );
+    m.apply("reconcile").await;
+    assert_eq!(cpuset_of(&f, &be_ids[0]).as_deref(), Some("0"));
+    shutdown.cancel();
+    let _ = runner.await;
+}
+
+#[tokio::test]
+async fn foreign_pod_work_after_the_apply_is_a_violation() {
+    let f = Fixture::new("violation");
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("manager");
+    let shared = pod(
+        "be",
+        vec![Container {
+            name: "c".into(),
+            ..Default::default()
+        }],
+    );
+    m.admit(&shared).expect("admit");
+    let be_ids = run_pod(&f, &m, &shared).await;
+    let g = pod("g", vec![container("main", "1")]);
+    m.admit(&g).expect("admit");
+    let g_ids = run_pod(&f, &m, &g).await;
+    m.apply("event").await;
+    let containers = m.containers();
+    let owner = containers[&g_ids[0]].cgroup_id.expect("owner id");
+    let intruder = containers[&be_ids[0]].cgroup_id.expect("intruder id");
+    *f.audit.foreign.lock().expect("foreign") = vec![
+        ForeignRun {
+            cpu: 1,
+            owner,
+            intruder,
+            ns: 2_000_000,
+        },
+        // A kernel thread: foreign, but not another pod's.
+        ForeignRun {
+            cpu: 1,
+            owner,
+            intruder: 1,
+            ns: 10_000,
+        },
+    ];
+    m.check_exclusivity();
+    assert_eq!(m.metrics.violations.get(), 1);
+    // No growth, no new violation.
+    m.check_exclusivity();
+    assert_eq!(m.metrics.violations.get(), 1);
+}
