@@ -55,15 +55,10 @@ pub struct ProgramConfig {
     pub pressure_memcg_order: u32,
     pub pressure_direct_order: u32,
     pub pressure_kswapd_order: u32,
-    // sched:sched_switch (the scheduler audit)
-    pub sched_prev_pid: u32,
-    pub sched_prev_state: u32,
-    /// 8 (`long`, on every kernel swiftlet supports) or 4.
-    pub sched_prev_state_size: u32,
-    pub sched_next_pid: u32,
-    // sched:sched_wakeup, sched:sched_wakeup_new (one event class today; read apart all the same)
-    pub sched_wakeup_pid: u32,
-    pub sched_wakeup_new_pid: u32,
+    // tp_btf/sched_switch (the scheduler audit): `task_struct` offsets, from BTF
+    pub task_pid: u32,
+    /// `task_struct.sched_info.run_delay`: the task's total time waiting on a run queue.
+    pub task_run_delay: u32,
     pub _pad: u32,
     /// At most one pressure record per source per CPU in this many ns (0: no limit).
     pub pressure_min_interval_ns: u64,
@@ -99,15 +94,11 @@ impl ProgramConfig {
         pressure_memcg_order: FIELD_ABSENT,
         pressure_direct_order: FIELD_ABSENT,
         pressure_kswapd_order: FIELD_ABSENT,
-        sched_prev_pid: FIELD_ABSENT,
-        sched_prev_state: FIELD_ABSENT,
-        sched_prev_state_size: 0,
-        sched_next_pid: FIELD_ABSENT,
-        sched_wakeup_pid: FIELD_ABSENT,
-        sched_wakeup_new_pid: FIELD_ABSENT,
+        task_pid: FIELD_ABSENT,
+        task_run_delay: FIELD_ABSENT,
         _pad: 0,
         pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
     };
 }
 
-const _: () = assert!(size_of::<ProgramConfig>() == 34 * 4 + 8);
+const _: () = assert!(size_of::<ProgramConfig>() == 30 * 4 + 8);

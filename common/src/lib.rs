@@ -24,8 +24,8 @@ pub use events::{
 };
 pub use filter::{FILTER_ACTIVE, MAX_WATCHED, WatchedCgroup};
 pub use sched::{
-    FOREIGN_ENTRIES, ForeignKey, MAX_CPUS, PREV_STATE_BLOCKED_MASK, RUNQ_BUCKETS, RUNQ_ENTRIES,
-    RunqHist, SchedCounters, SchedCpuState, WAKEUP_ENTRIES, runq_bucket, runq_upper_bound_us,
+    FOREIGN_ENTRIES, ForeignKey, MAX_CPUS, RUNQ_BUCKETS, RUNQ_ENTRIES, RunqHist, SchedCounters,
+    SchedCpuState, runq_bucket, runq_upper_bound_us,
 };
 
 /// Names of the maps and globals in the eBPF object. The programs declare statics with exactly
@@ -65,7 +65,6 @@ pub mod names {
     /// LRU per-CPU hash cgroup2 id → [`crate::RunqHist`]: run-queue latency per cgroup.
     pub const SCHED_RUNQ: &str = "SCHED_RUNQ";
     /// LRU hash pid → `u64` ns: when a task was woken (or preempted) and not yet run again.
-    pub const SCHED_WAKEUP: &str = "SCHED_WAKEUP";
     /// Per-CPU [`crate::SchedCpuState`] (one entry).
     pub const SCHED_CPU: &str = "SCHED_CPU";
     /// Per-CPU [`crate::SchedCounters`] (one entry).
@@ -82,17 +81,13 @@ pub mod names {
         ("cgroup_rmdir", "cgroup", "cgroup_rmdir"),
     ];
 
-    /// The scheduler audit's programs with their tracepoints, loaded only by the audit (never
-    /// with [`PROGRAMS`]).
-    pub const SCHED_PROGRAMS: [(&str, &str, &str); 3] = [
-        ("sched_switch", "sched", "sched_switch"),
-        ("sched_wakeup", "sched", "sched_wakeup"),
-        ("sched_wakeup_new", "sched", "sched_wakeup_new"),
-    ];
+    /// The scheduler audit's program, a BTF tracepoint (`tp_btf`) on `sched_switch`, loaded
+    /// only by the audit (never with [`PROGRAMS`]).
+    pub const SCHED_SWITCH: &str = "sched_switch";
 
     /// The maps only the scheduler audit uses, which the event programs' loader shrinks to one
     /// entry each (the object is one, so every load creates every map).
-    pub const SCHED_MAPS: [&str; 4] = [SCHED_OWNER, SCHED_FOREIGN, SCHED_RUNQ, SCHED_WAKEUP];
+    pub const SCHED_MAPS: [&str; 3] = [SCHED_OWNER, SCHED_FOREIGN, SCHED_RUNQ];
 }
 
 // Every kind has its slot in the counters (and the agent's delivered counts).

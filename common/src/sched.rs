@@ -11,9 +11,6 @@ pub const MAX_CPUS: u32 = 1024;
 /// containers that are gone.
 pub const FOREIGN_ENTRIES: u32 = 4096;
 
-/// Entries of the wakeup-timestamp map (LRU, by pid): tasks woken and not yet run.
-pub const WAKEUP_ENTRIES: u32 = 16384;
-
 /// Entries of the run-queue histogram map (LRU, by cgroup id). Each entry is a
 /// [`RunqHist`] per possible CPU: 1024 entries take 216 KiB per CPU.
 pub const RUNQ_ENTRIES: u32 = 1024;
@@ -24,12 +21,6 @@ pub const RUNQ_ENTRIES: u32 = 1024;
 /// `2^(RUNQ_BUCKETS-1)` µs (about 33.5 s) up. As a Prometheus histogram: bucket `k < RUNQ_BUCKETS
 /// - 1` has the upper bound `le = 2^(k+1)` µs ([`runq_upper_bound_us`]), the last one `+Inf`.
 pub const RUNQ_BUCKETS: usize = 26;
-
-/// The `sched_switch` `prev_state` bits that say the task left the CPU blocked (`S`, `D`, `T`,
-/// `t`, `X`, `Z`, `P`, `I`: `TASK_REPORT` and `TASK_REPORT_IDLE`). With none of them set it is
-/// still runnable: `0` (it yielded) or `TASK_REPORT_MAX` (`0x100`, "R+": it was preempted), as the
-/// kernel's `__trace_sched_switch_state` reports it since Linux 4.14.
-pub const PREV_STATE_BLOCKED_MASK: u64 = 0xff;
 
 /// Key of the foreign-time map: a cgroup that ran on a CPU owned by another.
 #[repr(C)]
@@ -42,7 +33,8 @@ pub struct ForeignKey {
 }
 
 /// One cgroup's run-queue latency histogram on one CPU: the time from a task becoming runnable
-/// (woken, or preempted while runnable) to it running, for every task of the cgroup.
+/// (woken, or preempted while runnable) to it running, for every task of the cgroup — the
+/// kernel's own account of it (`sched_info.run_delay`, what `/proc/<pid>/schedstat` reports).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RunqHist {
@@ -65,11 +57,13 @@ impl RunqHist {
 pub struct SchedCpuState {
     /// When the last context switch on this CPU happened (0: none seen yet).
     pub last_switch_ns: u64,
-    /// The run-queue latency of the task switched in last, waiting to be charged to its cgroup
-    /// when it is switched out (then it is the current task, whose cgroup a helper can read).
-    pub stash_latency_ns: u64,
+    /// The `sched_info.run_delay` of the task switched in last, as it was then: the kernel adds
+    /// the wait that just ended right after the tracepoint, so at the task's own switch-out the
+    /// difference is that wait, charged to its cgroup (then the current one, which a helper
+    /// can read).
+    pub stash_run_delay: u64,
     pub stash_pid: u32,
-    /// Non-zero when the stash holds a latency.
+    /// Non-zero when the stash holds a task.
     pub stash_valid: u32,
 }
 
@@ -77,14 +71,12 @@ pub struct SchedCpuState {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SchedCounters {
-    /// Tracepoint fields or per-CPU state that could not be read.
+    /// Task fields or per-CPU state that could not be read.
     pub errors: u64,
     /// Foreign time not recorded: the foreign map was full.
     pub foreign_full: u64,
     /// Run-queue latencies not recorded: inserting the cgroup's histogram failed.
     pub runq_full: u64,
-    /// Wakeups not recorded: inserting the timestamp failed.
-    pub wakeup_full: u64,
 }
 
 /// The histogram bucket of a run-queue latency (see [`RUNQ_BUCKETS`]). Written without loops or
@@ -129,6 +121,6 @@ pub const fn runq_upper_bound_us(k: usize) -> u64 {
 const _: () = assert!(size_of::<ForeignKey>() == 16);
 const _: () = assert!(size_of::<RunqHist>() == (RUNQ_BUCKETS + 1) * 8);
 const _: () = assert!(size_of::<SchedCpuState>() == 24);
-const _: () = assert!(size_of::<SchedCounters>() == 32);
+const _: () = assert!(size_of::<SchedCounters>() == 24);
 const _: () = assert!(runq_bucket(0) == 0 && runq_bucket(1_999) == 0 && runq_bucket(2_000) == 1);
 const _: () = assert!(runq_bucket(u64::MAX) == RUNQ_BUCKETS - 1);

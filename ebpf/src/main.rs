@@ -1,7 +1,7 @@
 //! swiftlet's kernel side: tracepoint programs that turn process exits and execs, OOM kills,
 //! cgroup creation/removal and memory reclaim (rate limited) into records in one BPF ring buffer,
 //! filtered to the cgroup subtrees the agent watches (node-wide reclaim is not filtered); and,
-//! loaded apart by the scheduler audit, context-switch programs that aggregate foreign time on
+//! loaded apart by the scheduler audit, a context-switch program that aggregates foreign time on
 //! exclusive CPUs and run-queue latency in per-CPU maps (`sched.rs`). Every entry point is a
 //! one-line wrapper around a `try_*` function; failures are counted per CPU (`COUNTERS`,
 //! `SCHED_COUNTERS`), never panicked on.
@@ -17,7 +17,10 @@ mod oom;
 mod pressure;
 mod sched;
 
-use aya_ebpf::{macros::tracepoint, programs::TracePointContext};
+use aya_ebpf::{
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
+};
 use swiftlet_common::{EventKind, PressureSource, ProgramConfig};
 
 /// Offsets for the running kernel, written by the agent at load time (see `common::config`).
@@ -89,19 +92,9 @@ pub fn vmscan_kswapd_wake(ctx: TracePointContext) -> u32 {
     )
 }
 
-#[tracepoint]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     sched::finish(sched::try_switch(&ctx))
-}
-
-#[tracepoint]
-pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
-    sched::finish(sched::try_wakeup(&ctx, config!(sched_wakeup_pid)))
-}
-
-#[tracepoint]
-pub fn sched_wakeup_new(ctx: TracePointContext) -> u32 {
-    sched::finish(sched::try_wakeup(&ctx, config!(sched_wakeup_new_pid)))
 }
 
 #[cfg(target_arch = "bpf")]

@@ -1,15 +1,19 @@
-//! The scheduler audit: `sched/sched_switch`, `sched/sched_wakeup` and `sched/sched_wakeup_new`,
-//! aggregated in per-CPU maps that userspace reads on demand (no record per switch).
+//! The scheduler audit: one BTF tracepoint program on `sched_switch` (`tp_btf`: the raw
+//! arguments, `prev` and `next` task pointers, without the classic tracepoint's record), which
+//! aggregates in per-CPU maps that userspace reads on demand (no record per switch).
 //!
 //! - Foreign time on exclusive CPUs: at every switch on CPU `c`, the time since the previous
 //!   switch on `c` belongs to the task switched out, which is still the current task, so
 //!   `bpf_get_current_cgroup_id` names its cgroup. If `SCHED_OWNER[c]` names another cgroup (and
 //!   the task is not the idle task), the time is added to `SCHED_FOREIGN[{owner, intruder}]`. On a
 //!   CPU nobody owns this costs two array lookups.
-//! - Run-queue latency per cgroup, as bcc's `runqlat`: a task becomes runnable when woken or when
-//!   it leaves the CPU still runnable (preempted); its wait ends when it is switched in. At that
-//!   switch the current task is the one leaving, so the latency is parked in the CPU's state and
-//!   charged at the task's own switch-out, where its cgroup is the current one.
+//! - Run-queue latency per cgroup, from the kernel's own account (`CONFIG_SCHED_INFO`): every
+//!   wait on a run queue (woken, or preempted while runnable, until switched in) is added to the
+//!   task's `sched_info.run_delay` just after this tracepoint. So at the switch-in the program
+//!   parks `next`'s `run_delay` in the CPU's state, and at that task's own switch-out (where it is
+//!   the current task, whose cgroup a helper reads) the growth is the wait, charged to the
+//!   cgroup's histogram. No wakeup programs and no per-task map: the cost of the audit is one
+//!   program on the switch path.
 //!
 //! The programs are loaded only by the agent's `SchedAudit`, never with the event programs.
 //! Upstream counterpart: none; the kubelet's CPU manager trusts cpusets and does not check them.
@@ -18,17 +22,17 @@ use aya_ebpf::{
     bindings::BPF_NOEXIST,
     helpers::{bpf_get_current_cgroup_id, bpf_get_smp_processor_id},
     macros::map,
-    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap},
-    programs::TracePointContext,
+    maps::{Array, LruPerCpuHashMap, PerCpuArray, PerCpuHashMap},
+    programs::BtfTracePointContext,
 };
 use swiftlet_common::{
-    FOREIGN_ENTRIES, ForeignKey, MAX_CPUS, PREV_STATE_BLOCKED_MASK, RUNQ_ENTRIES, RunqHist,
-    SchedCounters, SchedCpuState, WAKEUP_ENTRIES, runq_bucket,
+    FOREIGN_ENTRIES, ForeignKey, MAX_CPUS, RUNQ_ENTRIES, RunqHist, SchedCounters, SchedCpuState,
+    runq_bucket,
 };
 
 use crate::{
     config,
-    emit::{self, Result, read_field},
+    emit::{self, Result, read_kernel},
 };
 
 #[map]
@@ -41,9 +45,6 @@ static SCHED_FOREIGN: PerCpuHashMap<ForeignKey, u64> =
 #[map]
 static SCHED_RUNQ: LruPerCpuHashMap<u64, RunqHist> =
     LruPerCpuHashMap::with_max_entries(RUNQ_ENTRIES, 0);
-
-#[map]
-static SCHED_WAKEUP: LruHashMap<u32, u64> = LruHashMap::with_max_entries(WAKEUP_ENTRIES, 0);
 
 #[map]
 static SCHED_CPU: PerCpuArray<SchedCpuState> = PerCpuArray::with_max_entries(1, 0);
@@ -69,9 +70,13 @@ fn bump(f: impl FnOnce(&mut SchedCounters)) {
     }
 }
 
-pub fn try_switch(ctx: &TracePointContext) -> Result<()> {
+pub fn try_switch(ctx: &BtfTracePointContext) -> Result<()> {
     let now = emit::now();
-    let prev_pid: i32 = read_field(ctx, config!(sched_prev_pid))?;
+    // `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
+    // unsigned int prev_state)`: the task pointers are only read through
+    // `bpf_probe_read_kernel`.
+    let (prev, next): (*const u8, *const u8) = (ctx.arg(1), ctx.arg(2));
+    let prev_pid: i32 = read_kernel(prev, config!(task_pid))?;
     let Some(state) = SCHED_CPU.get_ptr_mut(0) else {
         return Err(emit::Error::Read);
     };
@@ -86,37 +91,21 @@ pub fn try_switch(ctx: &TracePointContext) -> Result<()> {
 
     if state.stash_valid != 0 {
         state.stash_valid = 0;
-        // The task switched in last on this CPU is leaving it now: it is the current task.
+        // The task switched in last on this CPU is leaving it now: it is the current task, and
+        // its `run_delay` has grown by the wait that ended when it came in.
         if state.stash_pid == prev_pid as u32 {
-            charge_runq(state.stash_latency_ns);
+            let run_delay: u64 = read_kernel(prev, config!(task_run_delay))?;
+            if run_delay >= state.stash_run_delay {
+                charge_runq(run_delay - state.stash_run_delay);
+            }
         }
     }
-    if prev_pid != 0 && prev_runnable(ctx)? {
-        record_runnable(prev_pid as u32, now);
-    }
 
-    let next_pid: i32 = read_field(ctx, config!(sched_next_pid))?;
-    if next_pid == 0 {
-        return Ok(());
-    }
-    let next = next_pid as u32;
-    if let Some(since) = SCHED_WAKEUP.get_ptr(next) {
-        // SAFETY: a value of the map, copied out before the entry is removed.
-        let since = unsafe { *since };
-        let _ = SCHED_WAKEUP.remove(next);
-        if now >= since {
-            state.stash_pid = next;
-            state.stash_latency_ns = now - since;
-            state.stash_valid = 1;
-        }
-    }
-    Ok(())
-}
-
-pub fn try_wakeup(ctx: &TracePointContext, pid_field: u32) -> Result<()> {
-    let pid: i32 = read_field(ctx, pid_field)?;
-    if pid != 0 {
-        record_runnable(pid as u32, emit::now());
+    let next_pid: i32 = read_kernel(next, config!(task_pid))?;
+    if next_pid != 0 {
+        state.stash_run_delay = read_kernel(next, config!(task_run_delay))?;
+        state.stash_pid = next_pid as u32;
+        state.stash_valid = 1;
     }
     Ok(())
 }
@@ -180,24 +169,4 @@ fn charge_runq(latency_ns: u64) {
         *bucket += 1;
     }
     hist.sum_ns += latency_ns;
-}
-
-/// Whether the task leaving the CPU is still runnable (preempted or yielding), so its wait for
-/// the CPU starts now.
-#[inline(always)]
-fn prev_runnable(ctx: &TracePointContext) -> Result<bool> {
-    let offset = config!(sched_prev_state);
-    let state = if config!(sched_prev_state_size) == 8 {
-        read_field::<i64>(ctx, offset)? as u64
-    } else {
-        u64::from(read_field::<u32>(ctx, offset)?)
-    };
-    Ok(state & PREV_STATE_BLOCKED_MASK == 0)
-}
-
-#[inline(always)]
-fn record_runnable(pid: u32, now: u64) {
-    if SCHED_WAKEUP.insert(pid, now, 0).is_err() {
-        bump(|c| c.wakeup_full += 1);
-    }
 }

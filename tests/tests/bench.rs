@@ -315,10 +315,7 @@ async fn the_cpumanager_benchmark_gives_every_guaranteed_pod_its_cpu() {
             assert!(settings.log_dir.join(&file).is_file(), "{file}");
         }
     }
-    assert!(
-        table.contains("| `sched_switch` + `sched_wakeup` |"),
-        "{table}"
-    );
+    assert!(table.contains("| `sched_switch` (tp_btf) |"), "{table}");
     assert_eq!(report.verdicts().len(), 4);
     let warnings = report.warnings();
     assert!(warnings.is_empty(), "{warnings:?}");

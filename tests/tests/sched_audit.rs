@@ -18,7 +18,7 @@ use nix::{
     sched::{CpuSet, sched_getaffinity, sched_setaffinity},
     unistd::Pid,
 };
-use swiftlet::kernel::{SchedAudit, cgroup_id_of, tracefs::TRACEFS};
+use swiftlet::kernel::{SchedAudit, cgroup_id_of};
 use swiftlet_common::MAX_CPUS;
 use swiftlet_tests::{TestCgroup, privileged, testproc};
 
@@ -74,7 +74,7 @@ fn audited_cpu() -> usize {
 }
 
 fn load() -> SchedAudit {
-    SchedAudit::load(Path::new(TRACEFS), Path::new("/sys/kernel/btf/vmlinux"))
+    SchedAudit::load(Path::new("/sys/kernel/btf/vmlinux"))
         .unwrap_or_else(|e| panic!("load: {e} (hint: {:?})", e.hint()))
 }
 

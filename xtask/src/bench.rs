@@ -1,7 +1,8 @@
 //! Benchmarks. Each builds in release mode and runs its driver as root; results (table on stdout,
 //! JSON and a plot) go to `target/bench/`. Those that need a container runtime get the private
 //! containerd (`containerd.rs`), started before the driver and stopped after it, also when the
-//! driver fails or is interrupted.
+//! driver fails or is interrupted; or, when `cargo xtask containerd start` keeps it running
+//! already, that instance as it is.
 
 use std::{
     path::{Path, PathBuf},

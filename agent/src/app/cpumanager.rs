@@ -55,8 +55,7 @@ pub fn start(
     let policy = StaticPolicy::new(topology, reserved, settings.options).map_err(|e| fail(&e))?;
 
     let defaults = LoadOptions::default();
-    let audit: Option<Arc<dyn AuditMaps>> = match SchedAudit::load(&defaults.tracefs, &defaults.btf)
-    {
+    let audit: Option<Arc<dyn AuditMaps>> = match SchedAudit::load(&defaults.btf) {
         Ok(audit) => Some(Arc::new(audit)),
         Err(e) => {
             tracing::warn!(error = %e, hint = e.hint().unwrap_or_default(), "the scheduler audit of exclusive CPUs is unavailable: exclusivity is enforced but not measured");

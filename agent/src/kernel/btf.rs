@@ -40,6 +40,35 @@ impl TaskLayout {
     }
 }
 
+/// Byte offsets the scheduler audit's `sched_switch` program reads in `task_struct`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SchedLayout {
+    pub task_pid: u32,
+    /// `sched_info.run_delay`, from the start of `task_struct`.
+    pub task_run_delay: u32,
+}
+
+impl SchedLayout {
+    pub fn from_btf_file(path: &Path) -> Result<SchedLayout, Error> {
+        if !path.exists() {
+            return Err(Error::NoBtf {
+                path: path.to_owned(),
+            });
+        }
+        let btf = Btf::from_file(path).map_err(|e| Error::Btf {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let offset = |strukt: &str, member: &str| member_offset(&btf, strukt, member);
+        Ok(SchedLayout {
+            task_pid: offset("task_struct", "pid")?,
+            // Kernels without CONFIG_SCHED_INFO have no `sched_info`: a clear error at load.
+            task_run_delay: offset("task_struct", "sched_info")?
+                + offset("sched_info", "run_delay")?,
+        })
+    }
+}
+
 /// Byte offset of `member` in `struct strukt`, looking through anonymous structs and unions.
 fn member_offset(btf: &Btf, strukt: &str, member: &str) -> Result<u32, Error> {
     let missing = || Error::BtfMember {

@@ -257,13 +257,9 @@ pub fn program_config(tracefs_root: &Path, task: &TaskLayout) -> Result<ProgramC
         pressure_memcg_order: pressure_order(PressureSource::MemcgReclaim),
         pressure_direct_order: pressure_order(PressureSource::DirectReclaim),
         pressure_kswapd_order: pressure_order(PressureSource::KswapdWake),
-        // The scheduler audit's programs are not loaded with these (see `sched::sched_config`).
-        sched_prev_pid: FIELD_ABSENT,
-        sched_prev_state: FIELD_ABSENT,
-        sched_prev_state_size: 0,
-        sched_next_pid: FIELD_ABSENT,
-        sched_wakeup_pid: FIELD_ABSENT,
-        sched_wakeup_new_pid: FIELD_ABSENT,
+        // The scheduler audit's program is not loaded with these (see `sched::SchedAudit::load`).
+        task_pid: FIELD_ABSENT,
+        task_run_delay: FIELD_ABSENT,
         _pad: 0,
         pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
     })

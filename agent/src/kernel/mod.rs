@@ -20,7 +20,7 @@ pub mod sched;
 mod stream;
 pub mod tracefs;
 
-pub use btf::TaskLayout;
+pub use btf::{SchedLayout, TaskLayout};
 pub use counters::{CounterReader, KernelCounters};
 pub use error::Error;
 pub use event::{

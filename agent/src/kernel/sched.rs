@@ -3,9 +3,9 @@
 //! CPUs a container owns exclusively (what the CPU manager's static policy promises), and how long
 //! each cgroup's tasks waited in run queues (a histogram per cgroup).
 //!
-//! Independent of [`super::KernelEvents`]: it loads the same object with only its own three
-//! programs (the event programs stay unloaded, the events ring shrinks to a page), so it costs
-//! nothing unless the static policy or the metrics ask for it, and dropping the last clone
+//! Independent of [`super::KernelEvents`]: it loads the same object with only its own program, a
+//! BTF tracepoint on `sched_switch` (the event programs stay unloaded, the events ring shrinks to
+//! a page), so it costs nothing unless the static policy asks for it, and dropping the last clone
 //! detaches it. Not here: what the numbers mean for pods (the CPU manager, the metrics).
 //! Upstream counterpart: none; the kubelet's CPU manager writes cpusets and never checks them.
 
@@ -18,8 +18,9 @@ use std::{
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader, Endianness,
     maps::{Array, MapData, MapError, PerCpuArray, PerCpuHashMap},
+    programs::BtfTracePoint,
 };
 use swiftlet_common::{
     ForeignKey, MAX_CPUS, ProgramConfig, RUNQ_BUCKETS, RunqHist, SchedCounters, names,
@@ -27,9 +28,8 @@ use swiftlet_common::{
 };
 
 use super::{
-    Error,
-    loader::{OBJECT, attach, check_privileges, raise_memlock_limit, take_map},
-    tracefs::{self, Format},
+    Error, SchedLayout,
+    loader::{OBJECT, check_privileges, raise_memlock_limit, take_map},
 };
 
 /// Maps of the event programs that this load does not use, kept to their smallest size.
@@ -125,17 +125,12 @@ impl RunqHistogram {
 }
 
 impl SchedAudit {
-    /// Loads and attaches the three sched programs. Checks privileges, BTF and tracefs as
-    /// [`super::KernelEvents::load`] does (mounting tracefs when it is missing).
-    pub fn load(tracefs_root: &Path, btf: &Path) -> Result<SchedAudit, Error> {
+    /// Loads and attaches the `sched_switch` program. Checks privileges and reads the task
+    /// offsets it needs from the kernel's BTF (`btf`).
+    pub fn load(btf: &Path) -> Result<SchedAudit, Error> {
         check_privileges()?;
-        if !btf.exists() {
-            return Err(Error::NoBtf {
-                path: btf.to_owned(),
-            });
-        }
-        tracefs::ensure_mounted(tracefs_root)?;
-        let config = sched_config(tracefs_root)?;
+        let layout = SchedLayout::from_btf_file(btf)?;
+        let config = sched_config(&layout);
         let possible_cpus = aya::util::nr_cpus()
             .map_err(|(path, source)| Error::PossibleCpus { path, source })?
             as u32;
@@ -153,13 +148,10 @@ impl SchedAudit {
         let foreign = take_map(&mut ebpf, names::SCHED_FOREIGN)?;
         let runq = take_map(&mut ebpf, names::SCHED_RUNQ)?;
         let counters = take_map(&mut ebpf, names::SCHED_COUNTERS)?;
-        for (program, category, name) in names::SCHED_PROGRAMS {
-            attach(&mut ebpf, program, category, name)?;
-        }
+        attach_switch(&mut ebpf, btf)?;
         tracing::info!(
             possible_cpus,
-            prev_state_bytes = config.sched_prev_state_size,
-            "scheduler audit programs attached"
+            "scheduler audit attached (tp_btf/sched_switch)"
         );
         Ok(SchedAudit {
             inner: Arc::new(Inner {
@@ -254,30 +246,35 @@ impl SchedAudit {
     }
 }
 
-/// Resolves every tracepoint field the sched programs read; the other programs' fields are left
-/// unset (they are not loaded with these).
-pub fn sched_config(tracefs_root: &Path) -> Result<ProgramConfig, Error> {
-    let switch = Format::read(tracefs_root, "sched", "sched_switch")?;
-    let wakeup = Format::read(tracefs_root, "sched", "sched_wakeup")?;
-    let wakeup_new = Format::read(tracefs_root, "sched", "sched_wakeup_new")?;
-    let state_size = match switch.field("prev_state").map(|f| f.size) {
-        Some(size @ (4 | 8)) => size,
-        _ => {
-            return Err(Error::TracepointField {
-                tracepoint: switch.tracepoint.clone(),
-                field: "prev_state (4 or 8 bytes)".into(),
-            });
-        }
-    };
-    Ok(ProgramConfig {
-        sched_prev_pid: switch.required("prev_pid")?,
-        sched_prev_state: switch.required("prev_state")?,
-        sched_prev_state_size: state_size,
-        sched_next_pid: switch.required("next_pid")?,
-        sched_wakeup_pid: wakeup.required("pid")?,
-        sched_wakeup_new_pid: wakeup_new.required("pid")?,
+/// The program's configuration: the task offsets; the other programs' fields stay unset (they
+/// are not loaded with it).
+pub fn sched_config(layout: &SchedLayout) -> ProgramConfig {
+    ProgramConfig {
+        task_pid: layout.task_pid,
+        task_run_delay: layout.task_run_delay,
         ..ProgramConfig::UNSET
-    })
+    }
+}
+
+fn attach_switch(ebpf: &mut Ebpf, btf_path: &Path) -> Result<(), Error> {
+    let program = names::SCHED_SWITCH;
+    let btf = Btf::parse_file(btf_path, Endianness::default()).map_err(|e| Error::Btf {
+        path: btf_path.to_owned(),
+        reason: e.to_string(),
+    })?;
+    let prog: &mut BtfTracePoint = ebpf
+        .program_mut(program)
+        .ok_or(Error::Missing {
+            what: "program",
+            name: program,
+        })?
+        .try_into()
+        .map_err(|source| Error::Program { program, source })?;
+    prog.load("sched_switch", &btf)
+        .map_err(|source| Error::Program { program, source })?;
+    prog.attach()
+        .map_err(|source| Error::Program { program, source })?;
+    Ok(())
 }
 
 /// The cgroup2 id of a cgroup directory: its inode number on the cgroup2 mount (what
@@ -315,7 +312,6 @@ fn sum_counters<'a>(per_cpu: impl IntoIterator<Item = &'a SchedCounters>) -> Sch
             errors: acc.errors + c.errors,
             foreign_full: acc.foreign_full + c.foreign_full,
             runq_full: acc.runq_full + c.runq_full,
-            wakeup_full: acc.wakeup_full + c.wakeup_full,
         })
 }
 
@@ -447,7 +443,6 @@ mod tests {
             errors: 1,
             foreign_full: 2,
             runq_full: 3,
-            wakeup_full: 4,
         };
         assert_eq!(
             sum_counters([&one, &one]),
@@ -455,69 +450,32 @@ mod tests {
                 errors: 2,
                 foreign_full: 4,
                 runq_full: 6,
-                wakeup_full: 8,
             }
         );
     }
 
-    fn fake_tracefs(prev_state: &str) -> tempfile::TempDir {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let field = |decl: &str, offset: u32, size: u32| {
-            format!("\tfield:{decl};\toffset:{offset};\tsize:{size};\tsigned:1;\n")
-        };
-        let switch = [
-            field("char prev_comm[16]", 8, 16),
-            field("pid_t prev_pid", 24, 4),
-            field("int prev_prio", 28, 4),
-            prev_state.to_owned(),
-            field("char next_comm[16]", 40, 16),
-            field("pid_t next_pid", 56, 4),
-        ]
-        .concat();
-        let wakeup = [field("char comm[16]", 8, 16), field("pid_t pid", 24, 4)].concat();
-        for (name, body) in [
-            ("sched_switch", switch),
-            ("sched_wakeup", wakeup.clone()),
-            ("sched_wakeup_new", wakeup),
-        ] {
-            let tp = dir.path().join("events/sched").join(name);
-            std::fs::create_dir_all(&tp).expect("mkdir");
-            std::fs::write(tp.join("format"), format!("name: {name}\nformat:\n{body}"))
-                .expect("write format");
-        }
-        dir
-    }
-
     #[test]
-    fn sched_offsets_come_from_the_formats() {
-        let tracefs = fake_tracefs("\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;\n");
-        let config = sched_config(tracefs.path()).expect("config");
+    fn the_task_offsets_of_this_kernel_come_from_its_btf() {
+        let btf = Path::new("/sys/kernel/btf/vmlinux");
+        if !btf.exists() {
+            // Unit tests also run on build machines without kernel BTF; the system tests load
+            // the program for real.
+            return;
+        }
+        let layout = SchedLayout::from_btf_file(btf).expect("task_struct layout");
+        assert!(layout.task_pid > 0 && layout.task_run_delay > 0);
+        assert_ne!(layout.task_pid, layout.task_run_delay);
+        let config = sched_config(&layout);
         assert_eq!(
-            (
-                config.sched_prev_pid,
-                config.sched_prev_state,
-                config.sched_prev_state_size,
-                config.sched_next_pid,
-                config.sched_wakeup_pid,
-                config.sched_wakeup_new_pid,
-            ),
-            (24, 32, 8, 56, 24, 24)
+            (config.task_pid, config.task_run_delay),
+            (layout.task_pid, layout.task_run_delay)
         );
         assert_eq!(
             config.exec_pid, FIELD_ABSENT,
             "the event programs' fields stay unset"
         );
-
-        let int_state = fake_tracefs("\tfield:unsigned int prev_state;\toffset:32;\tsize:4;\n");
-        let config = sched_config(int_state.path()).expect("config");
-        assert_eq!(config.sched_prev_state_size, 4);
-
-        let odd = fake_tracefs("\tfield:short prev_state;\toffset:32;\tsize:2;\n");
-        let err = sched_config(odd.path()).err().map(|e| e.to_string());
-        assert!(
-            err.as_deref().is_some_and(|e| e.contains("prev_state")),
-            "{err:?}"
-        );
+        let missing = SchedLayout::from_btf_file(Path::new("/nonexistent/vmlinux"));
+        assert!(matches!(missing, Err(Error::NoBtf { .. })));
     }
 
     #[test]

@@ -54,9 +54,8 @@ pub use self::{
     pods::Hog,
 };
 use super::harness::{
-    NODE_NAME,
+    self, NODE_NAME, WorkDir,
     agent::{Agent, AgentOptions},
-    cgroups,
     cri::Cri,
     http, manifests,
 };
@@ -228,9 +227,7 @@ pub async fn clean_up(endpoint: &str) -> Result<usize> {
 }
 
 async fn clear(cri: &mut Cri) -> Result<usize> {
-    let cleared = cri.clear().await?;
-    cgroups::remove_root(CGROUP_ROOT);
-    Ok(cleared.found)
+    harness::clear_with_root(cri, CGROUP_ROOT).await
 }
 
 fn progress_line(o: &ModeOutcome) -> String {
@@ -347,15 +344,9 @@ async fn run_mode(
     cri: &mut Cri,
     rng: &mut fastrand::Rng,
 ) -> Result<ModeOutcome> {
-    let work_dir = crate::bench::harness::WorkDir::new("eviction", mode.name())?;
-    let work = &work_dir.0;
-    let (staging, manifest_dir) = (work.join("staging"), work.join("manifests"));
-    for d in [&staging, &manifest_dir] {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    let config = work.join("config.yaml");
-    std::fs::write(&config, format!("cgroupRoot: {CGROUP_ROOT}\n"))
-        .with_context(|| format!("writing {}", config.display()))?;
+    let work = WorkDir::with_manifests("eviction", mode.name())?;
+    let (staging, manifest_dir) = (work.staging(), work.manifests());
+    let config = work.cgroup_root_config(CGROUP_ROOT)?;
     let reserved = mem_total()?
         .checked_sub(ALLOCATABLE_BYTES)
         .context("this machine has less than 1 GiB of memory")?;
@@ -380,7 +371,7 @@ async fn run_mode(
         swiftlet: settings.swiftlet.clone(),
         runtime_endpoint: settings.runtime_endpoint.clone(),
         manifests: manifest_dir.clone(),
-        work_dir: work.clone(),
+        work_dir: work.0.clone(),
         log: log.clone(),
         pleg: "ebpf".to_owned(),
         extra_args,
@@ -401,14 +392,13 @@ async fn run_mode(
         files: MemoryFiles::detect(CGROUP_ROOT),
     };
     let measured = mode_run.measure(&options, rng).await;
-    if let Ok(text) = http::get(agent.port, "/metrics").await {
-        let snapshot = settings
-            .log_dir
-            .join(format!("metrics-{}.txt", mode.name()));
-        std::fs::write(&snapshot, text)
-            .with_context(|| format!("writing {}", snapshot.display()))?;
-    }
-    let stopped = agent.stop().await;
+    let stopped = agent
+        .stop_after_snapshot(
+            &settings
+                .log_dir
+                .join(format!("metrics-{}.txt", mode.name())),
+        )
+        .await;
     let cleared = clear(cri).await.context("clearing the mode's pods");
     let mut outcome = measured?;
     stopped.context("stopping swiftlet")?;

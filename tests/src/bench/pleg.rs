@@ -240,14 +240,9 @@ impl Config<'_> {
     }
 
     async fn run(&self, cri: &mut Cri, rng: &mut fastrand::Rng) -> Result<ConfigOutcome> {
-        let work_dir =
-            crate::bench::harness::WorkDir::new("pleg", &format!("{}-{}", self.pleg, self.size))?;
-        let work = &work_dir.0;
-        let (staging, manifest_dir) = (work.join("staging"), work.join("manifests"));
-        for d in [&staging, &manifest_dir] {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-        }
         let label = format!("{}-{}", self.pleg, self.size);
+        let work = harness::WorkDir::with_manifests("pleg", &label)?;
+        let (staging, manifest_dir) = (work.staging(), work.manifests());
         // The kubelet's default of 110 pods per node would reject the pods of a larger N.
         let max_pods = self.size.max(DEFAULT_MAX_PODS);
         let mut extra_args = vec![
@@ -263,7 +258,7 @@ impl Config<'_> {
             swiftlet: self.settings.swiftlet.clone(),
             runtime_endpoint: self.settings.runtime_endpoint.clone(),
             manifests: manifest_dir.clone(),
-            work_dir: work.clone(),
+            work_dir: work.0.clone(),
             log: self.settings.log_dir.join(format!("swiftlet-{label}.log")),
             pleg: self.pleg.to_owned(),
             extra_args,
@@ -284,12 +279,9 @@ impl Config<'_> {
             }
             Err(e) => Err(e),
         };
-        if let Ok(text) = http::get(agent.port, "/metrics").await {
-            let snapshot = self.settings.log_dir.join(format!("metrics-{label}.txt"));
-            std::fs::write(&snapshot, text)
-                .with_context(|| format!("writing {}", snapshot.display()))?;
-        }
-        let stopped = agent.stop().await;
+        let stopped = agent
+            .stop_after_snapshot(&self.settings.log_dir.join(format!("metrics-{label}.txt")))
+            .await;
         let cleared = clear(cri)
             .await
             .context("clearing the configuration's pods");

@@ -57,6 +57,14 @@ impl LatencyMs {
     }
 }
 
+/// Signed latencies in ns, ascending, those below 0 as 0: something that came before what it is
+/// measured from counts as immediate.
+pub fn sorted_ns(signed: impl Iterator<Item = i64>) -> Vec<u64> {
+    let mut all: Vec<u64> = signed.map(|ns| u64::try_from(ns).unwrap_or(0)).collect();
+    all.sort_unstable();
+    all
+}
+
 /// Nanoseconds as milliseconds.
 pub fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
@@ -122,6 +130,12 @@ mod tests {
         assert_eq!(latency.max_ns, 4000);
         assert!((latency.mean_ns - 2500.0).abs() < f64::EPSILON);
         assert_eq!(Latency::of(&[]), Latency::default());
+    }
+
+    #[test]
+    fn signed_latencies_are_sorted_with_negatives_as_zero() {
+        assert_eq!(sorted_ns([5, -3, 2].into_iter()), [0, 2, 5]);
+        assert!(sorted_ns(std::iter::empty()).is_empty());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The CPU manager's seam to the scheduler audit (the `sched_switch`/`sched_wakeup` programs of
+//! The CPU manager's seam to the scheduler audit (the `sched_switch` program of
 //! `kernel::sched`): who owns each exclusive CPU, how long other cgroups ran on it, and run-queue
 //! latency per cgroup. The kernel keeps cumulative sums; [`Exclusivity`] turns them into what
 //! changed since the last look.
@@ -47,13 +47,25 @@ pub struct ForeignDelta {
     pub delta_ns: u64,
 }
 
-/// Remembers the cumulative sums last seen.
+/// Remembers the cumulative sums last seen, and whether the assignments were settled then.
 #[derive(Debug, Default)]
 pub struct Exclusivity {
     last: HashMap<(u32, u64, u64), u64>,
+    /// At the previous look: the assignments' generation, if every container had its cpuset.
+    settled: Option<u64>,
 }
 
 impl Exclusivity {
+    /// Whether the window since the previous look is one where foreign pod work breaks a promise:
+    /// every container had its current cpuset at both ends (`settled` now and then) and no
+    /// assignment changed in between (`generation`). Growth in any other window may be the
+    /// apply's own delay: the spinner that ran on a CPU until its cpuset was updated.
+    pub fn window_settled(&mut self, settled: bool, generation: u64) -> bool {
+        let now = settled.then_some(generation);
+        let before = std::mem::replace(&mut self.settled, now);
+        now.is_some() && before == now
+    }
+
     /// The growth of every sum whose owner still owns its CPU (`owners`: CPU → owner). Sums of
     /// past owners are forgotten, so a CPU handed to a new container starts from its own zero.
     pub fn update(
@@ -123,5 +135,22 @@ mod tests {
         // A new owner of CPU 1 starts from its own zero.
         let owners = BTreeMap::from([(1, 200)]);
         assert!(e.update(&[run(1, 100, 7, 500)], &owners).is_empty());
+    }
+
+    #[test]
+    fn only_a_window_settled_at_both_ends_counts() {
+        let mut e = Exclusivity::default();
+        assert!(
+            !e.window_settled(true, 1),
+            "nothing known of the window's start"
+        );
+        assert!(e.window_settled(true, 1));
+        assert!(
+            !e.window_settled(true, 2),
+            "an assignment changed in between"
+        );
+        assert!(!e.window_settled(false, 2));
+        assert!(!e.window_settled(true, 2), "not settled at the start");
+        assert!(e.window_settled(true, 2));
     }
 }

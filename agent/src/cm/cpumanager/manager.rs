@@ -103,6 +103,8 @@ pub struct CpuManager {
     metrics: CpuManagerMetrics,
     inner: Mutex<Inner>,
     kick: Notify,
+    /// Bumped at every change of the assignments (see [`Exclusivity::window_settled`]).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 /// Opening the checkpoint: what to do with one that cannot be used.
@@ -175,6 +177,7 @@ impl CpuManager {
                 owned_since: BTreeMap::new(),
             }),
             kick: Notify::new(),
+            generation: std::sync::atomic::AtomicU64::new(0),
         };
         manager.update_gauges(&manager.lock().state);
         Ok(manager)
@@ -373,6 +376,8 @@ impl CpuManager {
 
     /// Something changed what containers should run on.
     fn changed(&self) {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.update_gauges(&self.lock().state);
         self.kick.notify_one();
     }
@@ -519,8 +524,6 @@ impl CpuManager {
                 .values()
                 .filter_map(|c| Some((c.cgroup_id?, c.clone())))
                 .collect();
-            // Until every container has the current set, foreign pod work is the apply's delay,
-            // not a violation.
             let everywhere = inner.containers.iter().all(|(id, c)| {
                 inner.applied.get(id)
                     == Some(&StaticPolicy::cpus_of(
@@ -539,11 +542,13 @@ impl CpuManager {
             }
         };
         let mut exclusivity = self.exclusivity.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
+        let settled = exclusivity.window_settled(applied_everywhere, generation);
         for v in exclusivity.update(&runs, &owners) {
             let Some(intruder) = by_cgroup.get(&v.intruder) else {
                 continue;
             };
-            if !applied_everywhere {
+            if !settled {
                 continue;
             }
             let owner = by_cgroup.get(&v.owner);

@@ -26,14 +26,16 @@
 //!
 //! After the modes, with no swiftlet running, `overhead` measures (c).
 //!
-//! Submodules: `watch` (the thread), `report`, `overhead`.
+//! Submodules: `watch` (the thread), `outcome` (what a run and a mode measured), `report`,
+//! `overhead`.
 
+mod outcome;
 pub mod overhead;
 pub mod report;
 pub mod watch;
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeSet,
     ffi::OsString,
     path::{Path, PathBuf},
     time::Duration,
@@ -44,14 +46,15 @@ use serde::Serialize;
 use swiftlet::{cm::CgroupLayout, kernel::monotonic_ns};
 use tokio::time::Instant;
 
+pub use self::outcome::{ModeOutcome, RunOutcome};
 use self::{
+    outcome::judge,
     overhead::OverheadResult,
-    watch::{Seen, Target, Watch, Watched},
+    watch::{Seen, Target, Watch},
 };
 use super::harness::{
-    self, NAMESPACE, NODE_NAME,
+    self, NAMESPACE, NODE_NAME, WorkDir,
     agent::{Agent, AgentOptions},
-    cgroups,
     cri::Cri,
     http, manifests,
 };
@@ -162,106 +165,6 @@ pub struct Settings {
     pub log_dir: PathBuf,
 }
 
-/// One run: a Guaranteed pod from its manifest to its removal.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunOutcome {
-    pub run: usize,
-    /// The random wait before the manifest.
-    pub delay_ms: u64,
-    pub container_id: Option<String>,
-    /// The manifest written → the container's first process.
-    pub start_after_manifest_ms: Option<f64>,
-    /// Start → exclusivity in place, ns: negative when the spinner left the CPU before the
-    /// container started.
-    pub in_place_after_ns: Option<i64>,
-    /// Start → the container's process on the exclusive CPU alone, and → the spinner off it.
-    pub pinned_after_ns: Option<i64>,
-    pub spinner_off_after_ns: Option<i64>,
-    /// Foreign time on the exclusive CPU from the start until the read, by intruder (`pod`,
-    /// `other`), in ms; `None` when the audit had no series of the container at all.
-    pub foreign_pod_ms: Option<f64>,
-    pub foreign_other_ms: Option<f64>,
-    /// When the foreign time was read, after the start.
-    pub foreign_read_after_ms: Option<f64>,
-    pub samples: u64,
-    pub max_sample_interval_ms: f64,
-    pub failure: Option<String>,
-}
-
-impl RunOutcome {
-    /// (a), clamped at 0: the runs that succeeded.
-    pub fn latency_ns(&self) -> Option<u64> {
-        if self.failure.is_some() {
-            return None;
-        }
-        self.in_place_after_ns
-            .map(|ns| u64::try_from(ns).unwrap_or(0))
-    }
-
-    /// Exclusivity was in place when the container started.
-    pub fn in_place_before_start(&self) -> bool {
-        self.failure.is_none() && self.in_place_after_ns.is_some_and(|ns| ns <= 0)
-    }
-}
-
-/// One mode's runs and what its swiftlet counted.
-#[derive(Clone, Debug, Serialize)]
-pub struct ModeOutcome {
-    pub mode: Mode,
-    pub runs: Vec<RunOutcome>,
-    /// `swiftlet_cpu_manager_cpuset_updates_total` at the end, by trigger.
-    pub cpuset_updates: BTreeMap<String, f64>,
-    /// `swiftlet_cpu_manager_exclusivity_violations_total` at the end.
-    pub violations: Option<f64>,
-    /// The spinner's process ran from the first run to the last (it must).
-    pub spinner_ran_throughout: bool,
-}
-
-impl ModeOutcome {
-    pub fn failures(&self) -> usize {
-        self.runs.iter().filter(|r| r.failure.is_some()).count()
-    }
-
-    /// (a) of the runs that succeeded, ascending.
-    pub fn latencies_ns(&self) -> Vec<u64> {
-        sorted(self.runs.iter().filter_map(RunOutcome::latency_ns))
-    }
-
-    pub fn in_place_before_start(&self) -> usize {
-        self.runs
-            .iter()
-            .filter(|r| r.in_place_before_start())
-            .count()
-    }
-
-    /// (b) by intruder, in ns, ascending (the runs whose foreign time was read).
-    pub fn foreign_pod_ns(&self) -> Vec<u64> {
-        sorted(
-            self.runs
-                .iter()
-                .filter_map(|r| r.foreign_pod_ms.map(ms_to_ns)),
-        )
-    }
-
-    pub fn foreign_other_ns(&self) -> Vec<u64> {
-        sorted(
-            self.runs
-                .iter()
-                .filter_map(|r| r.foreign_other_ms.map(ms_to_ns)),
-        )
-    }
-}
-
-fn sorted(values: impl Iterator<Item = u64>) -> Vec<u64> {
-    let mut v: Vec<u64> = values.collect();
-    v.sort_unstable();
-    v
-}
-
-fn ms_to_ns(ms: f64) -> u64 {
-    (ms * 1e6).round().max(0.0) as u64
-}
-
 /// Every mode, then the overhead.
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
@@ -283,7 +186,7 @@ pub async fn run(settings: &Settings) -> Result<Outcome> {
     std::fs::create_dir_all(&settings.log_dir)
         .with_context(|| format!("creating {}", settings.log_dir.display()))?;
     let mut cri = Cri::connect(&settings.runtime_endpoint).await?;
-    clear(&mut cri)
+    harness::clear_with_root(&mut cri, CGROUP_ROOT)
         .await
         .context("clearing an earlier run's pods")?;
     let mut rng = fastrand::Rng::with_seed(SEED);
@@ -308,14 +211,7 @@ pub async fn run(settings: &Settings) -> Result<Outcome> {
 /// Clears every pod of the benchmark from the runtime at `endpoint` and the benchmark's cgroup
 /// root, after an interrupted run.
 pub async fn clean_up(endpoint: &str) -> Result<usize> {
-    let mut cri = Cri::connect(endpoint).await?;
-    clear(&mut cri).await
-}
-
-async fn clear(cri: &mut Cri) -> Result<usize> {
-    let cleared = cri.clear().await?;
-    cgroups::remove_root(CGROUP_ROOT);
-    Ok(cleared.found)
+    harness::clear_with_root(&mut Cri::connect(endpoint).await?, CGROUP_ROOT).await
 }
 
 fn progress_line(o: &ModeOutcome) -> String {
@@ -367,15 +263,9 @@ async fn run_mode(
     cri: &mut Cri,
     rng: &mut fastrand::Rng,
 ) -> Result<ModeOutcome> {
-    let work_dir = harness::WorkDir::new("cpumanager", mode.name())?;
-    let work = &work_dir.0;
-    let (staging, manifest_dir) = (work.join("staging"), work.join("manifests"));
-    for d in [&staging, &manifest_dir] {
-        std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-    }
-    let config = work.join("config.yaml");
-    std::fs::write(&config, format!("cgroupRoot: {CGROUP_ROOT}\n"))
-        .with_context(|| format!("writing {}", config.display()))?;
+    let work = WorkDir::with_manifests("cpumanager", mode.name())?;
+    let (staging, manifest_dir) = (work.staging(), work.manifests());
+    let config = work.cgroup_root_config(CGROUP_ROOT)?;
     let extra_args = vec![
         "--config".to_owned(),
         config.display().to_string(),
@@ -388,15 +278,14 @@ async fn run_mode(
         "--cpu-manager-reconcile-period".to_owned(),
         format!("{}s", RECONCILE_PERIOD.as_secs()),
     ];
-    let log = settings
-        .log_dir
-        .join(format!("swiftlet-{}.log", mode.name()));
     let options = AgentOptions {
         swiftlet: settings.swiftlet.clone(),
         runtime_endpoint: settings.runtime_endpoint.clone(),
         manifests: manifest_dir.clone(),
-        work_dir: work.clone(),
-        log,
+        work_dir: work.0.clone(),
+        log: settings
+            .log_dir
+            .join(format!("swiftlet-{}.log", mode.name())),
         pleg: "ebpf".to_owned(),
         extra_args,
     };
@@ -421,15 +310,16 @@ async fn run_mode(
         kubepods,
     };
     let measured = mode_run.measure(rng).await;
-    if let Ok(text) = http::get(agent.port, "/metrics").await {
-        let snapshot = settings
-            .log_dir
-            .join(format!("metrics-{}.txt", mode.name()));
-        std::fs::write(&snapshot, text)
-            .with_context(|| format!("writing {}", snapshot.display()))?;
-    }
-    let stopped = agent.stop().await;
-    let cleared = clear(cri).await.context("clearing the mode's pods");
+    let stopped = agent
+        .stop_after_snapshot(
+            &settings
+                .log_dir
+                .join(format!("metrics-{}.txt", mode.name())),
+        )
+        .await;
+    let cleared = harness::clear_with_root(cri, CGROUP_ROOT)
+        .await
+        .context("clearing the mode's pods");
     let outcome = measured?;
     stopped.context("stopping swiftlet")?;
     cleared?;
@@ -685,81 +575,9 @@ fn pod_folders(kubepods: &Path) -> BTreeSet<OsString> {
         .unwrap_or_default()
 }
 
-/// What one watch comes to: times relative to the start, the failure if any.
-fn judge(run: usize, delay_ms: u64, written_ns: u64, w: &Watched) -> RunOutcome {
-    let after_start = |ns: Option<u64>| {
-        let start = w.start_ns?;
-        let ns = ns?;
-        Some(i64::try_from(ns).ok()? - i64::try_from(start).ok()?)
-    };
-    let failure = w.failure.clone().or_else(|| {
-        w.in_place_ns
-            .is_none()
-            .then(|| "exclusivity never in place".to_owned())
-    });
-    RunOutcome {
-        run,
-        delay_ms,
-        container_id: w.container_id.clone(),
-        start_after_manifest_ms: w
-            .start_ns
-            .map(|s| super::stats::ms(s.saturating_sub(written_ns))),
-        in_place_after_ns: after_start(w.in_place_ns),
-        pinned_after_ns: after_start(w.pinned_ns),
-        spinner_off_after_ns: after_start(w.spinner_off_ns),
-        foreign_pod_ms: None,
-        foreign_other_ms: None,
-        foreign_read_after_ms: None,
-        samples: w.samples,
-        max_sample_interval_ms: super::stats::ms(w.max_interval_ns),
-        failure,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn watched(start: u64, pinned: u64, off: u64) -> Watched {
-        Watched {
-            container_id: Some("c".into()),
-            start_ns: Some(start),
-            pinned_ns: Some(pinned),
-            spinner_off_ns: Some(off),
-            in_place_ns: Some(pinned.max(off)),
-            samples: 10,
-            max_interval_ns: 1_200_000,
-            failure: None,
-        }
-    }
-
-    #[test]
-    fn a_spinner_moved_before_the_start_is_in_place_at_zero() {
-        let r = judge(1, 0, 1_000, &watched(5_000, 5_000, 2_000));
-        assert_eq!(r.in_place_after_ns, Some(0));
-        assert_eq!(r.spinner_off_after_ns, Some(-3_000));
-        assert_eq!(r.latency_ns(), Some(0));
-        assert!(r.in_place_before_start());
-        assert!((r.start_after_manifest_ms.unwrap_or(0.0) - 0.004).abs() < 1e-12);
-
-        let late = judge(2, 0, 0, &watched(5_000, 5_000, 9_000_000));
-        assert_eq!(late.latency_ns(), Some(8_995_000));
-        assert!(!late.in_place_before_start());
-    }
-
-    #[test]
-    fn a_watch_without_exclusivity_fails() {
-        let mut w = watched(5_000, 5_000, 6_000);
-        w.in_place_ns = None;
-        let r = judge(1, 0, 0, &w);
-        assert_eq!(r.failure.as_deref(), Some("exclusivity never in place"));
-        assert_eq!(r.latency_ns(), None);
-        w.failure = Some("timed out".into());
-        assert_eq!(judge(1, 0, 0, &w).failure.as_deref(), Some("timed out"));
-        let nothing = judge(1, 0, 0, &Watched::default());
-        assert!(nothing.failure.is_some());
-        assert_eq!(nothing.in_place_after_ns, None);
-    }
 
     #[test]
     fn modes_are_named_as_the_flag_takes_them() {

@@ -26,7 +26,7 @@ use nix::{
     unistd::Pid,
 };
 use serde::Serialize;
-use swiftlet::kernel::{SchedAudit, tracefs::TRACEFS};
+use swiftlet::kernel::SchedAudit;
 
 use crate::bench::stats::nearest_rank;
 
@@ -105,10 +105,9 @@ pub fn switch_overhead(rounds: usize, window: Duration) -> Result<OverheadResult
         let audited_first = round % 2 == 1;
         for audited in [audited_first, !audited_first] {
             let audit = if audited {
-                let audit =
-                    SchedAudit::load(Path::new(TRACEFS), Path::new("/sys/kernel/btf/vmlinux"))
-                        .map_err(|e| anyhow!("{e} (hint: {:?})", e.hint()))
-                        .context("loading the scheduler audit (root needed)")?;
+                let audit = SchedAudit::load(Path::new("/sys/kernel/btf/vmlinux"))
+                    .map_err(|e| anyhow!("{e} (hint: {:?})", e.hint()))
+                    .context("loading the scheduler audit (root needed)")?;
                 audit.set_owner(cpu as u32, NO_SUCH_CGROUP)?;
                 Some(audit)
             } else {

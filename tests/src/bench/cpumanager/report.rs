@@ -136,7 +136,7 @@ impl Report {
             "\n| scheduler audit (CPU {} owned) | windows | round trips/s without (median) | with \
              | overhead | added per switch ns |\n\
              |---|--:|--:|--:|--:|--:|\n\
-             | `sched_switch` + `sched_wakeup` | {} × {:.0} ms | {} | {} | {:.1} % | {:.0} |\n",
+             | `sched_switch` (tp_btf) | {} × {:.0} ms | {} | {} | {:.1} % | {:.0} |\n",
             o.cpu,
             o.without.len().min(o.with.len()),
             o.window_ms,

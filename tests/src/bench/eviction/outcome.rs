@@ -14,6 +14,7 @@ use super::{
     sampler::{Crossing, Dip, StallMs},
     stream::{Decision, Died, Heard},
 };
+use crate::bench::stats::sorted_ns;
 
 /// One run of the hog.
 #[derive(Clone, Debug, Serialize)]
@@ -100,12 +101,12 @@ impl ModeOutcome {
     /// Crossing → decision of every run that evicted the hog, ascending (one that came before the
     /// crossing's sample counts as 0).
     pub fn decision_latencies_ns(&self) -> Vec<u64> {
-        sorted(self.runs.iter().filter_map(|r| r.decision_after_ns))
+        sorted_ns(self.runs.iter().filter_map(|r| r.decision_after_ns))
     }
 
     /// Crossing → the hog's container stopped, ascending.
     pub fn stopped_latencies_ns(&self) -> Vec<u64> {
-        sorted(
+        sorted_ns(
             self.runs
                 .iter()
                 .filter(|r| r.decision.is_some())
@@ -133,12 +134,6 @@ impl ModeOutcome {
     pub fn bystander_ok(&self) -> bool {
         self.bystander_evictions == 0 && self.bystander_phase == "Running"
     }
-}
-
-pub(super) fn sorted(signed: impl Iterator<Item = i64>) -> Vec<u64> {
-    let mut all: Vec<u64> = signed.map(|ns| u64::try_from(ns).unwrap_or(0)).collect();
-    all.sort_unstable();
-    all
 }
 
 /// What one run measured, from the crossing and what was heard during it: the hog pod `hog` has

@@ -12,7 +12,7 @@ use crate::bench::{
     machine::Machine,
     plot::{self, Axes, Curve},
     report::ms_cell,
-    stats::{LatencyMs, ms},
+    stats::{LatencyMs, ms, sorted_ns},
 };
 
 /// The targets, crossing → decision at p99: kernel wake-ups (memory cgroup, OOM, reclaim) ...
@@ -77,7 +77,7 @@ impl Entry {
             decision_ms: LatencyMs::of(&o.decision_latencies_ns()),
             stopped_ms: LatencyMs::of(&o.stopped_latencies_ns()),
             runs_with_dips: o.runs.iter().filter(|r| r.dips_before_decision > 0).count(),
-            decision_after_last_dip_ms: LatencyMs::of(&super::outcome::sorted(
+            decision_after_last_dip_ms: LatencyMs::of(&sorted_ns(
                 o.runs.iter().filter_map(|r| r.decision_after_last_dip_ns),
             )),
             decided_by: o.decided_by(),

@@ -144,6 +144,16 @@ impl Agent {
         log_tail(&self.log)
     }
 
+    /// Saves what `/metrics` says now to `snapshot` (unless it does not answer), then
+    /// [`Agent::stop`]s swiftlet.
+    pub async fn stop_after_snapshot(self, snapshot: &Path) -> Result<ExitStatus> {
+        if let Ok(text) = super::http::get(self.port, "/metrics").await {
+            std::fs::write(snapshot, text)
+                .with_context(|| format!("writing {}", snapshot.display()))?;
+        }
+        self.stop().await
+    }
+
     /// SIGTERM, then SIGKILL if it does not exit in time. Its pods keep running (as the
     /// kubelet's do): clearing them is the caller's job.
     pub async fn stop(mut self) -> Result<ExitStatus> {

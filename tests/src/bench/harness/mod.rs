@@ -8,7 +8,10 @@ pub mod cri;
 pub mod http;
 pub mod manifests;
 
-use std::time::{Duration, Instant};
+use std::{
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use anyhow::{Result, bail};
 
@@ -159,9 +162,18 @@ pub async fn wait_removed(
     }
 }
 
+/// Clears every pod of the benchmark from the runtime, then the cgroup folder `cgroup_root` of a
+/// benchmark whose agents have a cgroup root of their own (see [`cgroups::remove_root`]). How
+/// many sandboxes and containers there were.
+pub async fn clear_with_root(cri: &mut Cri, cgroup_root: &str) -> Result<usize> {
+    let cleared = cri.clear().await?;
+    cgroups::remove_root(cgroup_root);
+    Ok(cleared.found)
+}
+
 /// A fresh private folder for one configuration of benchmark `bench`, removed when dropped
 /// (also when an interrupt drops the run midway).
-pub struct WorkDir(pub std::path::PathBuf);
+pub struct WorkDir(pub PathBuf);
 
 impl WorkDir {
     pub fn new(bench: &str, label: &str) -> Result<WorkDir> {
@@ -173,6 +185,37 @@ impl WorkDir {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         Ok(WorkDir(dir))
+    }
+
+    /// [`WorkDir::new`] with the folders of a swiftlet's static pods in it: [`WorkDir::staging`]
+    /// and [`WorkDir::manifests`].
+    pub fn with_manifests(bench: &str, label: &str) -> Result<WorkDir> {
+        use anyhow::Context as _;
+        let dir = WorkDir::new(bench, label)?;
+        for d in [dir.staging(), dir.manifests()] {
+            std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        }
+        Ok(dir)
+    }
+
+    /// Where manifests are written before they are renamed into [`WorkDir::manifests`].
+    pub fn staging(&self) -> PathBuf {
+        self.0.join("staging")
+    }
+
+    /// swiftlet's `--manifests`.
+    pub fn manifests(&self) -> PathBuf {
+        self.0.join("manifests")
+    }
+
+    /// Writes a config file that gives swiftlet the cgroup root `root` (`cgroupRoot`), for a
+    /// benchmark whose pods keep apart from everything else's; its path, for `--config`.
+    pub fn cgroup_root_config(&self, root: &str) -> Result<PathBuf> {
+        use anyhow::Context as _;
+        let config = self.0.join("config.yaml");
+        std::fs::write(&config, format!("cgroupRoot: {root}\n"))
+            .with_context(|| format!("writing {}", config.display()))?;
+        Ok(config)
     }
 }
 
