@@ -187,6 +187,21 @@ fn a_guaranteed_pod_gets_cpu_1_alone_until_it_is_deleted() {
     assert_eq!(cp["policyName"], "static");
     assert_eq!(cp["defaultCpuSet"], "0");
     assert_eq!(cp["entries"][uid(&node, "exclusive")]["main"], "1");
+    let annotations = node
+        .pod("exclusive")
+        .and_then(|p| p.metadata.annotations)
+        .unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("cpumanager.swiftlet.io/exclusive-cpus")
+            .map(String::as_str),
+        Some("{\"main\":\"1\"}"),
+        "/pods shows the assignment: {annotations:?}"
+    );
+    assert!(
+        annotations.contains_key("cpumanager.swiftlet.io/foreign-seconds"),
+        "{annotations:?}"
+    );
     assert_eq!(
         node.metric("kubelet_cpu_manager_exclusive_cpu_allocation_count"),
         1.0
