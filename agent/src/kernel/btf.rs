@@ -20,15 +20,7 @@ pub struct TaskLayout {
 
 impl TaskLayout {
     pub fn from_btf_file(path: &Path) -> Result<TaskLayout, Error> {
-        if !path.exists() {
-            return Err(Error::NoBtf {
-                path: path.to_owned(),
-            });
-        }
-        let btf = Btf::from_file(path).map_err(|e| Error::Btf {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let btf = open(path)?;
         let offset = |strukt: &str, member: &str| member_offset(&btf, strukt, member);
         Ok(TaskLayout {
             task_signal: offset("task_struct", "signal")?,
@@ -50,15 +42,7 @@ pub struct SchedLayout {
 
 impl SchedLayout {
     pub fn from_btf_file(path: &Path) -> Result<SchedLayout, Error> {
-        if !path.exists() {
-            return Err(Error::NoBtf {
-                path: path.to_owned(),
-            });
-        }
-        let btf = Btf::from_file(path).map_err(|e| Error::Btf {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let btf = open(path)?;
         let offset = |strukt: &str, member: &str| member_offset(&btf, strukt, member);
         Ok(SchedLayout {
             task_pid: offset("task_struct", "pid")?,
@@ -67,6 +51,18 @@ impl SchedLayout {
                 + offset("sched_info", "run_delay")?,
         })
     }
+}
+
+fn open(path: &Path) -> Result<Btf, Error> {
+    if !path.exists() {
+        return Err(Error::NoBtf {
+            path: path.to_owned(),
+        });
+    }
+    Btf::from_file(path).map_err(|e| Error::Btf {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// Byte offset of `member` in `struct strukt`, looking through anonymous structs and unions.

@@ -320,20 +320,30 @@ where
     M::try_from(map).map_err(|source| Error::Map { map: name, source })
 }
 
+/// The program `name` of the object, as its type `P`.
+pub(super) fn program_mut<'a, P>(
+    ebpf: &'a mut Ebpf,
+    program: &'static str,
+) -> Result<&'a mut P, Error>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    ebpf.program_mut(program)
+        .ok_or(Error::Missing {
+            what: "program",
+            name: program,
+        })?
+        .try_into()
+        .map_err(|source| Error::Program { program, source })
+}
+
 pub(super) fn attach(
     ebpf: &mut Ebpf,
     program: &'static str,
     category: &str,
     tracepoint: &str,
 ) -> Result<(), Error> {
-    let prog: &mut TracePoint = ebpf
-        .program_mut(program)
-        .ok_or(Error::Missing {
-            what: "program",
-            name: program,
-        })?
-        .try_into()
-        .map_err(|source| Error::Program { program, source })?;
+    let prog: &mut TracePoint = program_mut(ebpf, program)?;
     prog.load()
         .map_err(|source| Error::Program { program, source })?;
     prog.attach(category, tracepoint)

@@ -29,7 +29,7 @@ use swiftlet_common::{
 
 use super::{
     Error, SchedLayout,
-    loader::{OBJECT, check_privileges, raise_memlock_limit, take_map},
+    loader::{OBJECT, check_privileges, program_mut, raise_memlock_limit, take_map},
 };
 
 /// Maps of the event programs that this load does not use, kept to their smallest size.
@@ -262,14 +262,7 @@ fn attach_switch(ebpf: &mut Ebpf, btf_path: &Path) -> Result<(), Error> {
         path: btf_path.to_owned(),
         reason: e.to_string(),
     })?;
-    let prog: &mut BtfTracePoint = ebpf
-        .program_mut(program)
-        .ok_or(Error::Missing {
-            what: "program",
-            name: program,
-        })?
-        .try_into()
-        .map_err(|source| Error::Program { program, source })?;
+    let prog: &mut BtfTracePoint = program_mut(ebpf, program)?;
     prog.load("sched_switch", &btf)
         .map_err(|source| Error::Program { program, source })?;
     prog.attach()
