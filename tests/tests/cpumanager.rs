@@ -350,3 +350,28 @@ fn a_restart_restores_the_assignment_and_a_bad_checkpoint_stops_swiftlet() {
     );
     assert!(Path::new(&path).exists());
 }
+
+#[test]
+fn a_container_done_for_good_gives_its_cpu_back() {
+    let Some(node) = node(
+        "a_container_done_for_good_gives_its_cpu_back",
+        "cpuexit",
+        &[],
+    ) else {
+        return;
+    };
+    node.write_manifest("spinner.yaml", &manifest("spinner", SPIN, ""));
+    running(&node, "spinner");
+    // `restartPolicy: Never`: once `main` exits it never runs again, so CPU 1 is free at once,
+    // though the pod stays listed (Succeeded).
+    let once = manifest("once", "sleep 3", &guaranteed("1"))
+        .replace("spec:\n", "spec:\n  restartPolicy: Never\n");
+    node.write_manifest("once.yaml", &once);
+    running(&node, "once");
+    wait_cpus(&node, "spinner", "0");
+    node.wait_pod("once", "Succeeded", |p| status::phase(p) == "Succeeded");
+    wait_cpus(&node, "spinner", "0-1");
+    let cp = checkpoint(&node);
+    assert_eq!(cp["defaultCpuSet"], "0-1");
+    assert!(node.pod("once").is_some(), "the pod itself is still there");
+}
