@@ -209,6 +209,15 @@ impl CpuManager {
             return Ok(());
         };
         let mut inner = self.lock();
+        // Admitted before a restart (the checkpoint has it): its init containers' CPUs already
+        // passed to the app containers, so allocating them again would ask for CPUs twice.
+        if let Some(existing) = inner.state.entries.get(&uid)
+            && spec.containers.iter().all(|c| {
+                StaticPolicy::guaranteed_cpus(pod, c).is_none() || existing.contains_key(&c.name)
+            })
+        {
+            return Ok(());
+        }
         let mut state = inner.state.clone();
         let mut reusable = CpuSet::new();
         let mut requested = false;

@@ -350,3 +350,27 @@ async fn foreign_pod_work_after_the_apply_is_a_violation() {
     m.check_exclusivity();
     assert_eq!(m.metrics.violations.get(), 1);
 }
+
+#[tokio::test]
+async fn a_pod_admitted_before_a_restart_is_admitted_again_without_new_cpus() {
+    let f = Fixture::new("readmit");
+    let mut with_init = pod("p", vec![container("main", "1")]);
+    if let Some(spec) = with_init.spec.as_mut() {
+        spec.init_containers = Some(vec![container("init", "1")]);
+    }
+    let first = {
+        let m = f
+            .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+            .expect("manager");
+        m.admit(&with_init).expect("admit");
+        m.assignments()
+    };
+    // The init container's CPU went on to `main`: one CPU for the pod, as upstream reuses it.
+    assert_eq!(first.entries.get("p").map(|c| c.len()), Some(1));
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("restart");
+    m.admit(&with_init)
+        .expect("admitted again after the restart");
+    assert_eq!(m.assignments(), first);
+}
