@@ -263,15 +263,16 @@ fn pressure_that_ends_within_the_grace_period_evicts_nothing() {
             "--eviction-soft",
             "allocatableMemory.available<600Mi",
             "--eviction-soft-grace-period",
-            "allocatableMemory.available=20s",
+            "allocatableMemory.available=40s",
             "--eviction-pressure-transition-period",
             "2s",
         ],
     ) else {
         return;
     };
-    // Holds 500 MiB for 3 s, then exits: the pressure is over long before 20 s.
-    node.write_manifest("brief.yaml", &pod("brief", 500, "sleep 3", ""));
+    // Holds 500 MiB for 12 s, then exits: the pressure is over long before 40 s, and lasts
+    // longer than the 10 s check, so MemoryPressure shows whichever wake-up sees it first.
+    node.write_manifest("brief.yaml", &pod("brief", 500, "sleep 12", ""));
     wait_memory_pressure(&node, true, Duration::from_secs(60));
     let done = node.wait_pod("brief", "Succeeded", |p| {
         status::phase(p) != "Pending" && status::phase(p) != "Running"
