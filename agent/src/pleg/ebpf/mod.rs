@@ -48,8 +48,15 @@ use crate::{
 pub const RELIST_PERIOD: Duration = Duration::from_secs(300);
 /// Unhealthy past this without a relist (upstream `eventedPlegRelistThreshold`).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(600);
-/// When the relist after a loss is repeated, for what the runtime had not caught up with.
-const FOLLOW_UP_RELIST: Duration = Duration::from_secs(1);
+/// The pauses before each repeat of the relist after a loss, for what the runtime had not caught
+/// up with: an exit among the lost events has no kernel account to wait for, and under load
+/// (thousands of exits at once) containerd can take seconds to show it. 1, 2, 4 and 8 s after.
+const FOLLOW_UP_RELISTS: [Duration; 4] = [
+    Duration::from_secs(1),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
 /// How long a targeted refresh waits for the runtime to catch up with the kernel.
 const PATIENCE: Duration = Duration::from_secs(2);
 /// How long follow-up refreshes wait for the runtime to confirm an exit the kernel reported.
@@ -345,16 +352,18 @@ impl EbpfPleg {
         }
     }
 
-    /// A relist now, and another a moment later: what the lost events were about may not have
-    /// reached the runtime yet when the first one lists it (it learns of an exit after the
+    /// A relist now, and again over the next seconds: what the lost events were about may not
+    /// have reached the runtime yet when the first one lists it (it learns of an exit after the
     /// kernel does).
     fn force_relist(&self, reason: &str) {
         self.metrics.relists.with_label_values(&[reason]).inc();
         self.relist.request_full_relist();
         let relist = self.relist.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(FOLLOW_UP_RELIST).await;
-            relist.request_full_relist();
+            for pause in FOLLOW_UP_RELISTS {
+                tokio::time::sleep(pause).await;
+                relist.request_full_relist();
+            }
         });
     }
 
