@@ -14,6 +14,7 @@ pub mod kuberuntime;
 pub mod metrics;
 pub mod pleg;
 pub mod pod_workers;
+pub mod prober;
 pub mod server;
 pub mod sources;
 pub mod status;

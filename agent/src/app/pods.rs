@@ -31,6 +31,7 @@ use crate::{
         relist::{PlegMetrics, RelistPleg},
     },
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
+    prober::{ProbeManager, metrics::ProberMetrics},
     server::Health,
     sources::{
         ApiServerOptions, ApiServerSource, NodeDescription, PodConfig, PressureCheck,
@@ -230,6 +231,11 @@ pub async fn start(
     super::psi::register_psi_metrics(&metrics.registry, &cgroups, pleg.cache(), &status)?;
     let pod_manager = Arc::new(PodManager::default());
     let kubelet_metrics = KubeletMetrics::register(&metrics.registry)?;
+    let (probes, probe_updates) = ProbeManager::new(
+        runtime.clone(),
+        status.clone(),
+        ProberMetrics::register(&metrics.registry)?,
+    );
     let syncer = Arc::new(KubeletSyncer {
         metrics: kubelet_metrics.clone(),
         started: Mutex::new(Default::default()),
@@ -239,6 +245,7 @@ pub async fn start(
         reasons,
         pods: pod_manager.clone(),
         host_ip: node.host_ip.map(|ip| ip.to_string()),
+        probes: probes.clone(),
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();
@@ -279,6 +286,7 @@ pub async fn start(
     if let Some(cpus) = cpu_manager {
         kubelet.set_cpu_manager(cpus);
     }
+    kubelet.set_probes(probes);
 
     let eviction = super::eviction::start(
         config,
@@ -372,6 +380,7 @@ pub async fn start(
                 kubelet,
                 updates,
                 pleg_events,
+                probe_updates,
                 move || ready.all_ready(),
                 shutdown,
             )

@@ -32,6 +32,8 @@ use crate::{
         KillOptions, PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase,
         pod_uid,
     },
+    prober::ProbeManager,
+    prober::{ProbeKind, ProbeUpdate},
     sources::{Op, PodUpdate},
     status::StatusManager,
 };
@@ -52,6 +54,7 @@ pub struct Kubelet {
     pressure: OnceLock<watch::Receiver<BTreeSet<NodeCondition>>>,
     /// The CPU manager, under the static policy.
     cpu_manager: OnceLock<Arc<CpuManager>>,
+    probes: OnceLock<ProbeManager>,
 }
 
 impl Kubelet {
@@ -81,7 +84,13 @@ impl Kubelet {
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
             cpu_manager: OnceLock::new(),
+            probes: OnceLock::new(),
         }
+    }
+
+    /// Housekeeping from now on also stops the probes of pods that are gone.
+    pub fn set_probes(&self, probes: ProbeManager) {
+        let _ = self.probes.set(probes);
     }
 
     /// Admission from now on also checks the node's pressure conditions.
@@ -267,6 +276,29 @@ impl Kubelet {
         });
     }
 
+    /// A probe result changed (upstream `handleProbeSync`): the pod syncs, which kills a container
+    /// that failed liveness or startup and puts readiness into the status. A liveness success is
+    /// no news.
+    pub fn handle_probe_update(&self, update: &ProbeUpdate) {
+        use crate::kuberuntime::ProbeOutcome;
+        if update.kind == ProbeKind::Liveness && update.outcome == ProbeOutcome::Success {
+            return;
+        }
+        tracing::debug!(pod = %update.pod, container = update.container_id, probe = update.kind.as_str(), outcome = ?update.outcome, "probe result changed");
+        let Some(pod) = self.pods.get(&update.pod) else {
+            return;
+        };
+        if self.rejected().contains(&update.pod) {
+            return;
+        }
+        self.workers.update_pod(UpdatePodOptions {
+            update_type: UpdateType::Sync,
+            pod: Some(pod),
+            running_pod: None,
+            kill: None,
+        });
+    }
+
     /// A container started (its cpuset may be stale) or died (its exclusive CPUs may be free).
     fn cpu_event(&self, cpus: &CpuManager, event: &PodLifecycleEvent) {
         let Some(id) = &event.container else {
@@ -411,6 +443,18 @@ impl Kubelet {
         }
         if let Some(cpus) = self.cpu_manager.get() {
             self.cpu_housekeeping(cpus);
+        }
+        if let Some(probes) = self.probes.get() {
+            let live: HashSet<PodUid> = desired_uids
+                .iter()
+                .filter(|uid| {
+                    phases
+                        .get(*uid)
+                        .is_none_or(|p| !matches!(p, WorkerPhase::Terminated))
+                })
+                .cloned()
+                .collect();
+            probes.cleanup_pods(&live);
         }
         self.runtime.gc(SystemTime::now());
     }

@@ -1,5 +1,5 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`): it only dispatches. It selects over
-//! source updates, PLEG events, a 1 s tick for pods whose resync is due, and housekeeping every
+//! source updates, PLEG events, probe result changes, a 1 s tick for pods whose resync is due, and housekeeping every
 //! 2 s once the sources have sent their first state.
 
 use std::{sync::Arc, time::Duration};
@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Kubelet;
-use crate::{pleg::PodLifecycleEvent, sources::PodUpdate};
+use crate::{pleg::PodLifecycleEvent, prober::ProbeUpdate, sources::PodUpdate};
 
 /// Upstream `housekeepingPeriod`.
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -19,6 +19,7 @@ pub async fn run(
     kubelet: Arc<Kubelet>,
     mut updates: mpsc::Receiver<PodUpdate>,
     mut pleg: mpsc::Receiver<PodLifecycleEvent>,
+    mut probes: mpsc::UnboundedReceiver<ProbeUpdate>,
     sources_ready: impl Fn() -> bool + Send,
     shutdown: CancellationToken,
 ) {
@@ -36,6 +37,7 @@ pub async fn run(
                 None => sources_open = false,
             },
             Some(event) = pleg.recv() => kubelet.handle_pleg_event(&event),
+            Some(update) = probes.recv() => kubelet.handle_probe_update(&update),
             _ = sync_tick.tick() => kubelet.handle_due(std::time::Instant::now()),
             _ = housekeeping.tick() => {
                 // Until every source has spoken, a pod missing from them may just not be listed yet.

@@ -14,11 +14,11 @@ use super::pod_manager::PodManager;
 use crate::{
     cm::pod_cgroups::PodCgroups,
     container::{PodStatus, PodUid, RunningPod},
-    kuberuntime::{NoProbes, manager::KubeRuntimeManager},
+    kuberuntime::manager::KubeRuntimeManager,
     pod_workers::{PodSyncer, SyncError, SyncPodOutcome, UpdateType, pod_uid},
+    prober::ProbeManager,
     status::{
-        ReasonCache, RunningIsReady, StatusManager, generate_api_pod_status,
-        generate_terminal_api_pod_status,
+        ReasonCache, StatusManager, generate_api_pod_status, generate_terminal_api_pod_status,
     },
 };
 
@@ -36,6 +36,7 @@ pub struct KubeletSyncer {
     pub reasons: Arc<Mutex<ReasonCache>>,
     pub pods: Arc<PodManager>,
     pub host_ip: Option<String>,
+    pub probes: ProbeManager,
 }
 
 impl KubeletSyncer {
@@ -51,7 +52,7 @@ impl KubeletSyncer {
             &previous,
             runtime,
             &reasons,
-            &RunningIsReady,
+            &self.probes,
             self.host_ip.as_deref(),
             SystemTime::now(),
         );
@@ -113,9 +114,14 @@ impl PodSyncer for KubeletSyncer {
         }
         self.cgroups.ensure_pod(pod)?;
         let parent = self.cgroups.cgroup_parent(pod)?;
+        let handle = self
+            .pods
+            .get(&pod_uid(pod))
+            .unwrap_or_else(|| Arc::new(pod.clone()));
+        self.probes.add_pod(&handle);
         let outcome = self
             .runtime
-            .sync_pod(pod, status, &parent, &NoProbes, cancel)
+            .sync_pod(pod, status, &parent, &self.probes, cancel)
             .await;
         if !outcome.errors.is_empty() || outcome.retry_in.is_some() {
             // The sync has just put why a container is not running into the reason cache
@@ -139,8 +145,11 @@ impl PodSyncer for KubeletSyncer {
         status: &PodStatus,
         grace: Duration,
     ) -> Result<(), SyncError> {
+        self.probes.stop_liveness_and_startup(&pod_uid(pod));
         self.record_status(pod, status, false);
-        self.runtime.kill_pod_status(status, grace).await?;
+        self.runtime
+            .kill_pod_status(Some(pod), status, grace)
+            .await?;
         let uid = pod_uid(pod);
         let after = self
             .runtime
@@ -155,6 +164,7 @@ impl PodSyncer for KubeletSyncer {
     }
 
     async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), SyncError> {
+        self.probes.remove_pod(&running.uid);
         self.runtime.kill_running_pod(running, ORPHAN_GRACE).await?;
         let status = self
             .runtime
@@ -167,6 +177,7 @@ impl PodSyncer for KubeletSyncer {
 
     async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let uid: PodUid = pod_uid(pod);
+        self.probes.remove_pod(&uid);
         self.started
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -169,7 +169,7 @@ impl KubeRuntimeManager {
         tracing::debug!(pod = %full_name(pod), ?actions, "sync pod");
         let grace = pod_grace(pod);
         if actions.kill_pod {
-            if let Err(e) = self.kill_pod_status(status, grace).await {
+            if let Err(e) = self.kill_pod_status(Some(pod), status, grace).await {
                 outcome.errors.push(SyncError::KillPod {
                     pod: full_name(pod),
                     source: e,
@@ -178,7 +178,11 @@ impl KubeRuntimeManager {
             }
         } else {
             for kill in &actions.containers_to_kill {
-                if let Err(e) = self.stop_container(&kill.id.id, grace).await {
+                let grace = kill_grace(pod, &kill.name, kill.reason, grace);
+                if let Err(e) = self
+                    .kill_container(Some(pod), status, &kill.id.id, &kill.name, grace)
+                    .await
+                {
                     outcome.errors.push(SyncError::KillContainer {
                         pod: full_name(pod),
                         container: kill.name.clone(),
@@ -424,8 +428,31 @@ impl KubeRuntimeManager {
             );
             return false;
         }
-        self.reasons().remove(&uid, &container.name);
         tracing::info!(pod = %full_name(pod), container = container.name, id, "started container");
+        if let Some(handler) = container
+            .lifecycle
+            .as_ref()
+            .and_then(|l| l.post_start.as_ref())
+        {
+            let pod_ip = pod_ips.first().map(String::as_str);
+            if let Err(message) =
+                super::hooks::run(self.runtime.as_ref(), handler, pod, container, &id, pod_ip).await
+            {
+                tracing::warn!(pod = %full_name(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
+                if let Err(e) = self.stop_container(&id, pod_grace(pod)).await {
+                    tracing::warn!(pod = %full_name(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");
+                }
+                self.fail(
+                    &uid,
+                    container,
+                    StartFailure::new(StartFailureReason::PostStartHookError, message),
+                    pod,
+                    outcome,
+                );
+                return false;
+            }
+        }
+        self.reasons().remove(&uid, &container.name);
         true
     }
 
@@ -478,14 +505,61 @@ impl KubeRuntimeManager {
         }
     }
 
-    /// Stops every running container of the pod (in parallel, each within `grace`), then its
-    /// sandboxes (upstream `killPodWithSyncResult`).
+    /// Stops one container (upstream `killContainer`): its `preStop` hook first, when the pod's
+    /// spec is known, within `grace`; then the stop signal with what is left of it.
+    async fn kill_container(
+        &self,
+        pod: Option<&Pod>,
+        status: &PodStatus,
+        id: &str,
+        name: &str,
+        grace: Duration,
+    ) -> Result<(), crate::cri::Error> {
+        let container = pod.and_then(|p| {
+            p.spec.as_ref().and_then(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .find(|c| c.name == name)
+            })
+        });
+        let hook = container.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
+        let mut grace = grace;
+        if let (Some(pod), Some(container), Some(handler)) = (pod, container, hook)
+            && !grace.is_zero()
+        {
+            let began = std::time::Instant::now();
+            let host_ip = self.config.host_ip.as_deref();
+            let pod_ip = if super::sandbox_config::host_network(pod) {
+                host_ip
+            } else {
+                status.ips().first().map(String::as_str)
+            };
+            let run = super::hooks::run(self.runtime.as_ref(), handler, pod, container, id, pod_ip);
+            match tokio::time::timeout(grace, run).await {
+                Ok(Ok(())) => {}
+                Ok(Err(message)) => {
+                    tracing::warn!(pod = %full_name(pod), container = name, reason = "FailedPreStopHook", "{message}");
+                }
+                Err(_) => {
+                    tracing::warn!(pod = %full_name(pod), container = name, grace_secs = grace.as_secs(), "preStop hook did not complete within the grace period");
+                }
+            }
+            grace = grace.saturating_sub(began.elapsed());
+        }
+        self.stop_container(id, grace).await
+    }
+
+    /// Stops every running container of the pod (in parallel, each within `grace`, after its
+    /// `preStop` hook when `pod` is given), then its sandboxes (upstream
+    /// `killPodWithSyncResult`).
     pub async fn kill_pod_status(
         &self,
+        pod: Option<&Pod>,
         status: &PodStatus,
         grace: Duration,
     ) -> Result<(), crate::cri::Error> {
-        let running: Vec<String> = status
+        let running: Vec<(String, String)> = status
             .containers
             .iter()
             .filter(|c| {
@@ -494,7 +568,7 @@ impl KubeRuntimeManager {
                     ContainerState::Running | ContainerState::Created | ContainerState::Unknown
                 )
             })
-            .map(|c| c.id.id.clone())
+            .map(|c| (c.id.id.clone(), c.name.clone()))
             .collect();
         let sandboxes: Vec<String> = status
             .sandboxes
@@ -502,7 +576,13 @@ impl KubeRuntimeManager {
             .filter(|s| s.state == SandboxState::Ready)
             .map(|s| s.id.clone())
             .collect();
-        self.kill(running, sandboxes, grace).await
+        let stops = running
+            .iter()
+            .map(|(id, name)| self.kill_container(pod, status, id, name, grace));
+        for result in futures::future::join_all(stops).await {
+            result?;
+        }
+        self.stop_sandboxes(sandboxes).await
     }
 
     /// Stops what the runtime runs for a pod no source knows (orphans).
@@ -536,6 +616,10 @@ impl KubeRuntimeManager {
         for result in futures::future::join_all(stops).await {
             result?;
         }
+        self.stop_sandboxes(sandboxes).await
+    }
+
+    async fn stop_sandboxes(&self, sandboxes: Vec<String>) -> Result<(), crate::cri::Error> {
         for id in sandboxes {
             match self.runtime.stop_pod_sandbox(&id).await {
                 Err(e) if !e.is_not_found() => return Err(e),
@@ -575,6 +659,25 @@ impl KubeRuntimeManager {
             .gc(now);
         self.images.gc(now);
     }
+}
+
+/// The grace period of one kill: a failed liveness or startup probe may carry its own (upstream
+/// `probe.terminationGracePeriodSeconds`).
+fn kill_grace(pod: &Pod, name: &str, reason: super::KillReason, pod_grace: Duration) -> Duration {
+    let container = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.iter().find(|c| c.name == name));
+    let probe = match reason {
+        super::KillReason::LivenessProbe => container.and_then(|c| c.liveness_probe.as_ref()),
+        super::KillReason::StartupProbe => container.and_then(|c| c.startup_probe.as_ref()),
+        _ => None,
+    };
+    probe
+        .and_then(|p| p.termination_grace_period_seconds)
+        .map_or(pod_grace, |s| {
+            Duration::from_secs(u64::try_from(s).unwrap_or(0))
+        })
 }
 
 /// The pod's grace period for stopping containers it replaces.

@@ -283,7 +283,7 @@ async fn killing_a_pod_stops_containers_then_the_sandbox() {
     )
     .await;
     fake.take_calls();
-    m.kill_pod_status(&status_of(&fake).await, Duration::from_secs(5))
+    m.kill_pod_status(None, &status_of(&fake).await, Duration::from_secs(5))
         .await
         .expect("killed");
     assert_eq!(

@@ -1,0 +1,65 @@
+//! The settled probe results by container instance (upstream `prober/results.Manager`): one map
+//! per probe kind, and a channel that carries every change to the sync loop.
+
+use std::{collections::HashMap, sync::Mutex};
+
+use tokio::sync::mpsc;
+
+use super::ProbeKind;
+use crate::{container::PodUid, kuberuntime::ProbeOutcome};
+
+/// A result changed: the sync loop syncs the pod (upstream `results.Update`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeUpdate {
+    pub kind: ProbeKind,
+    pub pod: PodUid,
+    /// The container instance, as the status names it (`containerd://<id>`).
+    pub container_id: String,
+    pub outcome: ProbeOutcome,
+}
+
+pub struct ResultsManager {
+    results: Mutex<HashMap<(ProbeKind, String), ProbeOutcome>>,
+    updates: mpsc::UnboundedSender<ProbeUpdate>,
+}
+
+impl ResultsManager {
+    /// The manager and the receiving end of its updates.
+    pub fn new() -> (ResultsManager, mpsc::UnboundedReceiver<ProbeUpdate>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (
+            ResultsManager {
+                results: Mutex::new(HashMap::new()),
+                updates: tx,
+            },
+            rx,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ProbeKind, String), ProbeOutcome>> {
+        self.results.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn get(&self, kind: ProbeKind, container_id: &str) -> Option<ProbeOutcome> {
+        self.lock().get(&(kind, container_id.to_owned())).copied()
+    }
+
+    /// Records `outcome`; only a change is sent on (upstream sends on change too, so a steady
+    /// state costs the sync loop nothing).
+    pub fn set(&self, kind: ProbeKind, pod: &PodUid, container_id: &str, outcome: ProbeOutcome) {
+        let previous = self.lock().insert((kind, container_id.to_owned()), outcome);
+        if previous != Some(outcome) {
+            // The receiver goes only at shutdown; nothing is left to sync then.
+            let _ = self.updates.send(ProbeUpdate {
+                kind,
+                pod: pod.clone(),
+                container_id: container_id.to_owned(),
+                outcome,
+            });
+        }
+    }
+
+    pub fn remove(&self, kind: ProbeKind, container_id: &str) {
+        self.lock().remove(&(kind, container_id.to_owned()));
+    }
+}
