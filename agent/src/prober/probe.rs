@@ -331,4 +331,116 @@ mod tests {
             Verdict::Failure("HTTP probe failed with statuscode: 503".into())
         );
     }
+
+    fn target<'a>(runtime: &'a crate::cri::fake::FakeRuntime, c: &'a Container) -> Target<'a> {
+        Target {
+            runtime,
+            container: c,
+            container_id: "none",
+            pod_ip: Some("127.0.0.1"),
+            name: "web",
+        }
+    }
+
+    #[tokio::test]
+    async fn grpc_probes_ask_the_standard_health_service() {
+        use tonic_health::ServingStatus;
+
+        let (reporter, service) = tonic_health::server::health_reporter();
+        reporter
+            .set_service_status("up", ServingStatus::Serving)
+            .await;
+        reporter
+            .set_service_status("down", ServingStatus::NotServing)
+            .await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let runtime = crate::cri::fake::FakeRuntime::new();
+        let c = container();
+        let probe = |service: &str| Probe {
+            grpc: Some(GRPCAction {
+                port: i32::from(port),
+                service: Some(service.into()),
+            }),
+            timeout_seconds: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&probe("up"), &target(&runtime, &c)).await,
+            Ok(Verdict::Success)
+        );
+        assert_eq!(
+            run(&probe("down"), &target(&runtime, &c)).await,
+            Ok(Verdict::Failure(
+                "service unhealthy (responded with \"NOT_SERVING\")".into()
+            ))
+        );
+        assert!(matches!(
+            run(&probe("unknown"), &target(&runtime, &c)).await,
+            Ok(Verdict::Failure(m)) if m.starts_with("error: health rpc probe failed")
+        ));
+        let closed = Probe {
+            grpc: Some(GRPCAction {
+                port: 1,
+                service: None,
+            }),
+            ..probe("up")
+        };
+        assert!(matches!(
+            run(&closed, &target(&runtime, &c)).await,
+            Ok(Verdict::Failure(m)) if m.starts_with("timeout: failed to connect service")
+        ));
+    }
+
+    #[tokio::test]
+    async fn http_probes_send_the_kubelets_headers_and_stop_at_other_hosts() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let server = tokio::spawn(async move {
+            let (mut conn, _) = listener.accept().await.expect("accept");
+            let mut request = vec![0u8; 4096];
+            let n = conn.read(&mut request).await.expect("read");
+            conn.write_all(
+                b"HTTP/1.1 302 Found\r\nLocation: http://elsewhere.example/\r\nContent-Length: 5\r\n\r\nmoved",
+            )
+            .await
+            .expect("write");
+            String::from_utf8_lossy(&request[..n]).to_lowercase()
+        });
+        let runtime = crate::cri::fake::FakeRuntime::new();
+        let c = container();
+        let probe = Probe {
+            http_get: Some(HTTPGetAction {
+                port: IntOrString::Int(i32::from(port)),
+                path: Some("/healthz".into()),
+                http_headers: Some(vec![k8s_openapi::api::core::v1::HTTPHeader {
+                    name: "X-Probe".into(),
+                    value: "yes".into(),
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let verdict = run(&probe, &target(&runtime, &c)).await;
+        assert!(
+            matches!(&verdict, Ok(Verdict::Warning(m)) if m.ends_with("moved")),
+            "{verdict:?}"
+        );
+        let request = server.await.expect("server");
+        assert!(request.starts_with("get /healthz http/1.1"), "{request}");
+        assert!(request.contains("user-agent: kube-probe/"), "{request}");
+        assert!(request.contains("x-probe: yes"), "{request}");
+        assert!(request.contains("accept: */*"), "{request}");
+    }
 }
