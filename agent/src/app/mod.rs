@@ -10,6 +10,7 @@ mod eviction;
 mod node;
 mod pods;
 mod psi;
+mod runtime_health;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
 

@@ -325,11 +325,25 @@ pub async fn start(
         let client = client_from_kubeconfig(kubeconfig)
             .await
             .map_err(Error::ApiServer)?;
+        let runtime_health = super::runtime_health::RuntimeHealth::default();
+        tasks.spawn({
+            let health = runtime_health.clone();
+            let runtime: Arc<dyn crate::cri::RuntimeService> = runtime.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                health.run(runtime, shutdown).await;
+                Ok(())
+            }
+        });
         let readiness: ReadinessCheck = {
             let pleg = pleg.clone();
-            Arc::new(move || match pleg.health() {
-                PlegHealth::Healthy => None,
-                PlegHealth::Unhealthy(why) => Some(format!("PLEG is not healthy: {why}")),
+            Arc::new(move || {
+                // Upstream's order: the runtime's problems, then the PLEG's.
+                let mut problems: Vec<String> = runtime_health.problem().into_iter().collect();
+                if let PlegHealth::Unhealthy(why) = pleg.health() {
+                    problems.push(format!("PLEG is not healthy: {why}"));
+                }
+                (!problems.is_empty()).then(|| problems.join(", "))
             })
         };
         let source = ApiServerSource {
@@ -413,6 +427,34 @@ fn allocatable(config: &Config, node: &NodeFacts) -> (i64, i64) {
     )
 }
 
+/// `ephemeral-storage` capacity and allocatable: the size of the filesystem holding the root dir,
+/// minus the kube and system reservations and the hard `nodefs.available` threshold (upstream
+/// `GetNodeAllocatableAbsolute`). `None` when the filesystem cannot be read.
+fn ephemeral_storage(config: &Config) -> Option<(u64, u64)> {
+    let dir = config
+        .root_dir
+        .ancestors()
+        .find(|p| p.exists())
+        .unwrap_or(std::path::Path::new("/"));
+    let stat = nix::sys::statvfs::statvfs(dir).ok()?;
+    #[allow(
+        clippy::useless_conversion,
+        reason = "the field widths differ by platform"
+    )]
+    let capacity = u64::from(stat.blocks()).saturating_mul(u64::from(stat.fragment_size()));
+    let capacity_i = i64::try_from(capacity).unwrap_or(i64::MAX);
+    let eviction = config
+        .eviction
+        .thresholds
+        .iter()
+        .filter(|t| t.is_hard() && t.signal == crate::eviction::thresholds::Signal::NodeFsAvailable)
+        .map(|t| crate::eviction::logic::quantity(t.value, capacity_i))
+        .max()
+        .unwrap_or(0);
+    let allocatable = (capacity_i - config.reserved.ephemeral_storage_bytes() - eviction).max(0);
+    Some((capacity, u64::try_from(allocatable).unwrap_or(0)))
+}
+
 /// What the Node object says about this machine.
 fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> NodeDescription {
     let read = |path: &str| {
@@ -421,6 +463,8 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
             .unwrap_or_default()
     };
     let (allocatable_cpu_millis, allocatable_memory_bytes) = allocatable(config, node);
+    let (ephemeral_storage_bytes, allocatable_ephemeral_storage_bytes) =
+        ephemeral_storage(config).unzip();
     NodeDescription {
         hostname: config.node_name.clone(),
         internal_ip: node.host_ip,
@@ -428,6 +472,8 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
         memory_bytes: node.memory_bytes,
         allocatable_cpu_millis,
         allocatable_memory_bytes: u64::try_from(allocatable_memory_bytes).unwrap_or(0),
+        ephemeral_storage_bytes,
+        allocatable_ephemeral_storage_bytes,
         max_pods: config.max_pods,
         // `uname -r`.
         kernel_version: read("/proc/sys/kernel/osrelease"),

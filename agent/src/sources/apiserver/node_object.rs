@@ -51,6 +51,10 @@ pub struct NodeDescription {
     /// `memory.available` eviction threshold, as upstream computes it).
     pub allocatable_cpu_millis: i64,
     pub allocatable_memory_bytes: u64,
+    /// Size of the filesystem holding the root dir (`ephemeral-storage`), when it could be read;
+    /// allocatable subtracts the reservations and the hard `nodefs.available` threshold.
+    pub ephemeral_storage_bytes: Option<u64>,
+    pub allocatable_ephemeral_storage_bytes: Option<u64>,
     /// `maxPods`: the `pods` capacity.
     pub max_pods: u32,
     /// `uname -r`.
@@ -124,12 +128,20 @@ pub(super) fn node_status(
     ready: NodeCondition,
     pressure: Vec<NodeCondition>,
 ) -> NodeStatus {
+    // As real kubelets show them: capacity in Ki (cadvisor's binary quantity), allocatable a
+    // plain byte count (the result of a subtraction).
+    let storage =
+        |bytes: Option<u64>| bytes.map(|b| ("ephemeral-storage".to_owned(), memory_quantity(b)));
+    let allocatable_storage = node
+        .allocatable_ephemeral_storage_bytes
+        .map(|b| ("ephemeral-storage".to_owned(), Quantity(b.to_string())));
     let resources: BTreeMap<String, Quantity> = [
         ("cpu".to_owned(), cpu_quantity(node.cpu_millis)),
         ("memory".to_owned(), memory_quantity(node.memory_bytes)),
         ("pods".to_owned(), Quantity(node.max_pods.to_string())),
     ]
     .into_iter()
+    .chain(storage(node.ephemeral_storage_bytes))
     .collect();
     let allocatable: BTreeMap<String, Quantity> = [
         ("cpu".to_owned(), cpu_quantity(node.allocatable_cpu_millis)),
@@ -140,6 +152,7 @@ pub(super) fn node_status(
         ("pods".to_owned(), Quantity(node.max_pods.to_string())),
     ]
     .into_iter()
+    .chain(allocatable_storage)
     .collect();
     let mut conditions = pressure;
     conditions.push(ready);

@@ -27,6 +27,8 @@ fn description() -> NodeDescription {
         memory_bytes: 8 * 1024 * 1024 * 1024,
         allocatable_cpu_millis: 3500,
         allocatable_memory_bytes: 7 * 1024 * 1024 * 1024,
+        ephemeral_storage_bytes: Some(100 * 1024 * 1024 * 1024),
+        allocatable_ephemeral_storage_bytes: Some(90 * 1024 * 1024 * 1024),
         max_pods: 110,
         kernel_version: "6.12.0".into(),
         os_image: "Debian GNU/Linux 13 (trixie)".into(),
@@ -100,11 +102,21 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
     );
     assert_eq!(
         node["status"]["capacity"],
-        json!({ "cpu": "4", "memory": "8388608Ki", "pods": "110" })
+        json!({
+            "cpu": "4",
+            "memory": "8388608Ki",
+            "pods": "110",
+            "ephemeral-storage": "104857600Ki",
+        })
     );
     assert_eq!(
         node["status"]["allocatable"],
-        json!({ "cpu": "3500m", "memory": "7340032Ki", "pods": "110" })
+        json!({
+            "cpu": "3500m",
+            "memory": "7340032Ki",
+            "pods": "110",
+            "ephemeral-storage": "96636764160",
+        })
     );
     // No pressure: the three conditions are reported False, before Ready, as upstream orders them.
     let kinds: Vec<(&str, &str, &str)> = node["status"]["conditions"]
@@ -186,7 +198,12 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
     assert_eq!(condition["lastTransitionTime"], t0_plus(Duration::ZERO));
     assert_eq!(
         beat.body["status"]["capacity"],
-        json!({ "cpu": "4", "memory": "8388608Ki", "pods": "110" })
+        json!({
+            "cpu": "4",
+            "memory": "8388608Ki",
+            "pods": "110",
+            "ephemeral-storage": "104857600Ki",
+        })
     );
     beat.reply(200, &created);
 
