@@ -404,3 +404,62 @@ fn pre_stop_runs_before_the_stop_signal() {
     );
     node.wait_gone("stop");
 }
+
+#[test]
+fn startup_gates_readiness_and_a_failed_startup_restarts() {
+    let Some(node) = node(
+        "startup_gates_readiness_and_a_failed_startup_restarts",
+        "startup",
+    ) else {
+        return;
+    };
+    let startup = |file: &str| {
+        format!(
+            "      startupProbe:
+        exec:
+          command: [\"test\", \"-f\", \"{file}\"]
+        periodSeconds: 1
+        failureThreshold: 4
+      readinessProbe:
+        exec:
+          command: [\"true\"]
+        periodSeconds: 1
+"
+        )
+    };
+    node.write_manifest(
+        "startup.yaml",
+        &pod(
+            "startup",
+            "  terminationGracePeriodSeconds: 1\n",
+            &[
+                container(
+                    "slow",
+                    "sleep 3; touch /tmp/up; exec sleep 3600",
+                    &startup("/tmp/up"),
+                ),
+                container("never", "exec sleep 3600", &startup("/tmp/never")),
+            ],
+        ),
+    );
+    let early = node.wait_pod("startup", "slow running", |p| {
+        status::running(status::container(p, "slow"))
+    });
+    let c = status::container(&early, "slow").expect("slow");
+    if c.started != Some(true) {
+        assert!(!c.ready, "ready before started: {c:#?}");
+    }
+    let up = node.wait_pod("startup", "slow started and ready", |p| {
+        status::container(p, "slow").is_some_and(|c| c.started == Some(true) && c.ready)
+    });
+    assert_eq!(restarts(&up, "slow"), 0);
+    // Readiness never ran for a container that has not started.
+    assert_eq!(
+        probe_count(&node, &up, "never", "Readiness", "successful"),
+        0.0
+    );
+    let never = node.wait_pod("startup", "never restarted", |p| restarts(p, "never") >= 1);
+    let c = status::container(&never, "never").expect("never");
+    assert!(!c.ready && c.started != Some(true), "{c:#?}");
+    assert!(probe_count(&node, &never, "never", "Startup", "failed") >= 4.0);
+}

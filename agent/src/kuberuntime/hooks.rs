@@ -91,3 +91,85 @@ pub async fn run(
         container.name
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1 as cri;
+    use k8s_openapi::api::core::v1::{ExecAction, SleepAction};
+
+    use super::*;
+    use crate::cri::fake::FakeRuntime;
+
+    fn pod() -> Pod {
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("web".into()),
+                namespace: Some("prod".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn app() -> Container {
+        Container {
+            name: "app".into(),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn exec_hooks_fail_on_a_non_zero_exit_with_the_output() {
+        let fake = FakeRuntime::new();
+        let (_, ids) = fake
+            .start_pod("u1", "web", "prod", &["app"])
+            .await
+            .unwrap_or_default();
+        let id = ids.first().cloned().unwrap_or_default();
+        let handler = LifecycleHandler {
+            exec: Some(ExecAction {
+                command: Some(vec!["flush".into()]),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            run(&fake, &handler, &pod(), &app(), &id, None).await,
+            Ok(())
+        );
+        fake.set_exec_result(
+            &id,
+            cri::ExecSyncResponse {
+                stdout: b"disk full".to_vec(),
+                stderr: Vec::new(),
+                exit_code: 2,
+            },
+        );
+        let err = run(&fake, &handler, &pod(), &app(), &id, None).await;
+        assert_eq!(
+            err,
+            Err(
+                "Exec lifecycle hook ([\"flush\"]) for Container \"app\" in Pod \
+                 \"web_prod(u1)\" failed - error: command [\"flush\"] exited with 2, message: \
+                 \"disk full\""
+                    .into()
+            )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn sleep_hooks_sleep_and_empty_ones_are_refused() {
+        let fake = FakeRuntime::new();
+        let sleep = LifecycleHandler {
+            sleep: Some(SleepAction { seconds: 5 }),
+            ..Default::default()
+        };
+        let began = tokio::time::Instant::now();
+        assert_eq!(run(&fake, &sleep, &pod(), &app(), "c1", None).await, Ok(()));
+        // Paused time: the hook waited its 5 s of virtual time.
+        assert!(began.elapsed() >= std::time::Duration::from_secs(5));
+        let empty = LifecycleHandler::default();
+        let err = run(&fake, &empty, &pod(), &app(), "c1", None).await;
+        assert!(err.is_err_and(|m| m.contains("invalid handler")));
+    }
+}
