@@ -325,13 +325,37 @@ pub async fn start(
         let client = client_from_kubeconfig(kubeconfig)
             .await
             .map_err(Error::ApiServer)?;
+        let node_changed = Arc::new(tokio::sync::Notify::new());
         let runtime_health = super::runtime_health::RuntimeHealth::default();
         tasks.spawn({
             let health = runtime_health.clone();
             let runtime: Arc<dyn crate::cri::RuntimeService> = runtime.clone();
+            let changed = node_changed.clone();
             let shutdown = shutdown.clone();
             async move {
-                health.run(runtime, shutdown).await;
+                health.run(runtime, changed, shutdown).await;
+                Ok(())
+            }
+        });
+        tasks.spawn({
+            // A pressure condition set or cleared is posted at once.
+            let mut conditions = eviction.conditions();
+            let changed = node_changed.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        seen = conditions.changed() => {
+                            if seen.is_err() {
+                                break;
+                            }
+                            changed.notify_one();
+                        }
+                        () = shutdown.cancelled() => break,
+                    }
+                }
+                // Without an eviction manager nothing changes; a task that ends stops the agent.
+                shutdown.cancelled().await;
                 Ok(())
             }
         });
@@ -366,6 +390,7 @@ pub async fn start(
                         .collect()
                 }) as PressureCheck
             },
+            node_changed,
             pods: pod_config.channel(Source::Api),
             clock: Arc::new(SystemTime::now) as WallClock,
         };

@@ -80,8 +80,14 @@ impl RuntimeHealth {
         }
     }
 
-    /// Asks the runtime every period until `shutdown`.
-    pub async fn run(self, runtime: Arc<dyn RuntimeService>, shutdown: CancellationToken) {
+    /// Asks the runtime every period until `shutdown`; `changed` is notified when the problem
+    /// changes.
+    pub async fn run(
+        self,
+        runtime: Arc<dyn RuntimeService>,
+        changed: Arc<tokio::sync::Notify>,
+        shutdown: CancellationToken,
+    ) {
         let mut tick = tokio::time::interval(PERIOD);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -89,9 +95,13 @@ impl RuntimeHealth {
                 _ = tick.tick() => {}
                 () = shutdown.cancelled() => return,
             }
+            let before = self.problem();
             match runtime.status().await {
                 Ok(status) => self.observe(&status, Instant::now()),
                 Err(e) => tracing::warn!(error = %e, "container runtime sanity check failed"),
+            }
+            if self.problem() != before {
+                changed.notify_one();
             }
         }
     }

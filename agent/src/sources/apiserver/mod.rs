@@ -154,6 +154,9 @@ pub struct ApiServerSource {
     pub status: Arc<StatusManager>,
     pub readiness: ReadinessCheck,
     pub pressure: PressureCheck,
+    /// Notified when the readiness or pressure may have changed: the node status is posted at
+    /// once if it did.
+    pub node_changed: Arc<tokio::sync::Notify>,
     /// From `PodConfig::channel(Source::Api)`.
     pub pods: SourceSender,
     pub clock: WallClock,
@@ -179,6 +182,7 @@ impl ApiServerSource {
             status,
             readiness,
             pressure,
+            node_changed,
             pods,
             clock,
         } = self;
@@ -199,6 +203,7 @@ impl ApiServerSource {
             node_uid_tx,
         )
         .with_pressure(pressure)
+        .with_nudge(node_changed)
         .run(cancel.clone());
         let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
             .run(cancel.clone());

@@ -3,7 +3,9 @@
 //! created, retrying with upstream's backoff (100 ms doubling to 7 s); if it already exists (409
 //! `AlreadyExists`, e.g. after a restart), it is read and its default labels and status patched
 //! instead. Then every `nodeStatusUpdateFrequency` the status is computed again — the Ready
-//! condition from the readiness check — and patched when it changed or a report is due.
+//! condition from the readiness check — and patched when it changed or a report is due. A nudge
+//! (a pressure condition or the runtime's health changed) computes it at once instead of at the
+//! next tick, so a node under pressure says so without waiting up to 10 s.
 //!
 //! Patches are strategic merge patches of `nodes/<name>/status`, as upstream's `PatchNodeStatus`:
 //! conditions and addresses merge by `type`, so conditions other components own are kept.
@@ -51,6 +53,8 @@ pub(super) struct NodeStatusLoop {
     last: Option<(NodeStatus, Instant)>,
     /// The pressure conditions in force (from the eviction manager).
     pressure: PressureCheck,
+    /// Notified when something the status shows may have changed.
+    nudge: Arc<tokio::sync::Notify>,
 }
 
 impl NodeStatusLoop {
@@ -73,7 +77,14 @@ impl NodeStatusLoop {
             uid,
             last: None,
             pressure: Arc::new(Vec::new),
+            nudge: Arc::new(tokio::sync::Notify::new()),
         }
+    }
+
+    /// Computes the status at once whenever `nudge` is notified.
+    pub(super) fn with_nudge(mut self, nudge: Arc<tokio::sync::Notify>) -> Self {
+        self.nudge = nudge;
+        self
     }
 
     /// Reports the eviction manager's pressure conditions too.
@@ -110,6 +121,7 @@ impl NodeStatusLoop {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 _ = tick.tick() => self.update_status().await,
+                () = self.nudge.notified() => self.update_status().await,
             }
         }
     }

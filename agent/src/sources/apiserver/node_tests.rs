@@ -44,6 +44,7 @@ struct Harness {
     problem: Arc<Mutex<Option<String>>>,
     uid: watch::Receiver<Option<String>>,
     cancel: CancellationToken,
+    nudge: Arc<tokio::sync::Notify>,
 }
 
 fn start() -> Harness {
@@ -64,12 +65,14 @@ fn start() -> Harness {
         paused_clock(),
         uid_tx,
     );
-    tokio::spawn(node_loop.run(cancel.clone()));
+    let nudge = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(node_loop.with_nudge(nudge.clone()).run(cancel.clone()));
     Harness {
         api,
         problem,
         uid,
         cancel,
+        nudge,
     }
 }
 
@@ -289,5 +292,26 @@ async fn a_failed_registration_is_retried() {
     again.reply(201, &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1", "uid": "uid-2" } }));
     h.uid.changed().await.expect("the UID is published");
     assert_eq!(h.uid.borrow().as_deref(), Some("uid-2"));
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_nudge_posts_a_change_before_the_next_tick() {
+    let mut h = start();
+    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    let mut created = create.body.clone();
+    created["metadata"]["uid"] = json!("uid-1");
+    create.reply(201, &created);
+    h.uid.changed().await.expect("the UID is published");
+
+    *h.problem.lock().expect("lock") = Some("container runtime is down".into());
+    h.nudge.notify_one();
+    let down = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    let condition = ready(&down.body["status"]);
+    assert_eq!(condition["status"], "False");
+    assert_eq!(condition["message"], "container runtime is down");
+    // Posted at the nudge, not at the first 10 s tick (paused time: nothing else moved it).
+    assert_eq!(condition["lastHeartbeatTime"], t0_plus(Duration::ZERO));
+    down.reply(200, &created);
     h.cancel.cancel();
 }
