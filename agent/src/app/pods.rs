@@ -34,7 +34,7 @@ use crate::{
     prober::{ProbeManager, metrics::ProberMetrics},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, NodeDescription, PodConfig, PressureCheck,
+        ApiServerOptions, ApiServerSource, ImagesCheck, NodeDescription, PodConfig, PressureCheck,
         ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
         client_from_kubeconfig, go_arch, os_image,
     },
@@ -359,6 +359,40 @@ pub async fn start(
                 Ok(())
             }
         });
+        // Upstream's image list cache is refreshed every 30 s too.
+        let images_seen = Arc::new(Mutex::new(Vec::new()));
+        tasks.spawn({
+            let images = runtime.clone();
+            let seen = images_seen.clone();
+            let changed = node_changed.clone();
+            let shutdown = shutdown.clone();
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(30));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        () = shutdown.cancelled() => return Ok(()),
+                    }
+                    match crate::cri::ImageService::list_images(images.as_ref(), None).await {
+                        Ok(list) => {
+                            let listed =
+                                crate::sources::node_images(&list, crate::sources::MAX_IMAGES);
+                            let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                            if *seen != listed {
+                                *seen = listed;
+                                changed.notify_one();
+                            }
+                        }
+                        Err(e) => tracing::warn!(error = %e, "cannot list the node's images"),
+                    }
+                }
+            }
+        });
+        let images: ImagesCheck = {
+            let seen = images_seen.clone();
+            Arc::new(move || seen.lock().unwrap_or_else(|p| p.into_inner()).clone())
+        };
         let readiness: ReadinessCheck = {
             let pleg = pleg.clone();
             Arc::new(move || {
@@ -391,6 +425,7 @@ pub async fn start(
                 }) as PressureCheck
             },
             node_changed,
+            images,
             pods: pod_config.channel(Source::Api),
             clock: Arc::new(SystemTime::now) as WallClock,
         };

@@ -37,7 +37,9 @@ use tokio_util::sync::CancellationToken;
 use super::SourceSender;
 use crate::status::StatusManager;
 
-pub use node_object::{KUBELET_VERSION, NodeDescription, go_arch, os_image};
+pub use node_object::{
+    KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
+};
 
 /// Upstream's namespace for node leases (`v1.NamespaceNodeLease`).
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -53,6 +55,10 @@ pub type ReadinessCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 /// The node's pressure conditions in force (`MemoryPressure`, `DiskPressure`, `PIDPressure`), as
 /// the eviction manager reports them.
 pub type PressureCheck = Arc<dyn Fn() -> Vec<String> + Send + Sync>;
+
+/// The images on the node as the status lists them (`node_object::node_images`).
+pub type ImagesCheck =
+    Arc<dyn Fn() -> Vec<k8s_openapi::api::core::v1::ContainerImage> + Send + Sync>;
 
 /// The wall clock for heartbeat and renew times, shared by the loops and pinned by tests.
 pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
@@ -157,6 +163,7 @@ pub struct ApiServerSource {
     /// Notified when the readiness or pressure may have changed: the node status is posted at
     /// once if it did.
     pub node_changed: Arc<tokio::sync::Notify>,
+    pub images: ImagesCheck,
     /// From `PodConfig::channel(Source::Api)`.
     pub pods: SourceSender,
     pub clock: WallClock,
@@ -183,6 +190,7 @@ impl ApiServerSource {
             readiness,
             pressure,
             node_changed,
+            images,
             pods,
             clock,
         } = self;
@@ -204,6 +212,7 @@ impl ApiServerSource {
         )
         .with_pressure(pressure)
         .with_nudge(node_changed)
+        .with_images(images)
         .run(cancel.clone());
         let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
             .run(cancel.clone());

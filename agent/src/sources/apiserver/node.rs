@@ -25,8 +25,8 @@ use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    ApiServerOptions, Error, NodeDescription, PressureCheck, ReadinessCheck, WallClock,
-    is_already_exists,
+    ApiServerOptions, Error, ImagesCheck, NodeDescription, PressureCheck, ReadinessCheck,
+    WallClock, is_already_exists,
     node_object::{
         default_labels, initial_node, node_status, pressure_conditions, ready_condition, ready_of,
         same_but_heartbeat,
@@ -55,6 +55,8 @@ pub(super) struct NodeStatusLoop {
     pressure: PressureCheck,
     /// Notified when something the status shows may have changed.
     nudge: Arc<tokio::sync::Notify>,
+    /// The images to list in the status.
+    images: ImagesCheck,
 }
 
 impl NodeStatusLoop {
@@ -78,7 +80,14 @@ impl NodeStatusLoop {
             last: None,
             pressure: Arc::new(Vec::new),
             nudge: Arc::new(tokio::sync::Notify::new()),
+            images: Arc::new(Vec::new),
         }
+    }
+
+    /// Lists the node's images in the status (upstream `nodeStatusMaxImages`).
+    pub(super) fn with_images(mut self, images: ImagesCheck) -> Self {
+        self.images = images;
+        self
     }
 
     /// Computes the status at once whenever `nudge` is notified.
@@ -130,7 +139,10 @@ impl NodeStatusLoop {
     async fn try_register(&mut self) -> Result<(), Error> {
         let ready = ready_condition((self.readiness)(), (self.clock)(), None);
         let pressure = pressure_conditions(&(self.pressure)(), (self.clock)(), None);
-        let node = initial_node(&self.name, &self.node, ready, pressure);
+        let mut node = initial_node(&self.name, &self.node, ready, pressure);
+        if let Some(status) = node.status.as_mut() {
+            status.images = self.images();
+        }
         let created = self.api.create(&PostParams::default(), &node).await;
         let error = match created {
             Ok(created) => {
@@ -173,7 +185,13 @@ impl NodeStatusLoop {
         let now = (self.clock)();
         let ready = ready_condition((self.readiness)(), now, ready_of(previous));
         let pressure = pressure_conditions(&(self.pressure)(), now, previous);
-        node_status(&self.node, ready, pressure)
+        let mut status = node_status(&self.node, ready, pressure);
+        status.images = self.images();
+        status
+    }
+
+    fn images(&self) -> Option<Vec<k8s_openapi::api::core::v1::ContainerImage>> {
+        Some((self.images)()).filter(|i| !i.is_empty())
     }
 
     /// Upstream `updateNodeStatus`: a few immediate attempts, then wait for the next tick.

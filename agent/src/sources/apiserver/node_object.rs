@@ -15,7 +15,7 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::core::v1::{Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo},
+    api::core::v1::{ContainerImage, Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo},
     apimachinery::pkg::{
         api::resource::Quantity,
         apis::meta::v1::{ObjectMeta, Time},
@@ -101,6 +101,34 @@ pub(super) fn default_labels(node: &NodeDescription) -> BTreeMap<String, String>
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect()
+}
+
+/// Upstream `MaxNamesPerImageInNodeStatus`.
+const MAX_NAMES_PER_IMAGE: usize = 5;
+/// Upstream's default `nodeStatusMaxImages`.
+pub const MAX_IMAGES: usize = 50;
+
+/// `status.images` (upstream's `Images` setter): the largest images first, at most `max`, each
+/// with its digests then its tags, at most five names.
+pub fn node_images(images: &[k8s_cri::v1::Image], max: usize) -> Vec<ContainerImage> {
+    let mut sorted: Vec<&k8s_cri::v1::Image> = images.iter().collect();
+    sorted.sort_by_key(|i| std::cmp::Reverse(i.size));
+    sorted
+        .into_iter()
+        .take(max)
+        .map(|image| ContainerImage {
+            names: Some(
+                image
+                    .repo_digests
+                    .iter()
+                    .chain(&image.repo_tags)
+                    .take(MAX_NAMES_PER_IMAGE)
+                    .cloned()
+                    .collect(),
+            ),
+            size_bytes: i64::try_from(image.size).ok(),
+        })
+        .collect()
 }
 
 /// The Node to create (upstream `initialNode`, which also runs the status setters).
@@ -378,6 +406,31 @@ mod tests {
         assert_eq!(down.reason.as_deref(), Some("KubeletNotReady"));
         assert_eq!(down.message.as_deref(), Some("PLEG is not healthy"));
         assert_eq!(down.last_transition_time, Some(time(at(120))));
+    }
+
+    #[test]
+    fn images_largest_first_digests_then_tags_five_names_at_most() {
+        let image = |size: u64, tags: &[&str], digests: &[&str]| k8s_cri::v1::Image {
+            size,
+            repo_tags: tags.iter().map(|t| (*t).to_owned()).collect(),
+            repo_digests: digests.iter().map(|d| (*d).to_owned()).collect(),
+            ..Default::default()
+        };
+        let many: Vec<String> = (0..7).map(|i| format!("r/big:{i}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let images = [
+            image(10, &["r/small:1"], &["r/small@sha256:aa"]),
+            image(300, &many, &["r/big@sha256:bb"]),
+            image(20, &["r/mid:1"], &[]),
+        ];
+        let listed = node_images(&images, 2);
+        assert_eq!(listed.len(), 2);
+        assert_eq!(listed[0].size_bytes, Some(300));
+        let names = listed[0].names.clone().unwrap_or_default();
+        assert_eq!(names.len(), 5);
+        assert_eq!(names[0], "r/big@sha256:bb");
+        assert_eq!(names[1], "r/big:0");
+        assert_eq!(listed[1].names, Some(vec!["r/mid:1".to_owned()]));
     }
 
     #[test]
