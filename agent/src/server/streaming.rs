@@ -142,9 +142,19 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, message.into()).into_response()
 }
 
+/// A request refused before any session: its status and message.
+#[derive(Debug)]
+struct Refused(StatusCode, String);
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
 impl Streaming {
     /// The pod `namespace/name` (and `uid` when given), else 404.
-    fn pod(&self, namespace: &str, name: &str, uid: Option<&str>) -> Result<Pod, Response> {
+    fn pod(&self, namespace: &str, name: &str, uid: Option<&str>) -> Result<Pod, Refused> {
         (self.pods)()
             .into_iter()
             .find(|p| {
@@ -152,11 +162,11 @@ impl Streaming {
                     && p.metadata.name.as_deref() == Some(name)
                     && uid.is_none_or(|u| p.metadata.uid.as_deref() == Some(u))
             })
-            .ok_or_else(|| error(StatusCode::NOT_FOUND, "pod does not exist"))
+            .ok_or_else(|| Refused(StatusCode::NOT_FOUND, "pod does not exist".into()))
     }
 
     /// The running container's runtime id, else 404.
-    fn container_id(&self, pod: &Pod, container: &str) -> Result<String, Response> {
+    fn container_id(&self, pod: &Pod, container: &str) -> Result<String, Refused> {
         pod.status
             .as_ref()
             .and_then(|s| s.container_statuses.as_ref())
@@ -168,14 +178,14 @@ impl Streaming {
             .and_then(|s| s.container_id.as_deref())
             .map(|id| id.split_once("://").map_or(id, |(_, id)| id).to_owned())
             .ok_or_else(|| {
-                error(
+                Refused(
                     StatusCode::NOT_FOUND,
                     format!("container not found ({container:?})"),
                 )
             })
     }
 
-    async fn sandbox_id(&self, pod: &Pod) -> Result<String, Response> {
+    async fn sandbox_id(&self, pod: &Pod) -> Result<String, Refused> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let filter = cri::PodSandboxFilter {
             state: Some(cri::PodSandboxStateValue {
@@ -188,12 +198,12 @@ impl Streaming {
             .runtime
             .list_pod_sandbox(Some(filter))
             .await
-            .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            .map_err(|e| Refused(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         sandboxes
             .into_iter()
             .next()
             .map(|s| s.id)
-            .ok_or_else(|| error(StatusCode::NOT_FOUND, "pod sandbox not found"))
+            .ok_or_else(|| Refused(StatusCode::NOT_FOUND, "pod sandbox not found".into()))
     }
 }
 
@@ -286,11 +296,11 @@ async fn stream_session(
     };
     let pod = match s.pod(namespace, name, uid) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let container_id = match s.container_id(&pod, container) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let url = match session {
         Session::Exec => {
@@ -348,11 +358,11 @@ async fn forward(
 ) -> Response {
     let pod = match s.pod(namespace, name, uid) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let sandbox = match s.sandbox_id(&pod).await {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     // WebSocket clients name their ports in the query; SPDY ones per stream, later.
     let mut ports = Vec::new();
@@ -404,11 +414,11 @@ async fn run_in_container(
 ) -> Response {
     let pod = match s.pod(namespace, name, uid) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let id = match s.container_id(&pod, container) {
         Ok(id) => id,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let cmd: Vec<String> = query_pairs(uri.query().unwrap_or_default())
         .into_iter()
