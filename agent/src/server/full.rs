@@ -175,3 +175,7 @@ pub async fn serve(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "full_tests.rs"]
+mod tests;
