@@ -41,6 +41,7 @@ pub struct FileConfig {
     pub tls_cert_file: Option<PathBuf>,
     pub tls_private_key_file: Option<PathBuf>,
     pub tls_min_version: Option<String>,
+    pub tls_cipher_suites: Option<Vec<String>>,
     pub authentication: Option<super::server::FileAuthentication>,
     pub authorization: Option<super::server::FileAuthorization>,
     pub healthz_port: Option<i64>,

@@ -1042,6 +1042,27 @@ fn kubelet_server_errors_name_the_field() {
     ] {
         assert_eq!(err(yaml, flags), want, "{yaml} {flags:?}");
     }
+    assert_eq!(
+        err("tlsCipherSuites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n", &[]),
+        "config file DIR/swiftlet.yaml: field `tlsCipherSuites`: invalid cipher suite \
+         \"TLS_RSA_WITH_AES_128_CBC_SHA\": not one of the suites this server implements: \
+         TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, \
+         TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, \
+         TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, \
+         TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256"
+    );
+    // The seeds' six ECDHE suites, Go spelling (ChaCha20 without `_SHA256`).
+    let (_dir, config) = load(
+        "tlsCipherSuites:\n  - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\n  - TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305\n",
+        &[],
+    );
+    assert_eq!(
+        config.expect("loads").server.tls_cipher_suites,
+        vec![
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
+        ]
+    );
     // An unknown field inside `authentication` is refused by name.
     let message = err("authentication:\n  oidc: {}\n", &[]);
     assert!(message.contains("oidc"), "{message}");

@@ -164,6 +164,10 @@ pub struct RunArgs {
     /// Lowest TLS version of the kubelet server (`tlsMinVersion`): VersionTLS12 or VersionTLS13.
     #[arg(long, value_name = "VERSION")]
     pub tls_min_version: Option<String>,
+    /// TLS 1.2 cipher suites of the kubelet server (`tlsCipherSuites`), comma-separated Go names,
+    /// e.g. `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`.
+    #[arg(long, value_name = "LIST")]
+    pub tls_cipher_suites: Vec<String>,
     /// Where a self-signed certificate is kept when no --tls-cert-file is given (default
     /// `<root-dir>/pki`).
     #[arg(long, value_name = "DIR")]

@@ -89,6 +89,29 @@ pub struct FileAuthzWebhook {
     pub cache_unauthorized_ttl: Option<String>,
 }
 
+/// The TLS 1.2 suites rustls (with ring) implements, by their Go names; the TLS 1.3 ones are
+/// accepted and, as in Go, always on. CBC, RSA key exchange and 3DES suites are not implemented.
+pub const CIPHER_SUITES: [&str; 9] = [
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_AES_128_GCM_SHA256",
+    "TLS_AES_256_GCM_SHA384",
+    "TLS_CHACHA20_POLY1305_SHA256",
+];
+
+/// A suite's canonical name (Go also accepts the ChaCha20 ones without `_SHA256`).
+fn cipher_suite(name: &str) -> Option<&'static str> {
+    let name = name.trim();
+    CIPHER_SUITES
+        .iter()
+        .find(|s| **s == name || s.strip_suffix("_SHA256") == Some(name))
+        .copied()
+}
+
 /// The lowest TLS version the full server accepts (rustls speaks only 1.2 and 1.3).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TlsVersion {
@@ -159,6 +182,8 @@ pub struct ServerConfig {
     /// `--cert-dir`, default `<rootDir>/pki`.
     pub cert_directory: PathBuf,
     pub tls_min_version: TlsVersion,
+    /// `tlsCipherSuites` by canonical name; empty: rustls's defaults.
+    pub tls_cipher_suites: Vec<&'static str>,
     pub authentication: Authentication,
     pub authorization: Authorization,
 }
@@ -246,6 +271,29 @@ pub(super) fn resolve(
             .parse()
             .map_err(|why| invalid(r.file, "tlsMinVersion", "value", v, why))?,
         (None, None) => TlsVersion::Tls12,
+    };
+    let tls_cipher_suites = match r.list_field(
+        (&args.tls_cipher_suites, "--tls-cipher-suites"),
+        &file.tls_cipher_suites,
+    ) {
+        None => Vec::new(),
+        Some((origin, names)) => names
+            .iter()
+            .map(|name| {
+                cipher_suite(name).ok_or_else(|| {
+                    invalid(
+                        &origin,
+                        "tlsCipherSuites",
+                        "cipher suite",
+                        name,
+                        format!(
+                            "not one of the suites this server implements: {}",
+                            CIPHER_SUITES.join(", ")
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
     };
     let cert_directory = args
         .cert_dir
@@ -338,6 +386,7 @@ pub(super) fn resolve(
         tls_private_key_file,
         cert_directory,
         tls_min_version,
+        tls_cipher_suites,
         authentication: Authentication {
             anonymous,
             webhook,

@@ -78,7 +78,10 @@ async fn refusals_carry_upstreams_status_and_message() {
     assert_eq!(status, StatusCode::OK);
     assert!(body.contains("\"kind\":\"PodList\""), "{body}");
 
-    let metrics_only = app(AuthorizationMode::Webhook, Some(OneSubresource(Some("metrics"))));
+    let metrics_only = app(
+        AuthorizationMode::Webhook,
+        Some(OneSubresource(Some("metrics"))),
+    );
     assert_eq!(
         get(metrics_only.clone(), "/healthz", Some("prometheus")).await,
         (

@@ -77,7 +77,16 @@ pub fn server_config(settings: &Settings, host: &str) -> Result<Arc<ServerConfig
         path: key_path.clone(),
         problem: format!("expected a PEM private key: {e}"),
     })?;
-    let provider = Arc::new(ring::default_provider());
+    let mut provider = ring::default_provider();
+    if !settings.tls_cipher_suites.is_empty() {
+        // TLS 1.3 suites are always on (Go ignores the list for 1.3 as well).
+        provider.cipher_suites.retain(|suite| {
+            let name = format!("{:?}", suite.suite());
+            matches!(suite, rustls::SupportedCipherSuite::Tls13(_))
+                || settings.tls_cipher_suites.contains(&name.as_str())
+        });
+    }
+    let provider = Arc::new(provider);
     let versions: &[&rustls::SupportedProtocolVersion] = match settings.tls_min_version {
         TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         TlsVersion::Tls13 => &[&rustls::version::TLS13],
@@ -243,6 +252,49 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let mode = fs::metadata(&key).expect("key").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+    }
+
+    #[test]
+    fn cipher_suites_restrict_tls12_only() {
+        use crate::config::{Authentication, Authorization, AuthorizationMode};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = Settings {
+            address: None,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_directory: dir.path().join("pki"),
+            tls_min_version: TlsVersion::Tls12,
+            tls_cipher_suites: vec!["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
+            authentication: Authentication {
+                anonymous: false,
+                webhook: false,
+                webhook_cache_ttl: Duration::from_secs(120),
+                client_ca_file: None,
+            },
+            authorization: Authorization {
+                mode: AuthorizationMode::AlwaysAllow,
+                cache_authorized_ttl: Duration::from_secs(300),
+                cache_unauthorized_ttl: Duration::from_secs(30),
+            },
+        };
+        let config = server_config(&settings, "node-1").expect("builds");
+        let mut names: Vec<String> = config
+            .crypto_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| format!("{:?}", s.suite()))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![
+                "TLS13_AES_128_GCM_SHA256",
+                "TLS13_AES_256_GCM_SHA384",
+                "TLS13_CHACHA20_POLY1305_SHA256",
+                "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            ]
+        );
+        assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]);
     }
 
     #[test]
