@@ -32,7 +32,7 @@ use crate::{
 };
 
 /// The pods' logs, measured for disk ranking.
-const LOG_ROOT: &str = "/var/log/pods";
+pub(super) const LOG_ROOT: &str = "/var/log/pods";
 
 #[expect(
     clippy::too_many_arguments,

@@ -47,6 +47,7 @@ pub async fn summary_provider(
     let cgroups = cgroups.clone();
     Ok(Arc::new(SummaryProvider::new(
         config.node_name.clone(),
+        PathBuf::from(super::eviction::LOG_ROOT),
         observer,
         Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
         Arc::new(move |pod| cgroups.pod_path(pod).ok()),

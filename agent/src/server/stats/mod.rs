@@ -9,15 +9,15 @@
 //!
 //! Not here: the numbers eviction decides on (`eviction/observe.rs`, read fresh there). Upstream:
 //! `pkg/kubelet/server/stats/handler.go` and `summary.go`, `pkg/kubelet/stats/`.
-//! Left out: network (the pods' network namespaces are the CNI's), per-container `rootfs` and
-//! volume stats, image usage from CRI `ImageFsInfo` (`imageFs.usedBytes` is what the
-//! filesystem has in use).
+//! Left out: network (the pods' network namespaces are the CNI's), per-container `rootfs`,
+//! volume stats and so the pod's `ephemeral-storage` (only the containers' `logs` are measured),
+//! image usage from CRI `ImageFsInfo` (`imageFs.usedBytes` is what the filesystem has in use).
 
 pub mod cgroup;
 pub mod types;
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
@@ -35,7 +35,11 @@ use self::{
     cgroup::{CgroupReader, CpuSampler},
     types::*,
 };
-use crate::{cm::psi::PsiResource, eviction::observe::NodeObserver};
+use crate::{
+    cm::psi::PsiResource,
+    eviction::observe::{NodeObserver, dir_bytes},
+    kuberuntime::sandbox_config::pod_log_directory,
+};
 
 /// The pods to report.
 pub type PodLister = Arc<dyn Fn() -> Vec<Pod> + Send + Sync>;
@@ -45,6 +49,8 @@ pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 pub struct SummaryProvider {
     pub node_name: String,
+    /// The pods' log directories' root (`/var/log/pods`), for the containers' `logs`.
+    pub log_root: PathBuf,
     /// Where the node's figures are read: layout, `kubepods`, capacity, nodefs, imagefs, /proc.
     pub observer: NodeObserver,
     pub pods: PodLister,
@@ -94,6 +100,7 @@ fn time(at: SystemTime) -> Time {
 impl SummaryProvider {
     pub fn new(
         node_name: String,
+        log_root: PathBuf,
         observer: NodeObserver,
         pods: PodLister,
         pod_path: PodPath,
@@ -101,6 +108,7 @@ impl SummaryProvider {
     ) -> Self {
         SummaryProvider {
             node_name,
+            log_root,
             observer,
             pods,
             pod_path,
@@ -160,17 +168,21 @@ impl SummaryProvider {
             if !self.observer.memory_dir(&path).is_some_and(|d| d.exists()) {
                 continue;
             }
+            let log_dir = pod_log_directory(&self.log_root, &pod);
             let containers = running_containers(&pod)
                 .into_iter()
                 .map(|(name, id, started)| {
                     let cgroup = format!("{path}/{id}");
+                    let logs = (!only_cpu_and_memory)
+                        .then(|| self.logs(&log_dir.join(&name), now))
+                        .flatten();
                     let stats = ContainerStats {
-                        name,
                         start_time: time(started.unwrap_or(now)),
                         cpu: self.cpu(&cgroup, now, &reader),
                         memory: self.memory(&cgroup, now, &reader),
-                        logs: None,
+                        logs,
                         io: io(&reader, &cgroup, now),
+                        name,
                     };
                     seen.push(cgroup);
                     stats
@@ -230,6 +242,17 @@ impl SummaryProvider {
             major_page_faults: m.major_page_faults,
             psi: psi(reader, path, PsiResource::Memory),
         })
+    }
+
+    /// A container's logs: the bytes of its log directory on the filesystem holding it.
+    fn logs(&self, dir: &Path, now: SystemTime) -> Option<FsStats> {
+        let mut fs =
+            fs_stats(&self.log_root, now).or_else(|| fs_stats(&self.observer.nodefs, now))?;
+        let used = u64::try_from(dir_bytes(dir)).unwrap_or(0);
+        fs.used_bytes = Some(used);
+        // Upstream counts the inodes of the log files too; the directory walk gives bytes only.
+        fs.inodes_used = None;
+        Some(fs)
     }
 
     fn rlimit(&self, now: SystemTime) -> RlimitStats {

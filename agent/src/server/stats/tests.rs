@@ -80,6 +80,7 @@ fn provider(layout: CgroupLayout, dir: &Path, clock: Arc<Mutex<SystemTime>>) -> 
     };
     SummaryProvider::new(
         "node-1".into(),
+        dir.join("logs"),
         observer,
         Arc::new(|| vec![pod()]),
         Arc::new(|_| Some(POD.to_owned())),
@@ -131,6 +132,14 @@ fn summary_on_cgroup_v2() {
         &format!("{}\n", 256 * MI),
     );
     write(&root.join(POD).join("pids.current"), "3\n");
+    write(
+        &tmp.path().join("logs/default_web_u1/app/0.log"),
+        &"x".repeat(1000),
+    );
+    write(
+        &tmp.path().join("logs/default_web_u1/app/1.log"),
+        &"y".repeat(234),
+    );
     for r in ["cpu", "memory", "io"] {
         write(
             &root.join(POD).join(format!("{r}.pressure")),
@@ -205,6 +214,8 @@ fn summary_on_cgroup_v2() {
     assert_eq!(containers[0]["name"], "app");
     assert_eq!(containers[0]["memory"]["workingSetBytes"], 100 * MI);
     assert_eq!(containers[0]["memory"]["availableBytes"], 156 * MI);
+    assert_eq!(containers[0]["logs"]["usedBytes"], 1234);
+    assert!(containers[0]["logs"]["capacityBytes"].is_u64());
 
     // Two seconds later the container used one more CPU-second: half a core.
     *clock.lock().expect("lock") = t0 + Duration::from_secs(2);
