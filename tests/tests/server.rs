@@ -461,3 +461,102 @@ fn exec_through_the_kubelet_server_over_websocket() {
     drop(node);
     let _ = std::fs::remove_file(ca_file);
 }
+
+#[test]
+fn port_forward_through_the_kubelet_server_over_websocket() {
+    let Some((node, ca, ca_file)) = node_with_ca(
+        "port_forward_through_the_kubelet_server_over_websocket",
+        "portfwd",
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "listener.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: listener
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", \"while true; do echo hello-pf | nc -l -p 8080; done\"]
+"
+        ),
+    );
+    let pod = node.wait_pod("listener", "running", |p| {
+        status::container(p, "main")
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    });
+    let name = pod.metadata.name.clone().expect("name");
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let client = tls::client_config(
+        &node.cert_dir().join("kubelet.crt"),
+        Some(&ca.client("kube-apiserver", &[])),
+    );
+
+    // nc may not listen yet when the container is running: retry the session a few times.
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut last = Vec::new();
+    let received = loop {
+        let mut stream = tls::connect(node.kubelet_port, &node.name, client.clone()).expect("TLS");
+        write!(
+            stream,
+            "GET /portForward/{namespace}/{name}?port=8080 HTTP/1.1\r\n\
+             Host: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
+            host = node.name
+        )
+        .expect("write");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).expect("the answer's head");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        // Each channel first says its port (8080, little-endian), then the data flows on
+        // channel 0 and errors on channel 1.
+        let frames = tls::read_ws_frames(&mut stream, 4);
+        let mut data = Vec::new();
+        let mut ports = Vec::new();
+        for (opcode, payload) in &frames {
+            if *opcode != 2 || payload.is_empty() {
+                continue;
+            }
+            let (channel, rest) = (payload[0], &payload[1..]);
+            if rest.len() == 2 && ports.len() < 2 {
+                ports.push((channel, u16::from_le_bytes([rest[0], rest[1]])));
+            } else if channel == 0 {
+                data.extend_from_slice(rest);
+            }
+        }
+        assert_eq!(ports, vec![(0, 8080), (1, 8080)], "{frames:?}");
+        if String::from_utf8_lossy(&data).contains("hello-pf") || Instant::now() > deadline {
+            break data;
+        }
+        last = frames.into_iter().map(|(_, p)| p).collect();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&received),
+        "hello-pf\n",
+        "last frames: {last:?}"
+    );
+
+    node.remove_manifest("listener.yaml");
+    node.wait_gone("listener");
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}
