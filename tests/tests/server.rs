@@ -166,8 +166,8 @@ fn client_certificates_tls_and_the_read_only_port() {
     let _ = std::fs::remove_file(ca_file);
 }
 
-/// A pod that holds ~16 MB in a shell variable and keeps forking a little.
-fn busy_pod(name: &str) -> String {
+/// A one-container busybox pod running `script` with `sh -c`.
+fn shell_pod(name: &str, script: &str) -> String {
     format!(
         "apiVersion: v1
 kind: Pod
@@ -180,9 +180,22 @@ spec:
     - name: main
       image: {BUSYBOX}
       imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"x=$(head -c 16000000 /dev/zero | tr '\\\\0' a); while sleep 0.05; do :; done\"]
+      command: [\"sh\", \"-c\", {script:?}]
 "
     )
+}
+
+/// A pod that holds ~16 MB in a shell variable and keeps forking a little.
+fn busy_pod(name: &str) -> String {
+    shell_pod(
+        name,
+        r"x=$(head -c 16000000 /dev/zero | tr '\0' a); while sleep 0.05; do :; done",
+    )
+}
+
+/// A pod that prints `tick` five times a second.
+fn ticking_pod(name: &str) -> String {
+    shell_pod(name, "while true; do echo tick; sleep 0.2; done")
 }
 
 /// The container's cgroup memory directory and working set as the kernel has it now.
@@ -391,6 +404,42 @@ fn stats_summary_of_a_running_pod_matches_its_cgroups() {
     let _ = std::fs::remove_file(ca_file);
 }
 
+/// Opens a WebSocket session (`v4.channel.k8s.io`) on the kubelet server; asserts the switch.
+fn websocket(
+    node: &Node,
+    client: &std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    let mut stream = tls::connect(node.kubelet_port, &node.name, client.clone()).expect("TLS");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
+        host = node.name
+    )
+    .expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("the answer's head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(head.starts_with("HTTP/1.1 101"), "{path}: {head}");
+    assert!(head.to_lowercase().contains("v4.channel.k8s.io"), "{head}");
+    stream
+}
+
+/// The payloads of the binary frames on `channel`, concatenated.
+fn channel_data(frames: &[(u8, Vec<u8>)], channel: u8) -> Vec<u8> {
+    frames
+        .iter()
+        .filter(|(opcode, p)| *opcode == 2 && p.first() == Some(&channel))
+        .flat_map(|(_, p)| p[1..].to_vec())
+        .collect()
+}
+
 #[test]
 fn exec_through_the_kubelet_server_over_websocket() {
     let Some((node, ca, ca_file)) =
@@ -398,7 +447,7 @@ fn exec_through_the_kubelet_server_over_websocket() {
     else {
         return;
     };
-    node.write_manifest("sleeper.yaml", &busy_pod("sleeper"));
+    node.write_manifest("sleeper.yaml", &ticking_pod("sleeper"));
     let pod = node.wait_pod("sleeper", "running", |p| {
         status::container(p, "main")
             .and_then(|c| c.state.as_ref())
@@ -415,46 +464,39 @@ fn exec_through_the_kubelet_server_over_websocket() {
         Some(&ca.client("kube-apiserver", &[])),
     );
 
-    let mut stream = tls::connect(node.kubelet_port, &node.name, client).expect("TLS");
-    write!(
-        stream,
-        "GET /exec/{namespace}/{name}/main?command=echo&command=hello%20from%20exec&stdout=1&stderr=1 HTTP/1.1\r\n\
-         Host: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-         Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
-        host = node.name
-    )
-    .expect("write");
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        stream.read_exact(&mut byte).expect("the answer's head");
-        head.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&head).into_owned();
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(head.to_lowercase().contains("v4.channel.k8s.io"), "{head}");
-
+    let mut stream = websocket(
+        &node,
+        &client,
+        &format!(
+            "/exec/{namespace}/{name}/main?command=echo&command=hello%20from%20exec&stdout=1&stderr=1"
+        ),
+    );
     let frames = tls::read_ws_frames(&mut stream, 64);
-    let mut stdout = Vec::new();
-    let mut error_channel = Vec::new();
-    for (opcode, payload) in &frames {
-        // Binary frames: the first byte is the channel (1 stdout, 3 the exec's status).
-        if *opcode == 2 && !payload.is_empty() {
-            match payload[0] {
-                1 => stdout.extend_from_slice(&payload[1..]),
-                3 => error_channel.extend_from_slice(&payload[1..]),
-                _ => {}
-            }
-        }
-    }
     assert_eq!(
-        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&channel_data(&frames, 1)),
         "hello from exec\n",
         "{frames:?}"
     );
-    let status: Value = serde_json::from_slice(&error_channel).expect("a status on channel 3");
+    let status: Value =
+        serde_json::from_slice(&channel_data(&frames, 3)).expect("a status on channel 3");
     assert_eq!(status["status"], "Success", "{status}");
+
+    // Attach: the container's own output, as it comes.
+    let mut stream = websocket(
+        &node,
+        &client,
+        &format!("/attach/{namespace}/{name}/main?stdout=1"),
+    );
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline && !String::from_utf8_lossy(&seen).contains("tick") {
+        let frames = tls::read_ws_frames(&mut stream, 1);
+        if frames.is_empty() {
+            break;
+        }
+        seen.extend(channel_data(&frames, 1));
+    }
+    assert!(String::from_utf8_lossy(&seen).contains("tick"), "{seen:?}");
 
     node.remove_manifest("sleeper.yaml");
     node.wait_gone("sleeper");
@@ -472,20 +514,9 @@ fn port_forward_through_the_kubelet_server_over_websocket() {
     };
     node.write_manifest(
         "listener.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: listener
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"while true; do echo hello-pf | nc -l -p 8080; done\"]
-"
+        &shell_pod(
+            "listener",
+            "while true; do echo hello-pf | nc -l -p 8080; done",
         ),
     );
     let pod = node.wait_pod("listener", "running", |p| {
@@ -508,24 +539,11 @@ spec:
     let deadline = Instant::now() + EVENT_WAIT;
     let mut last = Vec::new();
     let received = loop {
-        let mut stream = tls::connect(node.kubelet_port, &node.name, client.clone()).expect("TLS");
-        write!(
-            stream,
-            "GET /portForward/{namespace}/{name}?port=8080 HTTP/1.1\r\n\
-             Host: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
-            host = node.name
-        )
-        .expect("write");
-        let mut head = Vec::new();
-        let mut byte = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            stream.read_exact(&mut byte).expect("the answer's head");
-            head.push(byte[0]);
-        }
-        let head = String::from_utf8_lossy(&head).into_owned();
-        assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+        let mut stream = websocket(
+            &node,
+            &client,
+            &format!("/portForward/{namespace}/{name}?port=8080"),
+        );
         // Each channel first says its port (8080, little-endian), then the data flows on
         // channel 0 and errors on channel 1.
         let frames = tls::read_ws_frames(&mut stream, 4);
