@@ -102,7 +102,9 @@ pub fn access_review(attributes: &Attributes) -> SubjectAccessReview {
 #[tonic::async_trait]
 impl Reviewer for KubeReviewer {
     async fn review_token(&self, token: &str) -> Result<TokenReviewed, String> {
-        if let Some(cached) = self.tokens.get(token) {
+        // Kept by digest: the cache must not hold the credentials themselves.
+        let key = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()));
+        if let Some(cached) = self.tokens.get(&key) {
             return Ok(cached);
         }
         let review = TokenReview {
@@ -127,8 +129,7 @@ impl Reviewer for KubeReviewer {
             }),
             _ => TokenReviewed::Rejected(status.error.unwrap_or_default()),
         };
-        self.tokens
-            .put(token.to_owned(), reviewed.clone(), self.token_ttl);
+        self.tokens.put(key, reviewed.clone(), self.token_ttl);
         Ok(reviewed)
     }
 
