@@ -140,8 +140,10 @@ fn client_certificates_tls_and_the_read_only_port() {
 
     // The read-only port: the same reads, never container access.
     assert_eq!(plain_get(node.port, "/pods").0, 200);
-    let (code, body) = plain_get(node.port, "/stats/summary");
-    assert_eq!(code, 200, "{body}");
+    for path in ["/stats/summary", "/metrics/resource"] {
+        let (code, body) = plain_get(node.port, path);
+        assert_eq!(code, 200, "{path}: {body}");
+    }
     for path in [
         "/exec/default/web/main?command=ls&stdout=1",
         "/attach/default/web/main?stdout=1",
@@ -397,6 +399,30 @@ fn stats_summary_of_a_running_pod_matches_its_cgroups() {
         rate.is_u64(),
         "no usageNanoCores on a second reading: {later}"
     );
+
+    // metrics-server's series: the same working set, labelled by container, namespace and pod.
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        client.clone(),
+        "GET",
+        "/metrics/resource",
+        &[],
+    )
+    .expect("a TLS answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let prefix = format!(
+        "container_memory_working_set_bytes{{container=\"main\",namespace=\"{}\",pod=\"{full_name}\"}} ",
+        p["podRef"]["namespace"].as_str().expect("namespace")
+    );
+    let value: f64 = answer
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in\n{}", answer.body));
+    assert!(value > 16e6, "{value}");
 
     node.remove_manifest("busy.yaml");
     node.wait_gone("busy");

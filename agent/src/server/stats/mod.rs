@@ -1,6 +1,7 @@
 //! `/stats/summary`: the node's, the pods' and their containers' CPU, memory, filesystem and
 //! pressure figures in the Summary API's shape (`types.rs`), computed at each request from the
-//! cgroups (`cgroup.rs`) and `statfs`, on both the full and the read-only server.
+//! cgroups (`cgroup.rs`) and `statfs`, on both the full and the read-only server; and
+//! `/metrics/resource`, metrics-server's series of the same figures (`resource_metrics.rs`).
 //!
 //! The pods are those `/pods` lists; a pod's cgroup is where the pod cgroup manager put it, a
 //! container's the directory named by its id below it (the cgroupfs driver's layout). Only
@@ -14,6 +15,7 @@
 //! image usage from CRI `ImageFsInfo` (`imageFs.usedBytes` is what the filesystem has in use).
 
 pub mod cgroup;
+pub mod resource_metrics;
 pub mod types;
 
 use std::{
@@ -70,6 +72,7 @@ pub fn router(provider: Arc<SummaryProvider>) -> Router {
     Router::new()
         .route("/stats/summary", get(summary))
         .route("/stats/summary/", get(summary))
+        .route("/metrics/resource", get(resource_metrics))
         .with_state(provider)
 }
 
@@ -89,6 +92,24 @@ async fn summary(
                 .into_response(),
             Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
         },
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// `/metrics/resource`, from the cheap summary.
+async fn resource_metrics(State(provider): State<Arc<SummaryProvider>>) -> Response {
+    match tokio::task::spawn_blocking(move || resource_metrics::render(&provider.summary(true)))
+        .await
+    {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }

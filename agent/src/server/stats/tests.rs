@@ -309,3 +309,44 @@ fn the_sampler_needs_two_forward_readings() {
     s.retain(&|k| k != "a");
     assert_eq!(s.nano_cores("a", t0 + Duration::from_secs(3), 20), None);
 }
+
+#[test]
+fn resource_metrics_as_metrics_server_reads_them() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("cgroup");
+    proc_files(&tmp.path().join("proc"));
+    v2_cgroup(&root, 50_000_000, 0, 0, "max\n");
+    v2_cgroup(
+        &root.join("kubepods"),
+        9_000_000,
+        300 * MI,
+        100 * MI,
+        "max\n",
+    );
+    v2_cgroup(&root.join(POD), 4_000_000, 200 * MI, 50 * MI, "max\n");
+    v2_cgroup(
+        &root.join(POD).join("c0ffee"),
+        1_500_000,
+        150 * MI,
+        50 * MI,
+        "max\n",
+    );
+    let clock = Arc::new(Mutex::new(UNIX_EPOCH + Duration::from_secs(1_700_000_100)));
+    let provider = provider(CgroupLayout::Unified { root }, tmp.path(), clock);
+    let text = resource_metrics::render(&provider.summary(true));
+    let lines: Vec<&str> = text.lines().collect();
+    for want in [
+        "# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container in core-seconds",
+        "# TYPE container_cpu_usage_seconds_total counter",
+        "container_cpu_usage_seconds_total{container=\"app\",namespace=\"default\",pod=\"web\"} 1.5 1700000100000",
+        "container_memory_working_set_bytes{container=\"app\",namespace=\"default\",pod=\"web\"} 104857600 1700000100000",
+        "container_start_time_seconds{container=\"app\",namespace=\"default\",pod=\"web\"} 1700000100 1700000100000",
+        "node_cpu_usage_seconds_total 50 1700000100000",
+        "node_memory_working_set_bytes 2684354560 1700000100000",
+        "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"web\"} 4 1700000100000",
+        "pod_memory_working_set_bytes{namespace=\"default\",pod=\"web\"} 157286400 1700000100000",
+        "resource_scrape_error 0",
+    ] {
+        assert!(lines.contains(&want), "missing {want:?} in\n{text}");
+    }
+}
