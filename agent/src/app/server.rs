@@ -94,15 +94,17 @@ pub async fn start(
         reviewer,
     });
     let status = pods.status.clone();
-    let streaming = Arc::new(Streaming {
-        runtime: pods.runtime.clone(),
-        streams: pods.runtime.clone(),
-        pods: Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
+    let streaming = settings.enable_debugging_handlers.then(|| {
+        Arc::new(Streaming {
+            runtime: pods.runtime.clone(),
+            streams: pods.runtime.clone(),
+            pods: Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
+        })
     });
     let router = full::router(FullState {
         http,
         summary: Some(summary),
-        streaming: Some(streaming),
+        streaming,
         auth,
     });
     let listener = tokio::net::TcpListener::bind(addr)

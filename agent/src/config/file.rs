@@ -42,6 +42,7 @@ pub struct FileConfig {
     pub tls_private_key_file: Option<PathBuf>,
     pub tls_min_version: Option<String>,
     pub tls_cipher_suites: Option<Vec<String>>,
+    pub enable_debugging_handlers: Option<bool>,
     pub authentication: Option<super::server::FileAuthentication>,
     pub authorization: Option<super::server::FileAuthorization>,
     pub healthz_port: Option<i64>,

@@ -922,6 +922,7 @@ fn kubelet_server_defaults_standalone_and_with_an_api_server() {
     );
     assert_eq!(server.authentication.client_ca_file, None);
     assert_eq!(server.authorization.mode, AuthorizationMode::AlwaysAllow);
+    assert!(server.enable_debugging_handlers);
     // The read-only port stays on loopback unless --address is given.
     assert_eq!(
         config.read_only_address,
@@ -994,6 +995,8 @@ fn kubelet_server_from_file_and_flags() {
         Some(PathBuf::from("/etc/ca.pem"))
     );
     assert_eq!(server.cert_directory, PathBuf::from("/tmp/pki"));
+    let (_dir, config) = load("enableDebuggingHandlers: false\n", &[]);
+    assert!(!config.expect("loads").server.enable_debugging_handlers);
     // A bare --anonymous-auth means true.
     let (_dir, config) = load("", &["--anonymous-auth"]);
     assert!(config.expect("loads").server.authentication.anonymous);

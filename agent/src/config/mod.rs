@@ -172,6 +172,10 @@ pub struct RunArgs {
     /// `<root-dir>/pki`).
     #[arg(long, value_name = "DIR")]
     pub cert_dir: Option<PathBuf>,
+    /// Serve exec, attach, port-forward, run and container logs on the kubelet server
+    /// (`enableDebuggingHandlers`, default true).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_debugging_handlers: Option<bool>,
     /// CA bundle of the client certificates the kubelet server accepts
     /// (`authentication.x509.clientCAFile`): CN is the user, O the groups.
     #[arg(long, value_name = "FILE")]

@@ -184,6 +184,9 @@ pub struct ServerConfig {
     pub tls_min_version: TlsVersion,
     /// `tlsCipherSuites` by canonical name; empty: rustls's defaults.
     pub tls_cipher_suites: Vec<&'static str>,
+    /// `/exec`, `/attach`, `/portForward`, `/run`, `/runningpods/`, `/containerLogs` (upstream's
+    /// debugging handlers); off, they answer 405.
+    pub enable_debugging_handlers: bool,
     pub authentication: Authentication,
     pub authorization: Authorization,
 }
@@ -387,6 +390,10 @@ pub(super) fn resolve(
         cert_directory,
         tls_min_version,
         tls_cipher_suites,
+        enable_debugging_handlers: args
+            .enable_debugging_handlers
+            .or(file.enable_debugging_handlers)
+            .unwrap_or(true),
         authentication: Authentication {
             anonymous,
             webhook,

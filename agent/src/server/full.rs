@@ -19,8 +19,12 @@ use axum::{
     http::{StatusCode, header},
     middleware::{self, Next},
     response::{IntoResponse, Response},
+    routing::any,
 };
-use hyper_util::{rt::TokioIo, service::TowerToHyperService};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
 use tokio::{net::TcpListener, task::JoinSet};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -35,6 +39,8 @@ use super::{
 
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a client may take to send a request's headers (a stalled client holds a task).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the full server's handlers need.
 #[derive(Clone)]
@@ -42,6 +48,7 @@ pub struct FullState {
     /// `/pods`, `/healthz`, `/metrics`, as the read-only port serves them.
     pub http: HttpState,
     pub summary: Option<Arc<SummaryProvider>>,
+    /// Container access; `None` when `enableDebuggingHandlers` is off.
     pub streaming: Option<Arc<Streaming>>,
     pub auth: Arc<Auth>,
 }
@@ -52,10 +59,35 @@ pub fn router(state: FullState) -> Router {
     if let Some(summary) = &state.summary {
         routes = routes.merge(stats::router(summary.clone()));
     }
-    if let Some(streaming) = &state.streaming {
-        routes = routes.merge(streaming::router(streaming.clone()));
-    }
+    routes = match &state.streaming {
+        Some(streaming) => routes.merge(streaming::router(streaming.clone())),
+        None => routes.merge(debugging_disabled()),
+    };
     with_auth(routes, state.auth)
+}
+
+/// Upstream `InstallDebuggingDisabledHandlers`: the debugging paths answer 405.
+fn debugging_disabled() -> Router {
+    let disabled = || async {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.\n",
+        )
+    };
+    [
+        "/run",
+        "/exec",
+        "/attach",
+        "/portForward",
+        "/containerLogs",
+        "/runningpods",
+    ]
+    .into_iter()
+    .fold(Router::new(), |router, prefix| {
+        router
+            .route(&format!("{prefix}/"), any(disabled))
+            .route(&format!("{prefix}/{{*rest}}"), any(disabled))
+    })
 }
 
 /// `routes` behind authentication and authorization.
@@ -157,6 +189,8 @@ pub async fn serve(
                 request
             });
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
                 .with_upgrades();
             tokio::pin!(connection);

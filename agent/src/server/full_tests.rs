@@ -51,6 +51,10 @@ fn app(mode: AuthorizationMode, reviewer: Option<OneSubresource>) -> Router {
     })
 }
 
+fn open_again() -> Router {
+    app(AuthorizationMode::AlwaysAllow, None)
+}
+
 async fn get(app: Router, path: &str, user: Option<&str>) -> (StatusCode, String) {
     let mut request = HttpRequest::get(path).body(Body::empty()).expect("request");
     if let Some(name) = user {
@@ -93,6 +97,24 @@ async fn refusals_carry_upstreams_status_and_message() {
     assert_eq!(
         get(metrics_only, "/metrics", Some("prometheus")).await.0,
         StatusCode::OK
+    );
+
+    // Without container access (enableDebuggingHandlers off), the paths say so, after auth.
+    assert_eq!(
+        get(
+            open_again(),
+            "/exec/default/web/main?stdout=1",
+            Some("alice")
+        )
+        .await,
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.\n".into()
+        )
+    );
+    assert_eq!(
+        get(open_again(), "/runningpods/", None).await.0,
+        StatusCode::UNAUTHORIZED
     );
 
     let broken = app(AuthorizationMode::Webhook, Some(OneSubresource(None)));

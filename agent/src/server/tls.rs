@@ -265,6 +265,7 @@ mod tests {
             cert_directory: dir.path().join("pki"),
             tls_min_version: TlsVersion::Tls12,
             tls_cipher_suites: vec!["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"],
+            enable_debugging_handlers: true,
             authentication: Authentication {
                 anonymous: false,
                 webhook: false,
