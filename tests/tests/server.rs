@@ -604,3 +604,22 @@ fn port_forward_through_the_kubelet_server_over_websocket() {
     drop(node);
     let _ = std::fs::remove_file(ca_file);
 }
+
+#[test]
+fn webhook_authorization_without_an_api_server_is_a_config_error() {
+    // The configuration is validated before anything privileged, so this runs as anyone.
+    let out = std::process::Command::new(swiftlet_tests::swiftlet_bin())
+        .args(["run", "--authorization-mode", "Webhook"])
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("error: ")
+            && l.contains("flag --authorization-mode")
+            && l.contains("`authorization.mode`")
+            && l.contains("needs an API server")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: "), "{stderr}");
+}
