@@ -39,6 +39,8 @@ use super::{
 
 /// How long a client may take to finish the TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connections in flight get to finish at shutdown.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a client may take to send a request's headers (a stalled client holds a task).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -207,6 +209,12 @@ pub async fn serve(
         });
         while connections.try_join_next().is_some() {}
     }
+    // Each connection finishes its request in flight (they were told to); a bound keeps a slow
+    // client from holding the agent's exit.
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
     Ok(())
 }
 
