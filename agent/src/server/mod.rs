@@ -2,7 +2,7 @@
 //! `/healthz` and `/metrics` and the unauthenticated read-only port (`http.rs`); and the kubelet
 //! server (`full.rs`): TLS (`tls.rs`), authentication and authorization (`auth.rs`, with the API
 //! server's reviews in `webhook.rs`), the Summary API (`stats/`) and container access
-//! (`streaming.rs`). Upstream counterpart: kubelet `pkg/kubelet/server`; the gRPC API is
+//! (`streaming.rs`, through `stream_proxy.rs`). Upstream counterpart: kubelet `pkg/kubelet/server`; the gRPC API is
 //! swiftlet's own.
 
 pub mod auth;
@@ -10,6 +10,7 @@ pub mod full;
 pub mod grpc;
 pub mod http;
 pub mod stats;
+pub mod stream_proxy;
 pub mod streaming;
 pub mod tls;
 pub mod webhook;
