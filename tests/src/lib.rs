@@ -11,6 +11,7 @@ pub mod bench;
 pub mod cgroup;
 pub mod node;
 pub mod process;
+pub mod tls;
 
 use std::{path::PathBuf, time::Duration};
 

@@ -1,5 +1,6 @@
-//! A `swiftlet run` under test: its own manifest folder, ports, socket and node name, talking to
-//! the private containerd; pods read back through its read-only `/pods`, as a user would.
+//! A `swiftlet run` under test: its own manifest folder, ports (read-only and kubelet server),
+//! socket and node name, talking to the private containerd; pods read back through its read-only
+//! `/pods`, as a user would.
 //!
 //! Runs that share one containerd must not overlap (each agent stops pods it does not know), so
 //! [`Node::start`] takes a process-wide lock that the returned node holds.
@@ -21,6 +22,8 @@ pub struct Node {
     pub name: String,
     pub manifests: PathBuf,
     pub port: u16,
+    /// The kubelet server's (TLS) port; 0 when a test disabled it with `--port 0`.
+    pub kubelet_port: u16,
     dir: PathBuf,
     endpoint: String,
     pub agent: Option<Running>,
@@ -56,6 +59,7 @@ impl Node {
             name,
             manifests,
             port: 0,
+            kubelet_port: 0,
             dir,
             endpoint: endpoint.to_owned(),
             agent: None,
@@ -70,6 +74,17 @@ impl Node {
     pub fn restart(&mut self) {
         self.stop();
         self.port = free_port();
+        // Nodes run side by side: never the default 10250. A test's own --port wins.
+        let port_given = self.extra_args.iter().any(|a| a == "--port");
+        self.kubelet_port = match self.extra_args.iter().position(|a| a == "--port") {
+            Some(i) => self
+                .extra_args
+                .get(i + 1)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0),
+            None => free_port(),
+        };
+        let own_port = (!port_given).then(|| ["--port".to_owned(), self.kubelet_port.to_string()]);
         let agent = Running::start(
             Command::new(swiftlet_bin())
                 .args(["run", "--node-name", &self.name])
@@ -77,6 +92,7 @@ impl Node {
                 .arg(&self.manifests)
                 .args(["--runtime-endpoint", &self.endpoint])
                 .args(["--read-only-port", &self.port.to_string()])
+                .args(own_port.iter().flatten())
                 .args(["--http-address", "127.0.0.1:0"])
                 .arg("--grpc-socket")
                 .arg(self.dir.join("swiftlet.sock"))
@@ -212,6 +228,11 @@ impl Node {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The kubelet server's certificate directory (the default `<root-dir>/pki`).
+    pub fn cert_dir(&self) -> PathBuf {
+        self.dir.join("root/pki")
     }
 }
 

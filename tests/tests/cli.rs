@@ -216,6 +216,8 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         &format!("127.0.0.1:{port}"),
         "--read-only-port",
         "0",
+        "--port",
+        "0",
         "--runtime-endpoint",
         &endpoint,
         "--root-dir",

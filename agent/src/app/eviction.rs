@@ -32,7 +32,7 @@ use crate::{
 };
 
 /// The pods' logs, measured for disk ranking.
-const LOG_ROOT: &str = "/var/log/pods";
+pub(super) const LOG_ROOT: &str = "/var/log/pods";
 
 #[expect(
     clippy::too_many_arguments,
@@ -54,20 +54,7 @@ pub async fn start(
 ) -> Result<Arc<EvictionManager>, Error> {
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
     let kubepods = super::pods::kubepods_path(config);
-    let nodefs = existing_ancestor(&config.root_dir);
-    // The runtime's image filesystem, as it reports it; the root dir's when it does not say.
-    let imagefs = match images.image_fs_info().await {
-        Ok(info) => info
-            .image_filesystems
-            .iter()
-            .find_map(|fs| fs.fs_id.as_ref().map(|id| PathBuf::from(&id.mountpoint)))
-            .filter(|p| p.exists())
-            .unwrap_or_else(|| nodefs.clone()),
-        Err(e) => {
-            tracing::warn!(error = %e, "the runtime's image filesystem is unknown: imagefs signals read the root dir's");
-            nodefs.clone()
-        }
-    };
+    let (nodefs, imagefs) = node_filesystems(config, images).await;
     let eviction = &config.eviction;
     let observer = NodeObserver {
         layout,
@@ -185,6 +172,28 @@ fn container_names(cache: &PodCache, pod: &Pod) -> HashMap<String, String> {
 }
 
 /// `path`, or its nearest existing ancestor (the root dir may not exist yet).
+/// `nodefs` (the root dir's filesystem) and `imagefs` (the runtime's image filesystem, as it
+/// reports it; the root dir's when it does not say).
+pub(super) async fn node_filesystems(
+    config: &Config,
+    images: &dyn ImageService,
+) -> (PathBuf, PathBuf) {
+    let nodefs = existing_ancestor(&config.root_dir);
+    let imagefs = match images.image_fs_info().await {
+        Ok(info) => info
+            .image_filesystems
+            .iter()
+            .find_map(|fs| fs.fs_id.as_ref().map(|id| PathBuf::from(&id.mountpoint)))
+            .filter(|p| p.exists())
+            .unwrap_or_else(|| nodefs.clone()),
+        Err(e) => {
+            tracing::warn!(error = %e, "the runtime's image filesystem is unknown: imagefs figures read the root dir's");
+            nodefs.clone()
+        }
+    };
+    (nodefs, imagefs)
+}
+
 fn existing_ancestor(path: &Path) -> PathBuf {
     path.ancestors()
         .find(|p| p.exists())

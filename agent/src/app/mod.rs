@@ -3,7 +3,8 @@
 //!
 //! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
 //! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources). HTTP serves `/healthz` and
-//! `/metrics`, and the read-only port `/pods`.
+//! `/metrics`, the read-only port `/pods` and `/stats/summary`, and the kubelet server
+//! (`server.rs`, TLS and authenticated) all of these and container streaming.
 
 mod cpumanager;
 mod eviction;
@@ -11,6 +12,7 @@ mod node;
 mod pods;
 mod psi;
 mod runtime_health;
+mod server;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
 
@@ -22,7 +24,7 @@ use crate::{
     config::{Config, ConfigError, PlegMode, RunArgs, defaults},
     kernel::{self, KernelEvents, StreamItem},
     metrics::{KernelCountersCollector, Metrics},
-    server::{self, EventsService, Health, HttpState},
+    server::{EventsService, Health, HttpState},
 };
 
 /// How long shutdown waits for the tasks to finish.
@@ -55,6 +57,14 @@ pub enum Error {
     },
     #[error("listening on {addr} (--http-address / --read-only-port): {source}")]
     HttpAddress {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("kubelet server: {0}")]
+    Tls(#[source] crate::server::tls::TlsError),
+    #[error("listening on {addr} (--address / --port): {source}")]
+    ServerAddress {
         addr: SocketAddr,
         #[source]
         source: io::Error,
@@ -94,6 +104,14 @@ impl Error {
             Error::HttpAddress { .. } => Some(
                 "pick a free address, e.g. --http-address 127.0.0.1:0 or --read-only-port 0".into(),
             ),
+            Error::Tls(_) => Some(
+                "check --tls-cert-file, --tls-private-key-file and --client-ca-file (PEM), or \
+                 leave the first two unset for a self-signed certificate in --cert-dir"
+                    .into(),
+            ),
+            Error::ServerAddress { .. } => {
+                Some("pick a free port with --port, or --port 0 to disable the kubelet server".into())
+            }
             Error::Metrics(_) | Error::Stopped { .. } => None,
         }
     }
@@ -181,7 +199,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         &health,
         &mut tasks,
         &shutdown,
-        cgroups,
+        cgroups.clone(),
         source,
         published.clone(),
         kernel_bus,
@@ -208,9 +226,19 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let state = HttpState {
         metrics,
         health,
-        pods: Some(pods.status),
-        annotate: pods.annotate,
+        pods: Some(pods.status.clone()),
+        annotate: pods.annotate.clone(),
     };
+    let summary = server::summary_provider(&config, &pods, &cgroups).await?;
+    let kubelet_server = server::start(
+        &config,
+        state.clone(),
+        &pods,
+        summary.clone(),
+        &mut tasks,
+        &shutdown,
+    )
+    .await?;
     let mut listening = Vec::new();
     for addr in [config.healthz_address, config.read_only_address]
         .into_iter()
@@ -220,7 +248,10 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             .await
             .map_err(|source| Error::HttpAddress { addr, source })?;
         listening.push(listener.local_addr().unwrap_or(addr));
-        let router = server::http::router(state.clone());
+        let mut router = crate::server::http::router(state.clone());
+        if Some(addr) == config.read_only_address {
+            router = router.merge(crate::server::stats::router(summary.clone()));
+        }
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
             axum::serve(listener, router)
@@ -236,6 +267,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         node = config.node_name,
         grpc_socket = %config.grpc_socket.display(),
         http = ?listening,
+        kubelet_server = ?kubelet_server,
         "swiftlet is running"
     );
 

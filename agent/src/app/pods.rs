@@ -47,6 +47,8 @@ pub struct Pods {
     /// `/pods` annotations of the CPU manager, under the static policy.
     pub annotate: Option<crate::server::http::Annotator>,
     pub evictions: broadcast::Sender<crate::eviction::manager::Decision>,
+    /// The CRI client, for the kubelet server's streaming and the Summary API.
+    pub runtime: Arc<GrpcRuntime>,
 }
 
 /// How the pod half learns of container changes.
@@ -466,6 +468,7 @@ pub async fn start(
         status,
         annotate,
         evictions: eviction.decision_sender(),
+        runtime,
     })
 }
 

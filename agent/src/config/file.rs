@@ -37,6 +37,14 @@ pub struct FileConfig {
     pub container_runtime_endpoint: Option<String>,
     pub read_only_port: Option<i64>,
     pub address: Option<String>,
+    pub port: Option<i64>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    pub tls_min_version: Option<String>,
+    pub tls_cipher_suites: Option<Vec<String>>,
+    pub enable_debugging_handlers: Option<bool>,
+    pub authentication: Option<super::server::FileAuthentication>,
+    pub authorization: Option<super::server::FileAuthorization>,
     pub healthz_port: Option<i64>,
     pub healthz_bind_address: Option<String>,
     pub cgroup_root: Option<String>,
@@ -110,12 +118,20 @@ impl FileConfig {
     /// Relative paths in a file are relative to the file's directory, as the kubelet resolves them
     /// (`resolveRelativePaths`), so a file means the same from any working directory.
     pub fn resolve_relative_paths(&mut self, base: &Path) {
+        let client_ca = self
+            .authentication
+            .as_mut()
+            .and_then(|a| a.x509.as_mut())
+            .map(|x| &mut x.client_ca_file);
         for path in [
             &mut self.static_pod_path,
             &mut self.root_dir,
             &mut self.grpc_socket,
+            &mut self.tls_cert_file,
+            &mut self.tls_private_key_file,
         ]
         .into_iter()
+        .chain(client_ca)
         .flatten()
         {
             if path.is_relative() && !path.as_os_str().is_empty() {

@@ -10,6 +10,8 @@
 //! - `address` (the read-only port's bind address) defaults to `127.0.0.1`, not `0.0.0.0`: the
 //!   read-only port is unauthenticated, so exposing it is an explicit choice.
 //! - `readOnlyPort` defaults to 10255 (the kubelet's historical flag default; `0` disables it).
+//! - `address` binds the full server (default `0.0.0.0`, as upstream) and, when given, the
+//!   read-only port too.
 //! - A zero duration or `maxPods: 0` is an error instead of silently meaning "default" (a Go
 //!   zero-value artefact upstream).
 //! - `fileCheckFrequency` is only the static pods' safety-net rescan: inotify drives changes.
@@ -28,6 +30,7 @@ use super::{
     fields::{Resolver, is_dns1123_subdomain, runtime_endpoint, system_hostname},
     file::FileConfig,
     reserved::{self, Reserved},
+    server::{self, ServerConfig},
     types::{CgroupDriver, Cidr, PlegMode},
 };
 use crate::eviction::thresholds::EvictionConfig;
@@ -83,6 +86,8 @@ pub struct Config {
     pub reserved: Reserved,
     /// `cpuManagerPolicy` and its settings (`cpumanager.rs`).
     pub cpu_manager: CpuManagerConfig,
+    /// The kubelet server: address, TLS, authentication, authorization (`server.rs`).
+    pub server: ServerConfig,
 }
 
 /// Built-in defaults (the kubelet's where it has one).
@@ -334,6 +339,7 @@ impl Config {
             reserved.system.cpu_millis = i64::try_from(cpus.len()).unwrap_or(i64::MAX) * 1000;
         }
         let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
+        let server = server::resolve(&r, args, file, &root_dir)?;
 
         Ok(Config {
             file: match file_origin {
@@ -368,6 +374,7 @@ impl Config {
             eviction,
             reserved,
             cpu_manager,
+            server,
         })
     }
 }

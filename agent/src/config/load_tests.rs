@@ -9,7 +9,7 @@ use std::{
 use clap::Parser as _;
 
 use super::*;
-use crate::config::{Args, Command, CpuApply, CpuManagerPolicy};
+use crate::config::{Args, AuthorizationMode, Command, CpuApply, CpuManagerPolicy, TlsVersion};
 
 fn run_args(extra: &[&str]) -> RunArgs {
     let argv = ["swiftlet", "run"].iter().chain(extra).copied();
@@ -894,4 +894,179 @@ fn cpu_manager_errors_name_the_field_and_value() {
             "{got}\nwanted it to start with\n{want}"
         );
     }
+}
+
+#[test]
+fn kubelet_server_defaults_standalone_and_with_an_api_server() {
+    let config = Config::load_with(&run_args(&["--root-dir", "/srv/s"]), &host).expect("loads");
+    let server = &config.server;
+    assert_eq!(
+        server.address,
+        Some("0.0.0.0:10250".parse::<SocketAddr>().expect("addr"))
+    );
+    assert_eq!(server.cert_directory, PathBuf::from("/srv/s/pki"));
+    assert_eq!(
+        server.cert_and_key(),
+        (
+            PathBuf::from("/srv/s/pki/kubelet.crt"),
+            PathBuf::from("/srv/s/pki/kubelet.key"),
+            true
+        )
+    );
+    assert_eq!(server.tls_min_version, TlsVersion::Tls12);
+    assert!(!server.authentication.anonymous);
+    assert!(!server.authentication.webhook);
+    assert_eq!(
+        server.authentication.webhook_cache_ttl,
+        Duration::from_secs(120)
+    );
+    assert_eq!(server.authentication.client_ca_file, None);
+    assert_eq!(server.authorization.mode, AuthorizationMode::AlwaysAllow);
+    assert!(server.enable_debugging_handlers);
+    // The read-only port stays on loopback unless --address is given.
+    assert_eq!(
+        config.read_only_address,
+        Some("127.0.0.1:10255".parse::<SocketAddr>().expect("addr"))
+    );
+
+    let config =
+        Config::load_with(&run_args(&["--kubeconfig", "/etc/kubeconfig"]), &host).expect("loads");
+    assert!(config.server.authentication.webhook);
+    assert_eq!(config.server.authorization.mode, AuthorizationMode::Webhook);
+    assert_eq!(
+        config.server.authorization.cache_authorized_ttl,
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        config.server.authorization.cache_unauthorized_ttl,
+        Duration::from_secs(30)
+    );
+}
+
+#[test]
+fn kubelet_server_from_file_and_flags() {
+    let yaml = "port: 11250\naddress: 10.0.0.5\ntlsCertFile: pki/my.crt\ntlsPrivateKeyFile: pki/my.key\n\
+                tlsMinVersion: VersionTLS13\nauthentication:\n  anonymous:\n    enabled: true\n  \
+                x509:\n    clientCAFile: ca.crt\n  webhook:\n    enabled: false\n    cacheTTL: 10s\n\
+                authorization:\n  mode: AlwaysAllow\n  webhook:\n    cacheAuthorizedTTL: 1m\n";
+    let (dir, config) = load(yaml, &[]);
+    let server = config.expect("loads").server;
+    assert_eq!(
+        server.address,
+        Some("10.0.0.5:11250".parse::<SocketAddr>().expect("addr"))
+    );
+    assert_eq!(server.tls_cert_file, Some(dir.path().join("pki/my.crt")));
+    assert_eq!(
+        server.tls_private_key_file,
+        Some(dir.path().join("pki/my.key"))
+    );
+    assert_eq!(server.tls_min_version, TlsVersion::Tls13);
+    assert!(server.authentication.anonymous);
+    assert_eq!(
+        server.authentication.client_ca_file,
+        Some(dir.path().join("ca.crt"))
+    );
+    assert_eq!(
+        server.authentication.webhook_cache_ttl,
+        Duration::from_secs(10)
+    );
+    assert_eq!(
+        server.authorization.cache_authorized_ttl,
+        Duration::from_secs(60)
+    );
+
+    let (_dir, config) = load(
+        yaml,
+        &[
+            "--port",
+            "0",
+            "--anonymous-auth=false",
+            "--client-ca-file",
+            "/etc/ca.pem",
+            "--cert-dir",
+            "/tmp/pki",
+        ],
+    );
+    let server = config.expect("loads").server;
+    assert_eq!(server.address, None);
+    assert!(!server.authentication.anonymous);
+    assert_eq!(
+        server.authentication.client_ca_file,
+        Some(PathBuf::from("/etc/ca.pem"))
+    );
+    assert_eq!(server.cert_directory, PathBuf::from("/tmp/pki"));
+    let (_dir, config) = load("enableDebuggingHandlers: false\n", &[]);
+    assert!(!config.expect("loads").server.enable_debugging_handlers);
+    // A bare --anonymous-auth means true.
+    let (_dir, config) = load("", &["--anonymous-auth"]);
+    assert!(config.expect("loads").server.authentication.anonymous);
+}
+
+#[test]
+fn kubelet_server_errors_name_the_field() {
+    for (yaml, flags, want) in [
+        (
+            "authorization:\n  mode: Webhook\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `authorization.mode`: invalid value \"Webhook\": \
+             Webhook authorization needs an API server: set --kubeconfig, or use AlwaysAllow",
+        ),
+        (
+            "",
+            &["--authorization-mode", "RBAC"][..],
+            "flag --authorization-mode: field `authorization.mode`: invalid value \"RBAC\": \
+             expected \"AlwaysAllow\" or \"Webhook\"",
+        ),
+        (
+            "authentication:\n  webhook:\n    enabled: true\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `authentication.webhook.enabled`: invalid value \
+             \"true\": token webhook authentication needs an API server: set --kubeconfig, or \
+             disable it",
+        ),
+        (
+            "tlsCertFile: /a.crt\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `tlsPrivateKeyFile`: invalid path \"\": \
+             tlsCertFile /a.crt is set: its key must be set too",
+        ),
+        (
+            "tlsMinVersion: VersionTLS10\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `tlsMinVersion`: invalid value \"VersionTLS10\": \
+             TLS 1.0 and 1.1 are not supported: use VersionTLS12 or VersionTLS13",
+        ),
+        (
+            "port: 70000\n",
+            &[][..],
+            "config file DIR/swiftlet.yaml: field `port`: invalid port \"70000\": must be between \
+             0 (off) and 65535",
+        ),
+    ] {
+        assert_eq!(err(yaml, flags), want, "{yaml} {flags:?}");
+    }
+    assert_eq!(
+        err("tlsCipherSuites: [TLS_RSA_WITH_AES_128_CBC_SHA]\n", &[]),
+        "config file DIR/swiftlet.yaml: field `tlsCipherSuites`: invalid cipher suite \
+         \"TLS_RSA_WITH_AES_128_CBC_SHA\": not one of the suites this server implements: \
+         TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, \
+         TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, \
+         TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, \
+         TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256"
+    );
+    // The seeds' six ECDHE suites, Go spelling (ChaCha20 without `_SHA256`).
+    let (_dir, config) = load(
+        "tlsCipherSuites:\n  - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\n  - TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305\n",
+        &[],
+    );
+    assert_eq!(
+        config.expect("loads").server.tls_cipher_suites,
+        vec![
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256"
+        ]
+    );
+    // An unknown field inside `authentication` is refused by name.
+    let message = err("authentication:\n  oidc: {}\n", &[]);
+    assert!(message.contains("oidc"), "{message}");
 }

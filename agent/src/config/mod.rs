@@ -14,6 +14,7 @@ mod fields;
 mod file;
 mod load;
 mod reserved;
+mod server;
 mod types;
 
 use std::{
@@ -29,6 +30,7 @@ pub use error::{ConfigError, Origin};
 pub use file::FileConfig;
 pub use load::{Config, defaults};
 pub use reserved::{Reserved, ReservedResources};
+pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig, TlsVersion};
 pub use types::{CgroupDriver, Cidr, PlegMode};
 
 use crate::kernel::LoadOptions;
@@ -146,9 +148,53 @@ pub struct RunArgs {
     /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
     #[arg(long, value_name = "PORT")]
     pub read_only_port: Option<u16>,
-    /// Bind address of the read-only endpoint (`address`).
+    /// Bind address of the kubelet server (`address`, default 0.0.0.0) and of the read-only
+    /// endpoint (which, unauthenticated, binds 127.0.0.1 unless this is given).
     #[arg(long, value_name = "IP")]
     pub address: Option<IpAddr>,
+    /// Port of the kubelet server, TLS and authenticated (`port`, default 10250); 0 disables it.
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// The kubelet server's certificate (`tlsCertFile`), PEM, with its chain.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// The kubelet server's private key (`tlsPrivateKeyFile`), PEM.
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<PathBuf>,
+    /// Lowest TLS version of the kubelet server (`tlsMinVersion`): VersionTLS12 or VersionTLS13.
+    #[arg(long, value_name = "VERSION")]
+    pub tls_min_version: Option<String>,
+    /// TLS 1.2 cipher suites of the kubelet server (`tlsCipherSuites`), comma-separated Go names,
+    /// e.g. `TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`.
+    #[arg(long, value_name = "LIST")]
+    pub tls_cipher_suites: Vec<String>,
+    /// Where a self-signed certificate is kept when no --tls-cert-file is given (default
+    /// `<root-dir>/pki`).
+    #[arg(long, value_name = "DIR")]
+    pub cert_dir: Option<PathBuf>,
+    /// Serve exec, attach, port-forward, run and container logs on the kubelet server
+    /// (`enableDebuggingHandlers`, default true).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub enable_debugging_handlers: Option<bool>,
+    /// CA bundle of the client certificates the kubelet server accepts
+    /// (`authentication.x509.clientCAFile`): CN is the user, O the groups.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<PathBuf>,
+    /// Let requests without credentials in as `system:anonymous`
+    /// (`authentication.anonymous.enabled`, default false).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub anonymous_auth: Option<bool>,
+    /// Check bearer tokens with a TokenReview (`authentication.webhook.enabled`; default: on with
+    /// --kubeconfig).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub authentication_token_webhook: Option<bool>,
+    /// How long TokenReview answers are kept (`authentication.webhook.cacheTTL`, default 2m).
+    #[arg(long, value_name = "DURATION")]
+    pub authentication_token_webhook_cache_ttl: Option<GoDuration>,
+    /// `AlwaysAllow` or `Webhook` (SubjectAccessReview) (`authorization.mode`; default: Webhook
+    /// with --kubeconfig, else AlwaysAllow).
+    #[arg(long, value_name = "MODE")]
+    pub authorization_mode: Option<String>,
     /// swiftlet's state directory (`rootDir`).
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,

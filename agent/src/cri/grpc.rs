@@ -7,11 +7,12 @@
 //! `RunPodSandbox`, plus the grace period for `StopContainer` and plus the command's timeout for
 //! `ExecSync` (none when that is zero), as upstream. Upstream puts no deadline on `PullImage`
 //! (only cancellation); [`GrpcRuntimeConfig::pull_image_timeout`] keeps that default and lets
-//! the configuration bound it. Not here: retries and back-off (callers' policy), streaming
-//! (`Exec`, `Attach`, `PortForward`), stats.
+//! the configuration bound it. Not here: retries and back-off (callers' policy), stats. The
+//! streaming calls (`Exec`, `Attach`, `PortForward`) only get a URL here (`streaming.rs`).
 
 mod image;
 mod runtime;
+mod streaming;
 
 use std::{
     future::Future,

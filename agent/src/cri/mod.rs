@@ -23,12 +23,14 @@ mod error;
 pub mod fake;
 pub mod grpc;
 mod metrics;
+mod streaming;
 
 use std::{fmt, time::Duration};
 
 pub use error::{EndpointProblem, Error, Result};
 pub use grpc::{GrpcRuntime, GrpcRuntimeConfig};
 pub use metrics::RuntimeMetrics;
+pub use streaming::StreamingService;
 
 use k8s_cri::v1 as cri;
 
@@ -132,6 +134,9 @@ pub enum Operation {
     ContainerStatus,
     UpdateContainerResources,
     ExecSync,
+    Exec,
+    Attach,
+    PortForward,
     ListImages,
     ImageStatus,
     PullImage,
@@ -140,7 +145,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 20] = [
+    pub const ALL: [Operation; 23] = [
         Operation::Version,
         Operation::Status,
         Operation::RunPodSandbox,
@@ -156,6 +161,9 @@ impl Operation {
         Operation::ContainerStatus,
         Operation::UpdateContainerResources,
         Operation::ExecSync,
+        Operation::Exec,
+        Operation::Attach,
+        Operation::PortForward,
         Operation::ListImages,
         Operation::ImageStatus,
         Operation::PullImage,
@@ -181,6 +189,9 @@ impl Operation {
             Operation::ContainerStatus => "container_status",
             Operation::UpdateContainerResources => "update_container",
             Operation::ExecSync => "exec_sync",
+            Operation::Exec => "exec",
+            Operation::Attach => "attach",
+            Operation::PortForward => "port_forward",
             Operation::ListImages => "list_images",
             Operation::ImageStatus => "image_status",
             Operation::PullImage => "pull_image",
@@ -207,6 +218,9 @@ impl Operation {
             Operation::ContainerStatus => "ContainerStatus",
             Operation::UpdateContainerResources => "UpdateContainerResources",
             Operation::ExecSync => "ExecSync",
+            Operation::Exec => "Exec",
+            Operation::Attach => "Attach",
+            Operation::PortForward => "PortForward",
             Operation::ListImages => "ListImages",
             Operation::ImageStatus => "ImageStatus",
             Operation::PullImage => "PullImage",

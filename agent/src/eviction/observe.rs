@@ -294,7 +294,7 @@ pub fn stat_value(stat: &str, key: &str) -> Option<i64> {
 }
 
 /// Bytes of the regular files below `dir` (0 when it does not exist).
-fn dir_bytes(dir: &Path) -> i64 {
+pub fn dir_bytes(dir: &Path) -> i64 {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
     };

@@ -82,6 +82,8 @@ impl Agent {
             .args(["--read-only-port", &port.to_string()])
             // The read-only port is unauthenticated: not on every interface.
             .args(["--address", "127.0.0.1"])
+            // No kubelet server: benchmarks do not use it, and 10250 may be taken.
+            .args(["--port", "0"])
             .args(["--http-address", "127.0.0.1:0"])
             .arg("--grpc-socket")
             .arg(options.grpc_socket())

@@ -1,0 +1,131 @@
+//! Building the kubelet server (`port`): its TLS configuration, authentication and authorization
+//! (with the API server's reviews when a kubeconfig is given), the Summary API provider (also
+//! served on the read-only port) and container streaming through the CRI.
+
+use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::SystemTime};
+
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::{Error, node::NodeFacts, pods::Pods};
+use crate::{
+    cm::{CgroupLayout, pod_cgroups::PodCgroups},
+    config::Config,
+    eviction::observe::NodeObserver,
+    server::{
+        HttpState,
+        auth::{Auth, Reviewer},
+        full::{self, FullState},
+        stats::SummaryProvider,
+        streaming::Streaming,
+        tls,
+        webhook::KubeReviewer,
+    },
+    sources::client_from_kubeconfig,
+};
+
+/// The Summary API of this node.
+pub async fn summary_provider(
+    config: &Config,
+    pods: &Pods,
+    cgroups: &Arc<PodCgroups>,
+) -> Result<Arc<SummaryProvider>, Error> {
+    let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
+    let (nodefs, imagefs) = super::eviction::node_filesystems(config, pods.runtime.as_ref()).await;
+    let memory_capacity = NodeFacts::memory_total().unwrap_or(0);
+    let observer = NodeObserver {
+        layout,
+        kubepods: super::pods::kubepods_path(config),
+        memory_capacity,
+        allocatable_memory: memory_capacity - config.reserved.memory_bytes(),
+        nodefs,
+        imagefs,
+        proc: PathBuf::from("/proc"),
+        psi: Vec::new(),
+    };
+    let status = pods.status.clone();
+    let cgroups = cgroups.clone();
+    Ok(Arc::new(SummaryProvider::new(
+        config.node_name.clone(),
+        PathBuf::from(super::eviction::LOG_ROOT),
+        observer,
+        Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
+        Arc::new(move |pod| cgroups.pod_path(pod).ok()),
+        Arc::new(SystemTime::now),
+    )))
+}
+
+/// Binds and starts the kubelet server when `port` is not 0; returns its address.
+pub async fn start(
+    config: &Config,
+    http: HttpState,
+    pods: &Pods,
+    summary: Arc<SummaryProvider>,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<Option<SocketAddr>, Error> {
+    let settings = &config.server;
+    let Some(addr) = settings.address else {
+        return Ok(None);
+    };
+    let tls = tls::server_config(settings, &config.node_name).map_err(Error::Tls)?;
+    let reviewer: Option<Arc<dyn Reviewer>> = match &config.kubeconfig {
+        Some(kubeconfig)
+            if settings.authentication.webhook
+                || settings.authorization.mode == crate::config::AuthorizationMode::Webhook =>
+        {
+            let client = client_from_kubeconfig(kubeconfig)
+                .await
+                .map_err(Error::ApiServer)?;
+            Some(Arc::new(KubeReviewer::new(
+                client,
+                settings.authentication.webhook_cache_ttl,
+                settings.authorization.cache_authorized_ttl,
+                settings.authorization.cache_unauthorized_ttl,
+            )))
+        }
+        _ => None,
+    };
+    let auth = Arc::new(Auth {
+        node_name: config.node_name.clone(),
+        anonymous: settings.authentication.anonymous,
+        token_webhook: settings.authentication.webhook,
+        mode: settings.authorization.mode,
+        reviewer,
+    });
+    let status = pods.status.clone();
+    let streaming = settings.enable_debugging_handlers.then(|| {
+        Arc::new(Streaming {
+            runtime: pods.runtime.clone(),
+            streams: pods.runtime.clone(),
+            pods: Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
+        })
+    });
+    let router = full::router(FullState {
+        http,
+        summary: Some(summary),
+        streaming,
+        auth,
+    });
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::ServerAddress { addr, source })?;
+    let bound = listener.local_addr().unwrap_or(addr);
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        full::serve(listener, tls, router, shutdown)
+            .await
+            .map_err(|e| Error::Stopped {
+                component: "kubelet server",
+                reason: e.to_string(),
+            })
+    });
+    tracing::info!(
+        address = %bound,
+        authorization = %settings.authorization.mode,
+        anonymous = settings.authentication.anonymous,
+        client_ca = ?settings.authentication.client_ca_file,
+        "kubelet server (TLS) listening"
+    );
+    Ok(Some(bound))
+}

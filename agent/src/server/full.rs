@@ -1,0 +1,223 @@
+//! The kubelet server (`port`, default 10250): TLS only, every request authenticated and
+//! authorized (`auth.rs`) before its handler. It serves what the read-only port serves
+//! (`/pods`, `/healthz`, `/metrics`, `/stats/summary`) and what only an authorized client may do:
+//! `/runningpods/`, `/run`, `/exec`, `/attach`, `/portForward` (`streaming.rs`).
+//!
+//! [`router`] builds the routes from a [`FullState`]; more routes are merged in by whoever adds
+//! them (the auth filter wraps everything merged before [`with_auth`]). [`serve`] is the TLS accept
+//! loop: each connection's verified client certificate becomes a [`PeerUser`] in its requests.
+//!
+//! Not here: the read-only port (`http.rs`). Upstream: `pkg/kubelet/server/server.go`
+//! (`ListenAndServeKubeletServer`, `InstallAuthFilter`, `InstallDefaultHandlers`,
+//! `InstallDebuggingHandlers`).
+
+use std::{io, sync::Arc, time::Duration};
+
+use axum::{
+    Router,
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::any,
+};
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, task::JoinSet};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
+
+use super::{
+    auth::{Auth, PeerUser, Refusal, UserInfo, request_attributes},
+    http::{HttpState, router as read_only_routes},
+    stats::{self, SummaryProvider},
+    streaming::{self, Streaming},
+};
+
+/// How long a client may take to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long connections in flight get to finish at shutdown.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a client may take to send a request's headers (a stalled client holds a task).
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What the full server's handlers need.
+#[derive(Clone)]
+pub struct FullState {
+    /// `/pods`, `/healthz`, `/metrics`, as the read-only port serves them.
+    pub http: HttpState,
+    pub summary: Option<Arc<SummaryProvider>>,
+    /// Container access; `None` when `enableDebuggingHandlers` is off.
+    pub streaming: Option<Arc<Streaming>>,
+    pub auth: Arc<Auth>,
+}
+
+/// Every route of the full server, behind the auth filter.
+pub fn router(state: FullState) -> Router {
+    let mut routes = read_only_routes(state.http.clone());
+    if let Some(summary) = &state.summary {
+        routes = routes.merge(stats::router(summary.clone()));
+    }
+    routes = match &state.streaming {
+        Some(streaming) => routes.merge(streaming::router(streaming.clone())),
+        None => routes.merge(debugging_disabled()),
+    };
+    with_auth(routes, state.auth)
+}
+
+/// Upstream `InstallDebuggingDisabledHandlers`: the debugging paths answer 405.
+fn debugging_disabled() -> Router {
+    let disabled = || async {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            "Debug endpoints are disabled.\n",
+        )
+    };
+    [
+        "/run",
+        "/exec",
+        "/attach",
+        "/portForward",
+        "/containerLogs",
+        "/runningpods",
+    ]
+    .into_iter()
+    .fold(Router::new(), |router, prefix| {
+        router
+            .route(&format!("{prefix}/"), any(disabled))
+            .route(&format!("{prefix}/{{*rest}}"), any(disabled))
+    })
+}
+
+/// `routes` behind authentication and authorization.
+pub fn with_auth(routes: Router, auth: Arc<Auth>) -> Router {
+    routes.layer(middleware::from_fn_with_state(auth, auth_filter))
+}
+
+/// Upstream `InstallAuthFilter`: 401 without a user, 403 when no attribute is allowed, 500 when
+/// the authorizer fails.
+async fn auth_filter(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+    let peer = request
+        .extensions()
+        .get::<PeerUser>()
+        .and_then(|p| p.0.clone());
+    let header = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    let user = match auth.authenticate(peer.as_ref(), header).await {
+        Ok(user) => user,
+        Err(refusal) => return refused(refusal),
+    };
+    let attributes = request_attributes(
+        &user,
+        request.method(),
+        request.uri().path(),
+        &auth.node_name,
+    );
+    if let Err(refusal) = auth.authorize(&attributes).await {
+        tracing::debug!(
+            user = user.name,
+            path = request.uri().path(),
+            ?refusal,
+            "kubelet API: refused"
+        );
+        return refused(refusal);
+    }
+    next.run(request).await
+}
+
+fn refused(refusal: Refusal) -> Response {
+    let (code, body) = match refusal {
+        Refusal::Unauthorized => (StatusCode::UNAUTHORIZED, "Unauthorized".to_owned()),
+        Refusal::Forbidden(message) => (StatusCode::FORBIDDEN, message),
+        Refusal::AuthorizerError(message) => (StatusCode::INTERNAL_SERVER_ERROR, message),
+    };
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// Serves `router` over TLS on `listener` until `shutdown`; connections in flight are closed
+/// gracefully.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    router: Router,
+    shutdown: CancellationToken,
+) -> io::Result<()> {
+    let acceptor = TlsAcceptor::from(tls);
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = shutdown.cancelled() => break,
+        };
+        let (tcp, remote) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                // Out of descriptors and the like: transient, as Go's http.Server treats them.
+                tracing::warn!(error = %e, "kubelet server: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let router = router.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(%remote, error = %e, "kubelet server: TLS handshake failed");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let peer = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .and_then(|leaf| UserInfo::from_certificate(leaf));
+            let service = router.map_request(move |mut request: Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(PeerUser(peer.clone()));
+                request
+            });
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                .with_upgrades();
+            tokio::pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = shutdown.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%remote, error = %e, "kubelet server: connection ended");
+            }
+        });
+        while connections.try_join_next().is_some() {}
+    }
+    // Each connection finishes its request in flight (they were told to); a bound keeps a slow
+    // client from holding the agent's exit.
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "full_tests.rs"]
+mod tests;

@@ -1,0 +1,625 @@
+//! The kubelet server against the real agent and containerd: TLS with the self-signed
+//! certificate it generates (and keeps across restarts), client certificates checked against
+//! `--client-ca-file`, 401 without credentials, the read-only port that never offers container
+//! access, `/stats/summary` checked against the cgroup files, and a real exec through the CRI
+//! streaming server over WebSocket.
+#![expect(
+    clippy::expect_used,
+    reason = "helpers of tests: a failed step fails the test"
+)]
+
+use std::{
+    io::{Read as _, Write as _},
+    path::{Path, PathBuf},
+    time::Instant,
+};
+
+use serde_json::Value;
+use swiftlet::cm::CgroupLayout;
+use swiftlet_tests::{
+    EVENT_WAIT,
+    node::{Node, status},
+    privileged, runtime_endpoint,
+    tls::{self, TestCa},
+};
+
+const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
+
+/// A node whose kubelet server trusts the client certificates of a fresh CA.
+fn node_with_ca(test: &str, name: &str) -> Option<(Node, TestCa, PathBuf)> {
+    if !privileged(test) {
+        return None;
+    }
+    let endpoint = runtime_endpoint(test)?;
+    let ca = TestCa::new("swiftlet-test-ca");
+    let ca_file = std::env::temp_dir().join(format!(
+        "swiftlet-{}-{name}-client-ca.crt",
+        std::process::id()
+    ));
+    std::fs::write(&ca_file, &ca.pem).expect("write the client CA");
+    let ca_arg = ca_file.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with(name, &endpoint, &["--client-ca-file", &ca_arg]);
+    Some((node, ca, ca_file))
+}
+
+/// `GET path` on the read-only port: (status code, body).
+fn plain_get(port: u16, path: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("write");
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn client_certificates_tls_and_the_read_only_port() {
+    let Some((mut node, ca, ca_file)) =
+        node_with_ca("client_certificates_tls_and_the_read_only_port", "tls")
+    else {
+        return;
+    };
+    let cert_file = node.cert_dir().join("kubelet.crt");
+    let generated = std::fs::read_to_string(&cert_file).expect("a self-signed kubelet.crt");
+    assert!(node.cert_dir().join("kubelet.key").exists());
+    let alice = ca.client("alice", &["dev"]);
+
+    // The server's certificate chains to the CA it wrote and names the node.
+    let anonymous = tls::client_config(&cert_file, None);
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        anonymous,
+        "GET",
+        "/pods",
+        &[],
+    )
+    .expect("a TLS answer");
+    assert_eq!((answer.status, answer.body.as_str()), (401, "Unauthorized"));
+
+    // A bearer token proves nothing without the token webhook (standalone).
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        tls::client_config(&cert_file, None),
+        "GET",
+        "/pods",
+        &[("Authorization", "Bearer abc")],
+    )
+    .expect("a TLS answer");
+    assert_eq!(answer.status, 401);
+
+    // A certificate from another CA: the handshake fails, no HTTP answer.
+    let stranger = TestCa::new("stranger-ca").client("mallory", &["system:masters"]);
+    let refused = tls::request(
+        node.kubelet_port,
+        &node.name,
+        tls::client_config(&cert_file, Some(&stranger)),
+        "GET",
+        "/pods",
+        &[],
+    );
+    assert!(
+        refused.is_err(),
+        "accepted a foreign certificate: {refused:?}"
+    );
+
+    let good = tls::client_config(&cert_file, Some(&alice));
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        good.clone(),
+        "GET",
+        "/pods",
+        &[],
+    )
+    .expect("a TLS answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let list: Value = serde_json::from_str(&answer.body).expect("JSON");
+    assert_eq!(list["kind"], "PodList");
+    for path in ["/healthz", "/metrics", "/runningpods/", "/stats/summary"] {
+        let answer = tls::request(
+            node.kubelet_port,
+            &node.name,
+            good.clone(),
+            "GET",
+            path,
+            &[],
+        )
+        .expect("a TLS answer");
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+    }
+
+    // The read-only port: the same reads, never container access.
+    assert_eq!(plain_get(node.port, "/pods").0, 200);
+    for path in ["/stats/summary", "/metrics/resource"] {
+        let (code, body) = plain_get(node.port, path);
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    for path in [
+        "/exec/default/web/main?command=ls&stdout=1",
+        "/attach/default/web/main?stdout=1",
+        "/portForward/default/web",
+        "/run/default/web/main?cmd=ls",
+        "/runningpods/",
+        "/containerLogs/default/web/main",
+    ] {
+        assert_eq!(plain_get(node.port, path).0, 404, "read-only {path}");
+    }
+
+    // A restart keeps the generated pair, so clients that trusted it still connect.
+    node.restart();
+    assert_eq!(
+        std::fs::read_to_string(&cert_file).expect("kubelet.crt"),
+        generated
+    );
+    let answer = tls::request(node.kubelet_port, &node.name, good, "GET", "/healthz", &[])
+        .expect("a TLS answer after the restart");
+    assert_eq!(answer.status, 200);
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}
+
+/// A one-container busybox pod running `script` with `sh -c`.
+fn shell_pod(name: &str, script: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", {script:?}]
+"
+    )
+}
+
+/// A pod that holds ~16 MB in a shell variable and keeps forking a little.
+fn busy_pod(name: &str) -> String {
+    shell_pod(
+        name,
+        r"x=$(head -c 16000000 /dev/zero | tr '\0' a); while sleep 0.05; do :; done",
+    )
+}
+
+/// A pod that prints `tick` five times a second.
+fn ticking_pod(name: &str) -> String {
+    shell_pod(name, "while true; do echo tick; sleep 0.2; done")
+}
+
+/// The container's cgroup memory directory and working set as the kernel has it now.
+fn kernel_working_set(pod_uid: &str, container_id: &str) -> Option<(PathBuf, u64)> {
+    let layout = CgroupLayout::detect().expect("layout");
+    let (memory_root, usage_file, inactive_key) = match layout.v1_controller("memory") {
+        Some(root) => (root, "memory.usage_in_bytes", "total_inactive_file"),
+        None => (
+            layout.cgroup2_root().expect("cgroup2").to_owned(),
+            "memory.current",
+            "inactive_file",
+        ),
+    };
+    let pod_dir = find_dir(&memory_root.join("kubepods"), &format!("pod{pod_uid}"))?;
+    let dir = pod_dir.join(container_id);
+    let usage: u64 = std::fs::read_to_string(dir.join(usage_file))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let stat = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
+    let inactive: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{inactive_key} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Some((dir, usage.saturating_sub(inactive)))
+}
+
+fn find_dir(root: &Path, name: &str) -> Option<PathBuf> {
+    for entry in std::fs::read_dir(root).ok()?.flatten() {
+        let path = entry.path();
+        if !path.is_dir() {
+            continue;
+        }
+        if entry.file_name().to_str() == Some(name) {
+            return Some(path);
+        }
+        if let Some(found) = find_dir(&path, name) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+fn summary(node: &Node, client: &std::sync::Arc<rustls::ClientConfig>) -> Value {
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        client.clone(),
+        "GET",
+        "/stats/summary",
+        &[],
+    )
+    .expect("a TLS answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    serde_json::from_str(&answer.body).expect("a JSON summary")
+}
+
+fn pod_stats<'a>(summary: &'a Value, name: &str) -> Option<&'a Value> {
+    summary["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == name)
+}
+
+#[test]
+fn stats_summary_of_a_running_pod_matches_its_cgroups() {
+    let Some((node, ca, ca_file)) = node_with_ca(
+        "stats_summary_of_a_running_pod_matches_its_cgroups",
+        "stats",
+    ) else {
+        return;
+    };
+    let client = tls::client_config(
+        &node.cert_dir().join("kubelet.crt"),
+        Some(&ca.client("metrics", &[])),
+    );
+    node.write_manifest("busy.yaml", &busy_pod("busy"));
+    let pod = node.wait_pod("busy", "running", |p| {
+        status::container(p, "main")
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    });
+    let full_name = pod.metadata.name.clone().expect("name");
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let container_id = status::container(&pod, "main")
+        .and_then(|c| c.container_id.clone())
+        .expect("container id");
+    let container_id = container_id
+        .split_once("://")
+        .map_or(container_id.as_str(), |(_, id)| id)
+        .to_owned();
+
+    // Wait until the shell holds its 16 MB, as the kernel counts it.
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut kernel_ws = 0;
+    while Instant::now() < deadline {
+        if let Some((_, ws)) = kernel_working_set(&uid, &container_id) {
+            kernel_ws = ws;
+            if ws > 16_000_000 {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(
+        kernel_ws > 16_000_000,
+        "the container never held its memory: {kernel_ws}"
+    );
+
+    let first = summary(&node, &client);
+    // The shape: field names of the Summary API.
+    let n = &first["node"];
+    assert_eq!(n["nodeName"], node.name.as_str());
+    assert!(n["startTime"].is_string());
+    assert!(n["cpu"]["usageCoreNanoSeconds"].is_u64(), "{n}");
+    for field in [
+        "availableBytes",
+        "usageBytes",
+        "workingSetBytes",
+        "rssBytes",
+        "pageFaults",
+    ] {
+        assert!(n["memory"][field].is_u64(), "node.memory.{field}: {n}");
+    }
+    for field in ["availableBytes", "capacityBytes", "usedBytes"] {
+        assert!(n["fs"][field].is_u64(), "node.fs.{field}: {n}");
+        assert!(
+            n["runtime"]["imageFs"][field].is_u64(),
+            "node.runtime.imageFs.{field}: {n}"
+        );
+    }
+    assert!(
+        n["rlimit"]["maxpid"].is_u64() && n["rlimit"]["curproc"].is_u64(),
+        "{n}"
+    );
+    assert_eq!(n["systemContainers"][0]["name"], "pods");
+    // This kernel has PSI: the node's and the pod's pressure are reported.
+    assert!(n["memory"]["psi"]["some"]["avg10"].is_number(), "{n}");
+
+    let p = pod_stats(&first, &full_name).expect("the pod in the summary");
+    assert_eq!(p["podRef"]["uid"], uid.as_str());
+    assert!(p["podRef"]["namespace"].is_string());
+    assert!(p["cpu"]["psi"]["some"].is_object(), "{p}");
+    let containers = p["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let c = &containers[0];
+    assert_eq!(c["name"], "main");
+    assert!(c["startTime"].is_string());
+
+    // Memory: the summary's working set is the kernel's, within the same order (they are read
+    // at different moments), and the pod's covers its container's.
+    let summary_ws = c["memory"]["workingSetBytes"]
+        .as_u64()
+        .expect("container working set");
+    let (_, kernel_ws) = kernel_working_set(&uid, &container_id).expect("kernel working set");
+    assert!(
+        summary_ws * 2 > kernel_ws && summary_ws < kernel_ws * 2,
+        "summary {summary_ws} vs kernel {kernel_ws}"
+    );
+    let pod_ws = p["memory"]["workingSetBytes"]
+        .as_u64()
+        .expect("pod working set");
+    assert!(
+        pod_ws * 10 >= summary_ws * 9,
+        "pod {pod_ws} < container {summary_ws}"
+    );
+    let node_ws = n["memory"]["workingSetBytes"]
+        .as_u64()
+        .expect("node working set");
+    assert!(node_ws > pod_ws, "node {node_ws} vs pod {pod_ws}");
+
+    // CPU: cumulative usage only grows, and a later summary has a rate from the two readings.
+    let cpu_before = c["cpu"]["usageCoreNanoSeconds"]
+        .as_u64()
+        .expect("cpu usage");
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut later = summary(&node, &client);
+    loop {
+        let cpu_now = pod_stats(&later, &full_name).expect("pod")["containers"][0]["cpu"]
+            ["usageCoreNanoSeconds"]
+            .as_u64()
+            .expect("cpu usage");
+        assert!(
+            cpu_now >= cpu_before,
+            "went back: {cpu_before} -> {cpu_now}"
+        );
+        if cpu_now > cpu_before || Instant::now() > deadline {
+            assert!(cpu_now > cpu_before, "the forking shell used no CPU");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        later = summary(&node, &client);
+    }
+    let rate =
+        &pod_stats(&later, &full_name).expect("pod")["containers"][0]["cpu"]["usageNanoCores"];
+    assert!(
+        rate.is_u64(),
+        "no usageNanoCores on a second reading: {later}"
+    );
+
+    // metrics-server's series: the same working set, labelled by container, namespace and pod.
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        client.clone(),
+        "GET",
+        "/metrics/resource",
+        &[],
+    )
+    .expect("a TLS answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let prefix = format!(
+        "container_memory_working_set_bytes{{container=\"main\",namespace=\"{}\",pod=\"{full_name}\"}} ",
+        p["podRef"]["namespace"].as_str().expect("namespace")
+    );
+    let value: f64 = answer
+        .body
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {prefix} in\n{}", answer.body));
+    assert!(value > 16e6, "{value}");
+
+    node.remove_manifest("busy.yaml");
+    node.wait_gone("busy");
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}
+
+/// Opens a WebSocket session (`v4.channel.k8s.io`) on the kubelet server; asserts the switch.
+fn websocket(
+    node: &Node,
+    client: &std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    let mut stream = tls::connect(node.kubelet_port, &node.name, client.clone()).expect("TLS");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+         Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n",
+        host = node.name
+    )
+    .expect("write");
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("the answer's head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(head.starts_with("HTTP/1.1 101"), "{path}: {head}");
+    assert!(head.to_lowercase().contains("v4.channel.k8s.io"), "{head}");
+    stream
+}
+
+/// The payloads of the binary frames on `channel`, concatenated.
+fn channel_data(frames: &[(u8, Vec<u8>)], channel: u8) -> Vec<u8> {
+    frames
+        .iter()
+        .filter(|(opcode, p)| *opcode == 2 && p.first() == Some(&channel))
+        .flat_map(|(_, p)| p[1..].to_vec())
+        .collect()
+}
+
+#[test]
+fn exec_through_the_kubelet_server_over_websocket() {
+    let Some((node, ca, ca_file)) =
+        node_with_ca("exec_through_the_kubelet_server_over_websocket", "exec")
+    else {
+        return;
+    };
+    node.write_manifest("sleeper.yaml", &ticking_pod("sleeper"));
+    let pod = node.wait_pod("sleeper", "running", |p| {
+        status::container(p, "main")
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    });
+    let name = pod.metadata.name.clone().expect("name");
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let client = tls::client_config(
+        &node.cert_dir().join("kubelet.crt"),
+        Some(&ca.client("kube-apiserver", &[])),
+    );
+
+    let mut stream = websocket(
+        &node,
+        &client,
+        &format!(
+            "/exec/{namespace}/{name}/main?command=echo&command=hello%20from%20exec&stdout=1&stderr=1"
+        ),
+    );
+    let frames = tls::read_ws_frames(&mut stream, 64);
+    assert_eq!(
+        String::from_utf8_lossy(&channel_data(&frames, 1)),
+        "hello from exec\n",
+        "{frames:?}"
+    );
+    let status: Value =
+        serde_json::from_slice(&channel_data(&frames, 3)).expect("a status on channel 3");
+    assert_eq!(status["status"], "Success", "{status}");
+
+    // Attach: the container's own output, as it comes.
+    let mut stream = websocket(
+        &node,
+        &client,
+        &format!("/attach/{namespace}/{name}/main?stdout=1"),
+    );
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline && !String::from_utf8_lossy(&seen).contains("tick") {
+        let frames = tls::read_ws_frames(&mut stream, 1);
+        if frames.is_empty() {
+            break;
+        }
+        seen.extend(channel_data(&frames, 1));
+    }
+    assert!(String::from_utf8_lossy(&seen).contains("tick"), "{seen:?}");
+
+    node.remove_manifest("sleeper.yaml");
+    node.wait_gone("sleeper");
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}
+
+#[test]
+fn port_forward_through_the_kubelet_server_over_websocket() {
+    let Some((node, ca, ca_file)) = node_with_ca(
+        "port_forward_through_the_kubelet_server_over_websocket",
+        "portfwd",
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "listener.yaml",
+        &shell_pod(
+            "listener",
+            "while true; do echo hello-pf | nc -l -p 8080; done",
+        ),
+    );
+    let pod = node.wait_pod("listener", "running", |p| {
+        status::container(p, "main")
+            .and_then(|c| c.state.as_ref())
+            .is_some_and(|s| s.running.is_some())
+    });
+    let name = pod.metadata.name.clone().expect("name");
+    let namespace = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let client = tls::client_config(
+        &node.cert_dir().join("kubelet.crt"),
+        Some(&ca.client("kube-apiserver", &[])),
+    );
+
+    // nc may not listen yet when the container is running: retry the session a few times.
+    let deadline = Instant::now() + EVENT_WAIT;
+    let mut last = Vec::new();
+    let received = loop {
+        let mut stream = websocket(
+            &node,
+            &client,
+            &format!("/portForward/{namespace}/{name}?port=8080"),
+        );
+        // Each channel first says its port (8080, little-endian), then the data flows on
+        // channel 0 and errors on channel 1.
+        let frames = tls::read_ws_frames(&mut stream, 4);
+        let mut data = Vec::new();
+        let mut ports = Vec::new();
+        for (opcode, payload) in &frames {
+            if *opcode != 2 || payload.is_empty() {
+                continue;
+            }
+            let (channel, rest) = (payload[0], &payload[1..]);
+            if rest.len() == 2 && ports.len() < 2 {
+                ports.push((channel, u16::from_le_bytes([rest[0], rest[1]])));
+            } else if channel == 0 {
+                data.extend_from_slice(rest);
+            }
+        }
+        assert_eq!(ports, vec![(0, 8080), (1, 8080)], "{frames:?}");
+        if String::from_utf8_lossy(&data).contains("hello-pf") || Instant::now() > deadline {
+            break data;
+        }
+        last = frames.into_iter().map(|(_, p)| p).collect();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&received),
+        "hello-pf\n",
+        "last frames: {last:?}"
+    );
+
+    node.remove_manifest("listener.yaml");
+    node.wait_gone("listener");
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}
+
+#[test]
+fn webhook_authorization_without_an_api_server_is_a_config_error() {
+    // The configuration is validated before anything privileged, so this runs as anyone.
+    let out = std::process::Command::new(swiftlet_tests::swiftlet_bin())
+        .args(["run", "--authorization-mode", "Webhook"])
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("error: ")
+            && l.contains("flag --authorization-mode")
+            && l.contains("`authorization.mode`")
+            && l.contains("needs an API server")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: "), "{stderr}");
+}
