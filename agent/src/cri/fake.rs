@@ -13,7 +13,8 @@
 //! process by SIGTERM (143), without one by SIGKILL (137). Time is a logical clock that ticks
 //! 1 ms per change, so creation order is strict and tests are deterministic. Images are
 //! matched by the exact name used.
-//! Not modelled: processes, networking beyond one IP per pod-network sandbox, logs.
+//! Not modelled: processes, networking beyond one IP per pod-network sandbox, logs (except that
+//! `ReopenContainerLog` creates the log file, as the runtime would).
 
 mod call;
 pub mod fixtures;

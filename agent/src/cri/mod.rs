@@ -93,6 +93,10 @@ pub trait RuntimeService: Send + Sync {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Result<cri::ExecSyncResponse>;
+    /// Asks the runtime to reopen the container's log file (after the log manager renamed it
+    /// away): new output goes to a fresh file at the container's log path. Only for a running
+    /// container.
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()>;
 }
 
 /// The image half of CRI (upstream `internalapi.ImageManagerService`).
@@ -132,6 +136,7 @@ pub enum Operation {
     ContainerStatus,
     UpdateContainerResources,
     ExecSync,
+    ReopenContainerLog,
     ListImages,
     ImageStatus,
     PullImage,
@@ -140,7 +145,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 20] = [
+    pub const ALL: [Operation; 21] = [
         Operation::Version,
         Operation::Status,
         Operation::RunPodSandbox,
@@ -156,6 +161,7 @@ impl Operation {
         Operation::ContainerStatus,
         Operation::UpdateContainerResources,
         Operation::ExecSync,
+        Operation::ReopenContainerLog,
         Operation::ListImages,
         Operation::ImageStatus,
         Operation::PullImage,
@@ -181,6 +187,7 @@ impl Operation {
             Operation::ContainerStatus => "container_status",
             Operation::UpdateContainerResources => "update_container",
             Operation::ExecSync => "exec_sync",
+            Operation::ReopenContainerLog => "reopen_container_log",
             Operation::ListImages => "list_images",
             Operation::ImageStatus => "image_status",
             Operation::PullImage => "pull_image",
@@ -207,6 +214,7 @@ impl Operation {
             Operation::ContainerStatus => "ContainerStatus",
             Operation::UpdateContainerResources => "UpdateContainerResources",
             Operation::ExecSync => "ExecSync",
+            Operation::ReopenContainerLog => "ReopenContainerLog",
             Operation::ListImages => "ListImages",
             Operation::ImageStatus => "ImageStatus",
             Operation::PullImage => "PullImage",

@@ -14,6 +14,7 @@ mod actions;
 mod backoff;
 pub mod container_config;
 pub mod env;
+pub mod gc;
 pub mod images;
 mod init;
 pub mod lifecycle;
