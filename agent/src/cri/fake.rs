@@ -226,6 +226,21 @@ impl FakeRuntime {
         image::insert(&mut state, name)
     }
 
+    /// Marks an image pinned, as containerd marks its sandbox image (image GC never removes a
+    /// pinned image). False if there is no such image.
+    pub fn pin_image(&self, name: &str) -> bool {
+        self.lock()
+            .images
+            .get_mut(name)
+            .map(|i| i.pinned = true)
+            .is_some()
+    }
+
+    /// Names of the images present, in name order.
+    pub fn image_names(&self) -> Vec<String> {
+        self.lock().images.keys().cloned().collect()
+    }
+
     /// The running container's main process exits with `exit_code`. False if it is not running.
     pub fn exit_container(&self, id: &str, exit_code: i32) -> bool {
         self.lock().exit(id, exit_code, None)
