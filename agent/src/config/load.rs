@@ -27,6 +27,7 @@ use super::{
     eviction,
     fields::{Resolver, is_dns1123_subdomain, runtime_endpoint, system_hostname},
     file::FileConfig,
+    housekeeping::{self, GcConfig, LogsConfig},
     reserved::{self, Reserved},
     types::{CgroupDriver, Cidr, PlegMode},
 };
@@ -83,6 +84,10 @@ pub struct Config {
     pub reserved: Reserved,
     /// `cpuManagerPolicy` and its settings (`cpumanager.rs`).
     pub cpu_manager: CpuManagerConfig,
+    /// Container log rotation and `podLogsDir` (`housekeeping.rs`).
+    pub logs: LogsConfig,
+    /// Container and image garbage collection (`housekeeping.rs`).
+    pub gc: GcConfig,
 }
 
 /// Built-in defaults (the kubelet's where it has one).
@@ -334,6 +339,7 @@ impl Config {
             reserved.system.cpu_millis = i64::try_from(cpus.len()).unwrap_or(i64::MAX) * 1000;
         }
         let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
+        let (logs, gc) = housekeeping::resolve(&r, args, file)?;
 
         Ok(Config {
             file: match file_origin {
@@ -368,6 +374,8 @@ impl Config {
             eviction,
             reserved,
             cpu_manager,
+            logs,
+            gc,
         })
     }
 }
