@@ -2,11 +2,13 @@
 //! shutdown (one cancellation token, one task set). The only place that knows all concrete types.
 //!
 //! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
-//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources). HTTP serves `/healthz` and
-//! `/metrics`, and the read-only port `/pods`.
+//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources; `housekeeping.rs`: log rotation
+//! and garbage collection). HTTP serves `/healthz` and `/metrics`, and the read-only port `/pods`
+//! and, until the authenticated port exists, `/containerLogs`.
 
 mod cpumanager;
 mod eviction;
+mod housekeeping;
 mod node;
 mod pods;
 mod psi;
@@ -219,7 +221,12 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             .await
             .map_err(|source| Error::HttpAddress { addr, source })?;
         listening.push(listener.local_addr().unwrap_or(addr));
-        let router = server::http::router(state.clone());
+        let mut router = server::http::router(state.clone());
+        // --- /containerLogs, mounted on the read-only port for now. Upstream serves it only on
+        // the authenticated port (10250): move this to that server when it exists. ---
+        if Some(addr) == config.read_only_address {
+            router = router.merge(server::logs::router(pods.logs.clone()));
+        }
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
             axum::serve(listener, router)

@@ -46,6 +46,8 @@ pub struct Pods {
     /// `/pods` annotations of the CPU manager, under the static policy.
     pub annotate: Option<crate::server::http::Annotator>,
     pub evictions: broadcast::Sender<crate::eviction::manager::Decision>,
+    /// What `/containerLogs` reads.
+    pub logs: crate::server::logs::LogsState,
 }
 
 /// How the pod half learns of container changes.
@@ -156,7 +158,7 @@ pub async fn start(
         reasons.clone(),
         RuntimeManagerConfig {
             node_name: config.node_name.clone(),
-            log_root: "/var/log/pods".into(),
+            log_root: config.logs.pod_logs_dir.clone(),
             memory_capacity: node.memory_bytes,
             cpu_capacity_millis: node.cpu_millis,
             has_cap_sys_resource: node.has_cap_sys_resource,
@@ -184,6 +186,7 @@ pub async fn start(
         },
         PlegMetrics::register(&metrics.registry)?,
     );
+    let gc_events = published.subscribe();
     relist.set_observer(published);
     tasks.spawn({
         let relist = relist.clone();
@@ -354,6 +357,18 @@ pub async fn start(
         });
         tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
     }
+    super::housekeeping::start(
+        config,
+        runtime.clone(),
+        runtime.clone(),
+        &kubelet,
+        pod_config.sources_ready(),
+        pod_config.sources_ready(),
+        gc_events,
+        eviction.conditions(),
+        tasks,
+        shutdown,
+    );
     let ready = pod_config.sources_ready();
     tasks.spawn({
         let shutdown = shutdown.clone();
@@ -380,6 +395,7 @@ pub async fn start(
         }
     });
     Ok(Pods {
+        logs: super::housekeeping::logs_state(status.clone(), runtime),
         status,
         annotate,
         evictions: eviction.decision_sender(),
