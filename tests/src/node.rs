@@ -82,6 +82,11 @@ impl Node {
                 .arg(self.dir.join("swiftlet.sock"))
                 .arg("--root-dir")
                 .arg(self.dir.join("root"))
+                // containerd 1.6 does not pin its sandbox image: image GC must be told it.
+                .args([
+                    "--pod-infra-container-image",
+                    "localhost/swiftlet/pause:latest",
+                ])
                 .args(&self.extra_args)
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),

@@ -102,7 +102,11 @@ pub fn start(
         pleg_events,
         shutdown.clone(),
     ));
-    let image_gc = Arc::new(ImageGcManager::new(images, runtime, config.gc.images));
+    let image_gc = Arc::new(ImageGcManager::new(
+        images,
+        runtime,
+        config.gc.images.clone(),
+    ));
     tasks.spawn(run_image_gc(
         image_gc,
         container_gc,

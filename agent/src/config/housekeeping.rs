@@ -248,6 +248,11 @@ pub(super) fn resolve(
             &file.image_minimum_gc_age,
             image_defaults.min_age,
         )?,
+        sandbox_image: match &args.pod_infra_container_image {
+            Some(image) if image.is_empty() => None,
+            Some(image) => Some(image.clone()),
+            None => image_defaults.sandbox_image,
+        },
     };
     Ok((logs, GcConfig { containers, images }))
 }
@@ -291,6 +296,10 @@ mod tests {
         assert_eq!(config.gc.images.high_threshold_percent, 85);
         assert_eq!(config.gc.images.low_threshold_percent, 80);
         assert_eq!(config.gc.images.min_age, Duration::from_secs(120));
+        assert_eq!(
+            config.gc.images.sandbox_image.as_deref(),
+            Some("registry.k8s.io/pause:3.10")
+        );
     }
 
     #[test]
@@ -323,6 +332,7 @@ mod tests {
             "--minimum-container-ttl-duration=0",
             "--maximum-dead-containers-per-container=-1",
             "--maximum-dead-containers=3",
+            "--pod-infra-container-image=localhost/pause:1",
         ];
         let config = load(yaml, &flags).expect("loads");
         assert_eq!(config.logs.rotation.max_size, -1);
@@ -333,6 +343,10 @@ mod tests {
         assert_eq!(config.gc.containers.min_age, Duration::ZERO);
         assert_eq!(config.gc.containers.max_per_pod_container, -1);
         assert_eq!(config.gc.containers.max_containers, 3);
+        assert_eq!(
+            config.gc.images.sandbox_image.as_deref(),
+            Some("localhost/pause:1")
+        );
     }
 
     #[test]

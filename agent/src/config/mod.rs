@@ -247,6 +247,11 @@ pub struct RunArgs {
     /// Images first seen less than this ago are not collected (`imageMinimumGCAge`).
     #[arg(long, value_name = "DURATION")]
     pub minimum_image_ttl_duration: Option<GoDuration>,
+    /// The runtime's sandbox image, which image GC never removes (default
+    /// `registry.k8s.io/pause:3.10`; empty for none). The runtime's own setting decides which
+    /// image sandboxes use.
+    #[arg(long, value_name = "IMAGE")]
+    pub pod_infra_container_image: Option<String>,
 }
 
 #[cfg(test)]

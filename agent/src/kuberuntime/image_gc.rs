@@ -24,12 +24,15 @@ use k8s_cri::v1 as cri;
 
 use crate::cri::{ImageService, RuntimeService};
 
+/// Upstream's default `--pod-infra-container-image`.
+pub const DEFAULT_SANDBOX_IMAGE: &str = "registry.k8s.io/pause:3.10";
+
 /// Upstream `ImageGCPeriod`.
 pub const IMAGE_GC_PERIOD: Duration = Duration::from_secs(300);
 
 /// The image GC policy (`imageGCHighThresholdPercent`, `imageGCLowThresholdPercent`,
 /// `imageMinimumGCAge`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImageGcPolicy {
     /// At or above this usage (percent of the image filesystem) images are collected; 100
     /// disables image GC.
@@ -38,6 +41,9 @@ pub struct ImageGcPolicy {
     pub low_threshold_percent: u8,
     /// An image is kept at least this long after it was first seen.
     pub min_age: Duration,
+    /// The runtime's sandbox image (`--pod-infra-container-image`): always in use. Runtimes that
+    /// pin it (containerd ≥ 1.7) protect it themselves; older ones do not.
+    pub sandbox_image: Option<String>,
 }
 
 impl Default for ImageGcPolicy {
@@ -46,6 +52,7 @@ impl Default for ImageGcPolicy {
             high_threshold_percent: 85,
             low_threshold_percent: 80,
             min_age: Duration::from_secs(120),
+            sandbox_image: Some(DEFAULT_SANDBOX_IMAGE.to_owned()),
         }
     }
 }
@@ -157,7 +164,7 @@ impl ImageGcManager {
     pub async fn detect_images(&self, now: SystemTime) -> Result<HashSet<String>, ImageGcError> {
         let images = self.images.list_images(None).await?;
         let containers = self.runtime.list_containers(None).await?;
-        let in_use = images_in_use(&images, &containers);
+        let in_use = images_in_use(&images, &containers, self.policy.sandbox_image.as_deref());
         let mut records = self.records();
         let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
         records.retain(|id, _| present.contains(id.as_str()));
@@ -288,9 +295,13 @@ pub fn bytes_to_free(policy: &ImageGcPolicy, usage: FsUsage) -> Option<u64> {
 }
 
 /// Ids of the images any container uses (its resolved image, or an image it names by tag,
-/// digest or id).
-pub fn images_in_use(images: &[cri::Image], containers: &[cri::Container]) -> HashSet<String> {
-    let mut named: HashSet<&str> = HashSet::new();
+/// digest or id), and of the sandbox image.
+pub fn images_in_use(
+    images: &[cri::Image],
+    containers: &[cri::Container],
+    sandbox_image: Option<&str>,
+) -> HashSet<String> {
+    let mut named: HashSet<&str> = sandbox_image.into_iter().collect();
     for c in containers {
         named.insert(c.image_ref.as_str());
         named.insert(c.image_id.as_str());

@@ -55,6 +55,7 @@ const NO_MIN_AGE: ImageGcPolicy = ImageGcPolicy {
     high_threshold_percent: 85,
     low_threshold_percent: 80,
     min_age: Duration::ZERO,
+    sandbox_image: None,
 };
 
 #[test]
@@ -76,7 +77,7 @@ fn thresholds_as_upstream() {
     let aggressive = ImageGcPolicy {
         high_threshold_percent: 1,
         low_threshold_percent: 0,
-        ..p
+        ..p.clone()
     };
     assert_eq!(bytes_to_free(&aggressive, usage(98)), Some(2));
     assert_eq!(bytes_to_free(&aggressive, usage(100)), None, "0% used");
@@ -114,12 +115,17 @@ async fn unused_images_go_least_recently_used_first_until_the_low_threshold() {
         "running:1",
         "exited:1",
         "pause:1",
+        "sandbox:1",
     ] {
         fake.add_image(image);
     }
     fake.pin_image("pause:1");
     let available = Arc::new(AtomicU64::new(5 * MIB));
-    let gc = manager(&fake, NO_MIN_AGE, &available);
+    let policy = ImageGcPolicy {
+        sandbox_image: Some("sandbox:1".into()),
+        ..NO_MIN_AGE
+    };
+    let gc = manager(&fake, policy, &available);
     use_image(&fake, "a", "used-long-ago:1", true).await;
     gc.detect_images(fake.now()).await.expect("detect");
     fake.advance_clock(Duration::from_secs(60));
@@ -139,6 +145,7 @@ async fn unused_images_go_least_recently_used_first_until_the_low_threshold() {
             "exited:1",
             "pause:1",
             "running:1",
+            "sandbox:1",
             "used-lately:1",
             "used-long-ago:1"
         ]
@@ -146,15 +153,22 @@ async fn unused_images_go_least_recently_used_first_until_the_low_threshold() {
     // 2 MiB wanted: the one used longest ago, then the one used lately.
     available.store(0, Ordering::SeqCst);
     assert_eq!(gc.garbage_collect().await.expect("gc"), 2 * MIB);
-    assert_eq!(fake.image_names(), ["exited:1", "pause:1", "running:1"]);
-    // Nothing else may go: in use by a running or an exited container, or pinned.
+    assert_eq!(
+        fake.image_names(),
+        ["exited:1", "pause:1", "running:1", "sandbox:1"]
+    );
+    // Nothing else may go: in use by a running or an exited container, pinned, or the sandbox
+    // image.
     let err = gc.garbage_collect().await.expect_err("not enough");
     assert!(
         matches!(err, ImageGcError::NotEnough { freed: 0, .. }),
         "{err}"
     );
     assert_eq!(gc.delete_unused_images().await.expect("delete"), 0);
-    assert_eq!(fake.image_names(), ["exited:1", "pause:1", "running:1"]);
+    assert_eq!(
+        fake.image_names(),
+        ["exited:1", "pause:1", "running:1", "sandbox:1"]
+    );
 }
 
 #[tokio::test]
@@ -162,7 +176,11 @@ async fn young_images_are_kept() {
     let fake = Arc::new(FakeRuntime::new());
     fake.add_image("new:1");
     let available = Arc::new(AtomicU64::new(0));
-    let gc = manager(&fake, ImageGcPolicy::default(), &available);
+    let policy = ImageGcPolicy {
+        sandbox_image: None,
+        ..ImageGcPolicy::default()
+    };
+    let gc = manager(&fake, policy, &available);
     assert_eq!(gc.delete_unused_images().await.expect("delete"), 0);
     assert_eq!(fake.image_names(), ["new:1"]);
     fake.advance_clock(Duration::from_secs(121));
