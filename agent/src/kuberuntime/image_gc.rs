@@ -6,8 +6,8 @@
 //!
 //! "Used" means by any container the runtime has, running or not: an exited container can be
 //! restarted, and its `previous` logs and status name its image. The records of when an image
-//! was first seen and last used live in memory, as upstream's: after a restart every image is
-//! new again and waits `imageMinimumGCAge`.
+//! was first seen and last used live in memory, as upstream's: the images present when the
+//! agent starts count as first seen long ago.
 //!
 //! How full the image filesystem is comes from the runtime's `ImageFsInfo` (which filesystem)
 //! and `statvfs` of its mountpoint (capacity and space available), injected for tests.
@@ -16,7 +16,10 @@ use std::{
     collections::{HashMap, HashSet},
     io,
     path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
     time::{Duration, SystemTime},
 };
 
@@ -121,6 +124,10 @@ pub struct ImageGcManager {
     fs_stats: FsStats,
     clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
     records: Mutex<HashMap<String, ImageRecord>>,
+    /// Whether images were detected once: the images found the first time are stamped as first
+    /// seen at an unknown time in the past (the epoch), as upstream, so a restart of the agent
+    /// does not make every image young again.
+    initialized: AtomicBool,
 }
 
 impl ImageGcManager {
@@ -136,6 +143,7 @@ impl ImageGcManager {
             fs_stats: Arc::new(statvfs),
             clock: Arc::new(SystemTime::now),
             records: Mutex::new(HashMap::new()),
+            initialized: AtomicBool::new(false),
         }
     }
 
@@ -165,12 +173,17 @@ impl ImageGcManager {
         let images = self.images.list_images(None).await?;
         let containers = self.runtime.list_containers(None).await?;
         let in_use = images_in_use(&images, &containers, self.policy.sandbox_image.as_deref());
+        let detected = if self.initialized.swap(true, Ordering::SeqCst) {
+            now
+        } else {
+            SystemTime::UNIX_EPOCH
+        };
         let mut records = self.records();
         let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
         records.retain(|id, _| present.contains(id.as_str()));
         for image in &images {
             let record = records.entry(image.id.clone()).or_insert(ImageRecord {
-                first_detected: now,
+                first_detected: detected,
                 last_used: None,
                 size: image.size,
                 pinned: image.pinned,

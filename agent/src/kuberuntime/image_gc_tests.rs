@@ -172,15 +172,17 @@ async fn unused_images_go_least_recently_used_first_until_the_low_threshold() {
 }
 
 #[tokio::test]
-async fn young_images_are_kept() {
+async fn young_images_are_kept_but_those_found_at_start_are_old() {
     let fake = Arc::new(FakeRuntime::new());
-    fake.add_image("new:1");
+    fake.add_image("there-at-start:1");
     let available = Arc::new(AtomicU64::new(0));
     let policy = ImageGcPolicy {
         sandbox_image: None,
         ..ImageGcPolicy::default()
     };
     let gc = manager(&fake, policy, &available);
+    assert_eq!(gc.delete_unused_images().await.expect("delete"), MIB);
+    fake.add_image("new:1");
     assert_eq!(gc.delete_unused_images().await.expect("delete"), 0);
     assert_eq!(fake.image_names(), ["new:1"]);
     fake.advance_clock(Duration::from_secs(121));
