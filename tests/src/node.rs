@@ -87,12 +87,19 @@ impl Node {
                     "--pod-infra-container-image",
                     "localhost/swiftlet/pause:latest",
                 ])
+                .args(crate::default_image_gc_args(&self.extra_args))
                 .args(&self.extra_args)
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
         agent.wait_stderr("swiftlet is running");
         self.agent = Some(agent);
+    }
+
+    /// Restarts the agent with `extra_args` in place of the flags it was started with.
+    pub fn restart_with(&mut self, extra_args: &[&str]) {
+        self.extra_args = extra_args.iter().map(|a| (*a).to_owned()).collect();
+        self.restart();
     }
 
     /// Stops the agent with SIGTERM and waits for it (pods keep running, as with the kubelet).
