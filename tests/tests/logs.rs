@@ -410,15 +410,102 @@ fn images() -> Vec<String> {
         .collect()
 }
 
+/// A tar of `files` (regular files, root-owned, mode 0644).
+fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, data) in files {
+        let mut header = tar::Header::new_ustar();
+        header.set_mode(0o644);
+        header.set_size(data.len() as u64);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, path, *data)
+            .expect("tar entry");
+    }
+    builder.into_inner().expect("tar")
+}
+
+fn digest(blob: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(blob)))
+}
+
+fn descriptor(media_type: &str, blob: &[u8]) -> serde_json::Value {
+    serde_json::json!({ "mediaType": media_type, "digest": digest(blob), "size": blob.len() })
+}
+
+/// Imports a one-file image named `name` (unique content, so a new image id) into the CRI
+/// namespace of the test containerd, as an OCI layout archive through `ctr`.
+fn import_unused_image(name: &str) {
+    let layer = tar_of(&[("hello", name.as_bytes())]);
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": swiftlet::sources::go_arch(std::env::consts::ARCH),
+        "os": "linux",
+        "config": {},
+        "rootfs": { "type": "layers", "diff_ids": [digest(&layer)] },
+    }))
+    .expect("config");
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": descriptor("application/vnd.oci.image.config.v1+json", &config),
+        "layers": [descriptor("application/vnd.oci.image.layer.v1.tar", &layer)],
+    }))
+    .expect("manifest");
+    let mut entry = descriptor("application/vnd.oci.image.manifest.v1+json", &manifest);
+    entry["annotations"] = serde_json::json!({ "io.containerd.image.name": name });
+    let index =
+        serde_json::to_vec(&serde_json::json!({ "schemaVersion": 2, "manifests": [entry] }))
+            .expect("index");
+    let blobs: Vec<(String, Vec<u8>)> = [config, layer, manifest]
+        .into_iter()
+        .map(|b| (format!("blobs/sha256/{}", &digest(&b)[7..]), b))
+        .collect();
+    let mut files: Vec<(&str, &[u8])> = vec![
+        ("oci-layout", br#"{"imageLayoutVersion":"1.0.0"}"#),
+        ("index.json", &index),
+    ];
+    files.extend(blobs.iter().map(|(p, b)| (p.as_str(), b.as_slice())));
+    let archive =
+        std::env::temp_dir().join(format!("swiftlet-gc-victim-{}.tar", std::process::id()));
+    std::fs::write(&archive, tar_of(&files)).expect("archive");
+    let endpoint = runtime_endpoint("import_unused_image").expect("endpoint");
+    let socket = endpoint.trim_start_matches("unix://");
+    let out = std::process::Command::new("ctr")
+        .args(["--address", socket, "-n", "k8s.io", "images", "import"])
+        .arg(&archive)
+        .output()
+        .expect("ctr");
+    let _ = std::fs::remove_file(&archive);
+    assert!(
+        out.status.success(),
+        "ctr images import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
-fn image_gc_never_removes_an_image_in_use() {
-    let Some((_scratch, mut node, logs)) =
-        node("image_gc_never_removes_an_image_in_use", "imagegc", "", &[])
-    else {
+fn image_gc_removes_unused_images_but_never_one_in_use() {
+    let Some((_scratch, mut node, logs)) = node(
+        "image_gc_removes_unused_images_but_never_one_in_use",
+        "imagegc",
+        "",
+        &[],
+    ) else {
         return;
     };
     node.write_manifest("sleeper.yaml", &pod("sleeper", "Always", "exec sleep 3600"));
     node.wait_pod("sleeper", "running", |p| status::phase(p) == "Running");
+    let victim = format!("localhost/swiftlet/gc-victim:{}", std::process::id());
+    import_unused_image(&victim);
+    let deadline = Instant::now() + EVENT_WAIT;
+    while Instant::now() < deadline && !images().contains(&victim) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        images().contains(&victim),
+        "the runtime never listed {victim}"
+    );
     // Any usage is too much: the collection at start wants every unused image gone. What is
     // left is busybox (in use by the running pod) and pause (the sandbox image).
     let config = node.dir().join("aggressive.yaml");
@@ -448,7 +535,12 @@ fn image_gc_never_removes_an_image_in_use() {
         seen.iter().any(|l| l.contains("over the high threshold")),
         "no image GC ran: {seen:#?}"
     );
+    let deadline = Instant::now() + EVENT_WAIT;
+    while Instant::now() < deadline && images().contains(&victim) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let present = images();
+    assert!(!present.contains(&victim), "{present:?}");
     assert!(present.iter().any(|i| i == BUSYBOX), "{present:?}");
     assert!(present.iter().any(|i| i == PAUSE), "{present:?}");
     let pod = node.wait_pod("sleeper", "still running", |p| {
