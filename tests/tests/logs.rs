@@ -288,6 +288,7 @@ fn previous_logs_and_gc_of_a_crash_looping_container() {
         .max()
         .expect("an instance");
     assert!(newest_attempt >= 2, "{instances:#?}");
+    assert!(node.metric("swiftlet_container_gc_removed_total{object=\"container\"}") >= 1.0);
     // The first instance's log went with it; the kept ones' stay, and `previous` still answers.
     let uid = pod.metadata.uid.clone().expect("uid");
     let dir = logs.join(format!("default_crash-{}_{uid}/main", node.name));
@@ -376,6 +377,7 @@ fn rotation_keeps_at_most_max_files_and_the_log_stays_readable() {
         })
         .collect();
     assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{tail}");
+    assert!(node.metric("swiftlet_container_log_rotations_total") >= 2.0);
     let (code, all) = get(node.port, &logs_path(&node, "chatty", "?limitBytes=4096"));
     assert_eq!(code, 200);
     assert!(
@@ -541,6 +543,7 @@ fn image_gc_removes_unused_images_but_never_one_in_use() {
     }
     let present = images();
     assert!(!present.contains(&victim), "{present:?}");
+    assert!(node.metric("swiftlet_image_gc_freed_bytes_total") > 0.0);
     assert!(present.iter().any(|i| i == BUSYBOX), "{present:?}");
     assert!(present.iter().any(|i| i == PAUSE), "{present:?}");
     let pod = node.wait_pod("sleeper", "still running", |p| {

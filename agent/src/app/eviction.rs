@@ -31,7 +31,6 @@ use crate::{
     server::Health,
 };
 
-
 #[expect(
     clippy::too_many_arguments,
     reason = "the composition root hands every part in"

@@ -7,8 +7,13 @@
 //! Upstream: `StartGarbageCollection` in `pkg/kubelet/kubelet.go` and the eviction manager's
 //! `reclaimNodeLevelResources`.
 
-use std::{collections::BTreeSet, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use tokio::{
     sync::{broadcast, watch},
     task::JoinSet,
@@ -23,8 +28,8 @@ use crate::{
     eviction::NodeCondition,
     kubelet::Kubelet,
     kuberuntime::{
-        gc::{CONTAINER_GC_PERIOD, ContainerGc, PodStateProvider},
-        image_gc::{IMAGE_GC_PERIOD, ImageGcManager},
+        gc::{CONTAINER_GC_PERIOD, ContainerGc, GcOutcome, PodStateProvider},
+        image_gc::{IMAGE_GC_PERIOD, ImageGcError, ImageGcManager},
     },
     logs::{ContainerLogManager, FollowTiming},
     pleg::{EventType, PublishedEvent},
@@ -34,9 +39,66 @@ use crate::{
     status::StatusManager,
 };
 
+/// How long the sources must have been ready before the container GC trusts that a pod the
+/// kubelet does not know is gone (upstream waits for the pod workers' first `SyncKnownPods`):
+/// the pods of a ready source reach the pod manager through the sync loop a moment later.
+const SOURCES_SETTLE: Duration = Duration::from_secs(10);
+
 /// How long the container GC waits after a container died for more to die (a pod stopping
 /// ends all its containers at once).
 const GC_DEBOUNCE: Duration = Duration::from_secs(2);
+
+/// What the collectors did, for `/metrics`.
+#[derive(Clone)]
+struct HousekeepingMetrics {
+    /// By `object`: `container`, `sandbox`, `log_dir`.
+    gc_removed: IntCounterVec,
+    image_gc_freed_bytes: IntCounter,
+}
+
+impl HousekeepingMetrics {
+    fn register(
+        registry: &Registry,
+    ) -> Result<(HousekeepingMetrics, IntCounter), prometheus::Error> {
+        let rotations = IntCounter::new(
+            "swiftlet_container_log_rotations_total",
+            "Container logs rotated because they reached containerLogMaxSize.",
+        )?;
+        let gc_removed = IntCounterVec::new(
+            Opts::new(
+                "swiftlet_container_gc_removed_total",
+                "Dead containers, sandboxes and pod log directories the container GC removed.",
+            ),
+            &["object"],
+        )?;
+        let image_gc_freed_bytes = IntCounter::new(
+            "swiftlet_image_gc_freed_bytes_total",
+            "Bytes of unused images the image GC removed.",
+        )?;
+        registry.register(Box::new(rotations.clone()))?;
+        registry.register(Box::new(gc_removed.clone()))?;
+        registry.register(Box::new(image_gc_freed_bytes.clone()))?;
+        Ok((
+            HousekeepingMetrics {
+                gc_removed,
+                image_gc_freed_bytes,
+            },
+            rotations,
+        ))
+    }
+
+    fn observe(&self, outcome: &GcOutcome) {
+        for (object, n) in [
+            ("container", outcome.containers),
+            ("sandbox", outcome.sandboxes),
+            ("log_dir", outcome.log_dirs),
+        ] {
+            self.gc_removed
+                .with_label_values(&[object])
+                .inc_by(n as u64);
+        }
+    }
+}
 
 /// The kubelet's view of which pods' leftovers may go.
 struct KubeletPods(Arc<Kubelet>);
@@ -76,13 +138,15 @@ pub fn start(
     sources_ready_for_reclaim: SourcesReady,
     pleg_events: broadcast::Receiver<Arc<PublishedEvent>>,
     conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+    registry: &Registry,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
-) {
-    let rotation = Arc::new(ContainerLogManager::new(
-        runtime.clone(),
-        config.logs.rotation,
-    ));
+) -> Result<(), Error> {
+    let (metrics, rotations) = HousekeepingMetrics::register(registry)?;
+    let rotation = Arc::new(
+        ContainerLogManager::new(runtime.clone(), config.logs.rotation)
+            .with_rotations_counter(rotations),
+    );
     tasks.spawn({
         let shutdown = shutdown.clone();
         async move {
@@ -100,6 +164,7 @@ pub fn start(
         container_gc.clone(),
         sources_ready,
         pleg_events,
+        metrics.clone(),
         shutdown.clone(),
     ));
     let image_gc = Arc::new(ImageGcManager::new(
@@ -112,8 +177,10 @@ pub fn start(
         container_gc,
         sources_ready_for_reclaim,
         conditions,
+        metrics,
         shutdown.clone(),
     ));
+    Ok(())
 }
 
 /// Collects a minute after the last collection, or soon after a container died.
@@ -121,9 +188,11 @@ async fn run_container_gc(
     gc: Arc<ContainerGc>,
     ready: SourcesReady,
     mut events: broadcast::Receiver<Arc<PublishedEvent>>,
+    metrics: HousekeepingMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let mut events_open = true;
+    let mut ready_since: Option<Instant> = None;
     loop {
         let wait = tokio::time::sleep(CONTAINER_GC_PERIOD);
         tokio::pin!(wait);
@@ -158,11 +227,19 @@ async fn run_container_gc(
                 },
             }
         }
-        match gc.collect(ready.all_ready(), false).await {
-            Ok(outcome) if outcome != Default::default() => {
-                tracing::debug!(?outcome, "container GC");
+        let ready_now = ready.all_ready();
+        if !ready_now {
+            ready_since = None;
+        }
+        let settled =
+            ready_now && ready_since.get_or_insert_with(Instant::now).elapsed() >= SOURCES_SETTLE;
+        match gc.collect(settled, false).await {
+            Ok(outcome) => {
+                metrics.observe(&outcome);
+                if outcome != GcOutcome::default() {
+                    tracing::debug!(?outcome, "container GC");
+                }
             }
-            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "container GC failed"),
         }
     }
@@ -174,6 +251,7 @@ async fn run_image_gc(
     containers: Arc<ContainerGc>,
     ready: SourcesReady,
     mut conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+    metrics: HousekeepingMetrics,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let enabled = images.policy().enabled();
@@ -194,8 +272,16 @@ async fn run_image_gc(
         };
         tokio::select! {
             _ = tick.tick() => {
-                if enabled && let Err(e) = images.garbage_collect().await {
-                    tracing::warn!(error = %e, "image GC failed");
+                if enabled {
+                    match images.garbage_collect().await {
+                        Ok(freed) => metrics.image_gc_freed_bytes.inc_by(freed),
+                        Err(e) => {
+                            if let ImageGcError::NotEnough { freed, .. } = e {
+                                metrics.image_gc_freed_bytes.inc_by(freed);
+                            }
+                            tracing::warn!(error = %e, "image GC failed");
+                        }
+                    }
                 }
             }
             changed = changed => {
@@ -206,7 +292,7 @@ async fn run_image_gc(
                 }
                 let pressure = conditions.borrow_and_update().contains(&NodeCondition::DiskPressure);
                 if pressure && !under_pressure {
-                    reclaim(&images, &containers, ready.all_ready()).await;
+                    reclaim(&images, &containers, ready.all_ready(), &metrics).await;
                 }
                 under_pressure = pressure;
             }
@@ -217,13 +303,22 @@ async fn run_image_gc(
 
 /// Under disk pressure: every dead container of a pod that will not run it again, then every
 /// unused image (upstream `DeleteAllUnusedContainers`, `DeleteUnusedImages`).
-async fn reclaim(images: &ImageGcManager, containers: &ContainerGc, sources_ready: bool) {
+async fn reclaim(
+    images: &ImageGcManager,
+    containers: &ContainerGc,
+    sources_ready: bool,
+    metrics: &HousekeepingMetrics,
+) {
     tracing::info!("DiskPressure: removing dead containers and unused images");
-    if let Err(e) = containers.collect(sources_ready, true).await {
-        tracing::warn!(error = %e, "disk pressure: container GC failed");
+    match containers.collect(sources_ready, true).await {
+        Ok(outcome) => metrics.observe(&outcome),
+        Err(e) => tracing::warn!(error = %e, "disk pressure: container GC failed"),
     }
     match images.delete_unused_images().await {
-        Ok(freed) => tracing::info!(freed, "disk pressure: unused images removed"),
+        Ok(freed) => {
+            metrics.image_gc_freed_bytes.inc_by(freed);
+            tracing::info!(freed, "disk pressure: unused images removed");
+        }
         Err(e) => tracing::warn!(error = %e, "disk pressure: image GC failed"),
     }
 }

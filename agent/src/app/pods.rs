@@ -366,9 +366,10 @@ pub async fn start(
         pod_config.sources_ready(),
         gc_events,
         eviction.conditions(),
+        &metrics.registry,
         tasks,
         shutdown,
-    );
+    )?;
     let ready = pod_config.sources_ready();
     tasks.spawn({
         let shutdown = shutdown.clone();

@@ -282,13 +282,18 @@ impl ContainerGc {
     ) -> Result<GcOutcome, crate::cri::Error> {
         let mut outcome = GcOutcome::default();
         let containers = self.runtime.list_containers(None).await?;
+        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
+        let pods = AliveGuard {
+            inner: self.pods.as_ref(),
+            alive: alive_pods(&containers, &sandboxes),
+        };
         let units = evictable_containers(&containers, (self.clock)(), self.policy.min_age);
         let doomed = select_containers(
             units,
             &self.policy,
             all_sources_ready,
             evict_non_deleted_pods,
-            self.pods.as_ref(),
+            &pods,
         );
         let mut removed = HashSet::new();
         for id in doomed {
@@ -303,13 +308,12 @@ impl ContainerGc {
                 }
             }
         }
-        let sandboxes = self.runtime.list_pod_sandbox(None).await?;
         let doomed = select_sandboxes(
             &sandboxes,
             &containers,
             &removed,
             evict_non_deleted_pods,
-            self.pods.as_ref(),
+            &pods,
         );
         for id in doomed {
             match self.runtime.remove_pod_sandbox(&id).await {
@@ -321,7 +325,7 @@ impl ContainerGc {
             }
         }
         if all_sources_ready {
-            let (removed, failed) = remove_pod_log_dirs(&self.pod_logs_dir, self.pods.as_ref());
+            let (removed, failed) = remove_pod_log_dirs(&self.pod_logs_dir, &pods);
             outcome.log_dirs = removed;
             outcome.failures += failed;
         }
@@ -343,6 +347,40 @@ impl ContainerGc {
             Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         }
+    }
+}
+
+/// Pods with a running container or a ready sandbox.
+fn alive_pods(containers: &[cri::Container], sandboxes: &[cri::PodSandbox]) -> HashSet<PodUid> {
+    let running = containers
+        .iter()
+        .filter(|c| c.state == cri::ContainerState::ContainerRunning as i32)
+        .filter_map(|c| c.labels.get(LABEL_POD_UID));
+    let ready = sandboxes
+        .iter()
+        .filter(|s| s.state == cri::PodSandboxState::SandboxReady as i32)
+        .filter_map(|s| s.labels.get(LABEL_POD_UID));
+    running
+        .chain(ready)
+        .map(|uid| PodUid(uid.clone()))
+        .collect()
+}
+
+/// A pod the runtime still runs is never gone, whatever the kubelet's view says: right after a
+/// start the sources may be ready before their pods reached the pod manager, and removing a
+/// live pod's log directory would make its next container fail to start.
+struct AliveGuard<'a> {
+    inner: &'a dyn PodStateProvider,
+    alive: HashSet<PodUid>,
+}
+
+impl PodStateProvider for AliveGuard<'_> {
+    fn should_pod_content_be_removed(&self, uid: &PodUid) -> bool {
+        !self.alive.contains(uid) && self.inner.should_pod_content_be_removed(uid)
+    }
+
+    fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool {
+        !self.alive.contains(uid) && self.inner.should_pod_runtime_be_removed(uid)
     }
 }
 

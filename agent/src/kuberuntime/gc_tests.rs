@@ -245,7 +245,8 @@ async fn young_dead_containers_and_terminated_pods_wait() {
         collector.collect(true, false).await.expect("gc").containers,
         2
     );
-    // A terminated pod's last instance goes only under disk pressure.
+    // A terminated pod's (its sandbox stopped) last instance goes only under disk pressure.
+    fake.stop_pod_sandbox(&p.sandbox).await.expect("stop");
     pods.terminated.lock().expect("lock").insert("u1".into());
     assert_eq!(
         collector.collect(true, false).await.expect("gc").containers,
@@ -266,4 +267,30 @@ fn log_directory_names_give_the_pod_uid() {
     );
     assert_eq!(pod_uid_of_log_dir("nounderscore"), None);
     assert_eq!(pod_uid_of_log_dir("ns_name_"), None);
+}
+
+#[tokio::test]
+async fn a_pod_the_runtime_still_runs_is_never_gone() {
+    let fake = Arc::new(FakeRuntime::new());
+    let logs = tempfile::tempdir().expect("tmp");
+    let p = pod(&fake, "u1", logs.path()).await;
+    let dead = instance(&fake, &p, "init", 0, false).await;
+    let running = instance(&fake, &p, "app", 0, true).await;
+    // The kubelet does not know the pod (yet): only the running container protects it.
+    let pods = Arc::new(Pods::default());
+    pods.gone.lock().expect("lock").insert("u1".into());
+    let collector = gc(&fake, &pods, ContainerGcPolicy::default(), logs.path());
+    let outcome = collector.collect(true, true).await.expect("gc");
+    assert_eq!(outcome, GcOutcome::default());
+    assert_eq!(fake.container_ids().len(), 2);
+    assert!(Path::new(&p.config.log_directory).exists());
+    // Once it stops, it goes.
+    fake.stop_pod_sandbox(&p.sandbox).await.expect("stop");
+    let outcome = collector.collect(true, false).await.expect("gc");
+    assert_eq!(
+        (outcome.containers, outcome.sandboxes, outcome.log_dirs),
+        (2, 1, 1)
+    );
+    assert!(!fake.container_ids().contains(&dead));
+    assert!(!fake.container_ids().contains(&running));
 }

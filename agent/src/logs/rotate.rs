@@ -78,6 +78,8 @@ pub struct ContainerLogManager {
     runtime: Arc<dyn RuntimeService>,
     policy: LogRotatePolicy,
     clock: Clock,
+    /// Counts rotations, when given.
+    rotations: Option<prometheus::IntCounter>,
 }
 
 impl ContainerLogManager {
@@ -86,7 +88,14 @@ impl ContainerLogManager {
             runtime,
             policy,
             clock: Arc::new(SystemTime::now),
+            rotations: None,
         }
+    }
+
+    /// Counts every rotation in `counter`.
+    pub fn with_rotations_counter(mut self, counter: prometheus::IntCounter) -> Self {
+        self.rotations = Some(counter);
+        self
     }
 
     /// Uses `clock` for the rotated files' names (tests).
@@ -123,7 +132,12 @@ impl ContainerLogManager {
                 continue;
             }
             match self.process_container(&c.id).await {
-                Ok(true) => rotated += 1,
+                Ok(true) => {
+                    rotated += 1;
+                    if let Some(counter) = &self.rotations {
+                        counter.inc();
+                    }
+                }
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(container = c.id, error = %e, "failed to rotate a container's log");
