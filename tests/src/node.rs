@@ -88,6 +88,10 @@ impl Node {
                     "localhost/swiftlet/pause:latest",
                 ])
                 .args(crate::default_image_gc_args(&self.extra_args))
+                // Its own pod log directory: the container GC removes those of pods it does not
+                // run, and agents of other test runs may share this machine.
+                .arg("--pod-logs-dir")
+                .arg(self.pod_logs_dir())
                 .args(&self.extra_args)
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
@@ -224,6 +228,11 @@ impl Node {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Where the agent keeps its pods' container logs (`--pod-logs-dir`).
+    pub fn pod_logs_dir(&self) -> PathBuf {
+        self.dir.join("pods")
     }
 }
 

@@ -2,8 +2,8 @@
 //! its options (tail, timestamps, since, limit, previous, follow) on what containerd wrote, log
 //! rotation by size, the container GC of a crash-looping container, and the image GC never
 //! taking an image in use. Each agent keeps its pods' logs in a directory of its own
-//! (`podLogsDir`), so collecting log directories cannot touch another agent's. Needs root and the
-//! private containerd that `cargo xtask test` starts.
+//! (`--pod-logs-dir`, set by the harness), so collecting log directories cannot touch another
+//! agent's. Needs root and the private containerd that `cargo xtask test` starts.
 #![expect(
     clippy::expect_used,
     reason = "helpers of tests: a failed step fails the test"
@@ -44,33 +44,26 @@ spec:
     )
 }
 
-/// A directory removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// An agent whose config file is `config` plus a `podLogsDir` of its own; also returns that
-/// directory. The scratch directory must outlive the node (declared first, dropped last).
-fn node(test: &str, name: &str, config: &str, flags: &[&str]) -> Option<(Scratch, Node, PathBuf)> {
+/// An agent with `config` as its config file (if not empty) and `flags`; also returns its pod
+/// log directory (the harness gives each agent its own).
+fn node(test: &str, name: &str, config: &str, flags: &[&str]) -> Option<(Node, PathBuf)> {
     if !privileged(test) {
         return None;
     }
     let endpoint = runtime_endpoint(test)?;
-    let scratch =
-        Scratch(std::env::temp_dir().join(format!("swiftlet-logs-{}-{name}", std::process::id())));
-    let logs = scratch.0.join("pods");
-    std::fs::create_dir_all(&logs).expect("mkdir");
-    let file = scratch.0.join("config.yaml");
-    std::fs::write(&file, format!("podLogsDir: {}\n{config}", logs.display())).expect("config");
-    let file = file.display().to_string();
-    let mut args = vec!["--config", file.as_str()];
+    let file =
+        std::env::temp_dir().join(format!("swiftlet-logs-{}-{name}.yaml", std::process::id()));
+    let file_arg = file.display().to_string();
+    let mut args = Vec::new();
+    if !config.is_empty() {
+        std::fs::write(&file, config).expect("config");
+        args.extend(["--config", file_arg.as_str()]);
+    }
     args.extend(flags);
     let node = Node::start_with(name, &endpoint, &args);
-    Some((scratch, node, logs))
+    let _ = std::fs::remove_file(&file);
+    let logs = node.pod_logs_dir();
+    Some((node, logs))
 }
 
 /// A GET on the agent's read-only port: status and body, read to the end (or until `within`).
@@ -116,7 +109,7 @@ fn restart_count(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {
 
 #[test]
 fn container_logs_with_tail_timestamps_since_and_limits() {
-    let Some((_scratch, node, _)) = node(
+    let Some((node, _)) = node(
         "container_logs_with_tail_timestamps_since_and_limits",
         "logs",
         "",
@@ -183,7 +176,7 @@ fn container_logs_with_tail_timestamps_since_and_limits() {
 
 #[test]
 fn follow_streams_new_lines_until_the_container_exits() {
-    let Some((_scratch, node, _)) = node(
+    let Some((node, _)) = node(
         "follow_streams_new_lines_until_the_container_exits",
         "follow",
         "",
@@ -239,7 +232,7 @@ fn containers_of(node: &Node, name: &str) -> Vec<k8s_cri::v1::Container> {
 
 #[test]
 fn previous_logs_and_gc_of_a_crash_looping_container() {
-    let Some((_scratch, node, logs)) = node(
+    let Some((node, logs)) = node(
         "previous_logs_and_gc_of_a_crash_looping_container",
         "crashloop",
         "",
@@ -325,7 +318,7 @@ fn log_files(dir: &Path) -> Vec<String> {
 
 #[test]
 fn rotation_keeps_at_most_max_files_and_the_log_stays_readable() {
-    let Some((_scratch, node, logs)) = node(
+    let Some((node, logs)) = node(
         "rotation_keeps_at_most_max_files_and_the_log_stays_readable",
         "rotate",
         "containerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n",
@@ -488,7 +481,7 @@ fn import_unused_image(name: &str) {
 
 #[test]
 fn image_gc_removes_unused_images_but_never_one_in_use() {
-    let Some((_scratch, mut node, logs)) = node(
+    let Some((mut node, _)) = node(
         "image_gc_removes_unused_images_but_never_one_in_use",
         "imagegc",
         "",
@@ -510,12 +503,7 @@ fn image_gc_removes_unused_images_but_never_one_in_use() {
     );
     // Any usage is too much: the collection at start wants every unused image gone. What is
     // left is busybox (in use by the running pod) and pause (the sandbox image).
-    let config = node.dir().join("aggressive.yaml");
-    std::fs::write(&config, format!("podLogsDir: {}\n", logs.display())).expect("config");
-    let config = config.display().to_string();
     node.restart_with(&[
-        "--config",
-        &config,
         "--image-gc-high-threshold",
         "1",
         "--image-gc-low-threshold",

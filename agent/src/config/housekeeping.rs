@@ -164,12 +164,17 @@ pub(super) fn resolve(
             "must be at least 3s",
         ));
     }
-    let pod_logs_dir = match &file.pod_logs_dir {
+    let pod_logs_dir = match pick(
+        r,
+        args.pod_logs_dir.clone(),
+        "--pod-logs-dir",
+        file.pod_logs_dir.clone(),
+    ) {
         None => PathBuf::from(DEFAULT_POD_LOGS_DIR),
-        Some(p) if p.is_absolute() => p.clone(),
-        Some(p) => {
+        Some((p, _)) if p.is_absolute() => p,
+        Some((p, origin)) => {
             return Err(invalid(
-                r.file,
+                &origin,
                 "podLogsDir",
                 "path",
                 p.display(),
@@ -333,6 +338,7 @@ mod tests {
             "--maximum-dead-containers-per-container=-1",
             "--maximum-dead-containers=3",
             "--pod-infra-container-image=localhost/pause:1",
+            "--pod-logs-dir=/tmp/other",
         ];
         let config = load(yaml, &flags).expect("loads");
         assert_eq!(config.logs.rotation.max_size, -1);

@@ -227,6 +227,11 @@ pub struct RunArgs {
     /// at least 2.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub container_log_max_files: Option<i32>,
+    /// Where pods' container logs go (`podLogsDir`), e.g. /var/log/pods. Garbage collection
+    /// removes the directories there of pods this agent does not run: agents sharing a machine
+    /// need one each.
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<PathBuf>,
     /// Dead containers younger than this are not collected (`minimumContainerTTLDuration`).
     #[arg(long, value_name = "DURATION")]
     pub minimum_container_ttl_duration: Option<GoDuration>,
