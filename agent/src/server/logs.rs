@@ -69,13 +69,13 @@ fn bad_request(message: impl Into<String>) -> Refusal {
 
 /// The request's options, and whether the previous instance is wanted.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Request {
-    pub options: LogOptions,
-    pub previous: bool,
+struct LogRequest {
+    options: LogOptions,
+    previous: bool,
 }
 
 /// Decodes and validates the query (upstream `DecodeParameters` then `ValidatePodLogOptions`).
-fn parse_query(query: &[(String, String)], now: Timestamp) -> Result<Request, Refusal> {
+fn parse_query(query: &[(String, String)], now: Timestamp) -> Result<LogRequest, Refusal> {
     let mut params: HashMap<&str, &str> = query
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
@@ -139,7 +139,7 @@ fn parse_query(query: &[(String, String)], now: Timestamp) -> Result<Request, Re
     }
     let since = since_time
         .or_else(|| since_seconds.and_then(|s| now.checked_sub(SignedDuration::from_secs(s)).ok()));
-    Ok(Request {
+    Ok(LogRequest {
         options: LogOptions {
             tail_lines: tail_lines.and_then(|n| u64::try_from(n).ok()),
             since,
