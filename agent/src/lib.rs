@@ -11,6 +11,7 @@ pub mod eviction;
 pub mod kernel;
 pub mod kubelet;
 pub mod kuberuntime;
+pub mod logs;
 pub mod metrics;
 pub mod pleg;
 pub mod pod_workers;

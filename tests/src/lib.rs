@@ -65,6 +65,20 @@ pub fn default_eviction_args(extra: &[impl AsRef<str>]) -> Vec<&'static str> {
     vec!["--eviction-hard", "memory.available<100Mi"]
 }
 
+/// Image GC for agents under test, unless the test sets its thresholds: off. Images count as
+/// old when an agent starts, and `statvfs` counts the root's reserved blocks as used, so on a
+/// fuller test machine the default 85% would remove the imported busybox whenever no pod uses it
+/// — and no registry can bring it back.
+pub fn default_image_gc_args(extra: &[impl AsRef<str>]) -> Vec<&'static str> {
+    if extra
+        .iter()
+        .any(|a| a.as_ref().starts_with("--image-gc-high-threshold"))
+    {
+        return Vec::new();
+    }
+    vec!["--image-gc-high-threshold", "100"]
+}
+
 /// The scripted helper process (see `src/bin/swiftlet-testproc.rs`).
 pub fn testproc() -> PathBuf {
     sibling_binary("swiftlet-testproc")

@@ -98,12 +98,28 @@ impl Node {
                 .arg(self.dir.join("swiftlet.sock"))
                 .arg("--root-dir")
                 .arg(self.dir.join("root"))
+                // containerd 1.6 does not pin its sandbox image: image GC must be told it.
+                .args([
+                    "--pod-infra-container-image",
+                    "localhost/swiftlet/pause:latest",
+                ])
+                .args(crate::default_image_gc_args(&self.extra_args))
+                // Its own pod log directory: the container GC removes those of pods it does not
+                // run, and agents of other test runs may share this machine.
+                .arg("--pod-logs-dir")
+                .arg(self.pod_logs_dir())
                 .args(&self.extra_args)
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
         agent.wait_stderr("swiftlet is running");
         self.agent = Some(agent);
+    }
+
+    /// Restarts the agent with `extra_args` in place of the flags it was started with.
+    pub fn restart_with(&mut self, extra_args: &[&str]) {
+        self.extra_args = extra_args.iter().map(|a| (*a).to_owned()).collect();
+        self.restart();
     }
 
     /// Stops the agent with SIGTERM and waits for it (pods keep running, as with the kubelet).
@@ -233,6 +249,11 @@ impl Node {
     /// The kubelet server's certificate directory (the default `<root-dir>/pki`).
     pub fn cert_dir(&self) -> PathBuf {
         self.dir.join("root/pki")
+    }
+
+    /// Where the agent keeps its pods' container logs (`--pod-logs-dir`).
+    pub fn pod_logs_dir(&self) -> PathBuf {
+        self.dir.join("pods")
     }
 }
 

@@ -508,10 +508,9 @@ spec:
         status::running(status::container(p, "main"))
     });
     let uid = pod.metadata.uid.clone().unwrap_or_default();
-    let log = std::path::PathBuf::from(format!(
-        "/var/log/pods/default_env-{}_{uid}/main/0.log",
-        node.name
-    ));
+    let log = node
+        .pod_logs_dir()
+        .join(format!("default_env-{}_{uid}/main/0.log", node.name));
     let mut text = String::new();
     for _ in 0..100 {
         text = std::fs::read_to_string(&log).unwrap_or_default();

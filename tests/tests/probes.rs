@@ -376,12 +376,12 @@ fn pre_stop_runs_before_the_stop_signal() {
         status::running(status::container(p, "main"))
     });
     let meta = &p.metadata;
-    let log = format!(
-        "/var/log/pods/{}_{}_{}/main/0.log",
+    let log = node.pod_logs_dir().join(format!(
+        "{}_{}_{}/main/0.log",
         meta.namespace.as_deref().unwrap_or("default"),
         meta.name.as_deref().unwrap_or_default(),
         meta.uid.as_deref().unwrap_or_default()
-    );
+    ));
     node.remove_manifest("stop.yaml");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut lines = Vec::new();
@@ -400,7 +400,8 @@ fn pre_stop_runs_before_the_stop_signal() {
     let at = |what: &str| lines.iter().position(|l| l == what);
     assert!(
         matches!((at("started"), at("pre-stop"), at("got-term")), (Some(a), Some(b), Some(c)) if a < b && b < c),
-        "expected started, pre-stop, got-term in that order in {log}: {lines:?}"
+        "expected started, pre-stop, got-term in that order in {}: {lines:?}",
+        log.display()
     );
     node.wait_gone("stop");
 }

@@ -31,9 +31,6 @@ use crate::{
     server::Health,
 };
 
-/// The pods' logs, measured for disk ranking.
-pub(super) const LOG_ROOT: &str = "/var/log/pods";
-
 #[expect(
     clippy::too_many_arguments,
     reason = "the composition root hands every part in"
@@ -83,12 +80,14 @@ pub async fn start(
         pod_usage: Box::new({
             let observer = observer.clone();
             let cgroups = cgroups.clone();
+            // The pods' logs, measured for disk ranking.
+            let log_root = config.logs.pod_logs_dir.clone();
             move |pods: &[Arc<Pod>]| {
                 observer.pod_usage(
                     pods,
                     &|pod| cgroups.pod_path(pod).ok(),
                     &|pod| container_names(&cache, pod),
-                    Path::new(LOG_ROOT),
+                    &log_root,
                 )
             }
         }),

@@ -2,12 +2,14 @@
 //! shutdown (one cancellation token, one task set). The only place that knows all concrete types.
 //!
 //! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
-//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources). HTTP serves `/healthz` and
-//! `/metrics`, the read-only port `/pods` and `/stats/summary`, and the kubelet server
-//! (`server.rs`, TLS and authenticated) all of these and container streaming.
+//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources; `housekeeping.rs`: log rotation
+//! and garbage collection). HTTP serves `/healthz` and `/metrics`, the read-only port `/pods` and
+//! `/stats/summary`, and the kubelet server (`server.rs`, TLS and authenticated) all of these,
+//! `/containerLogs` and container streaming.
 
 mod cpumanager;
 mod eviction;
+mod housekeeping;
 mod node;
 mod pods;
 mod psi;

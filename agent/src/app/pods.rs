@@ -49,6 +49,8 @@ pub struct Pods {
     pub evictions: broadcast::Sender<crate::eviction::manager::Decision>,
     /// The CRI client, for the kubelet server's streaming and the Summary API.
     pub runtime: Arc<GrpcRuntime>,
+    /// What `/containerLogs` reads.
+    pub logs: crate::server::logs::LogsState,
 }
 
 /// How the pod half learns of container changes.
@@ -159,7 +161,7 @@ pub async fn start(
         reasons.clone(),
         RuntimeManagerConfig {
             node_name: config.node_name.clone(),
-            log_root: "/var/log/pods".into(),
+            log_root: config.logs.pod_logs_dir.clone(),
             memory_capacity: node.memory_bytes,
             cpu_capacity_millis: node.cpu_millis,
             has_cap_sys_resource: node.has_cap_sys_resource,
@@ -187,6 +189,7 @@ pub async fn start(
         },
         PlegMetrics::register(&metrics.registry)?,
     );
+    let gc_events = published.subscribe();
     relist.set_observer(published);
     tasks.spawn({
         let relist = relist.clone();
@@ -438,6 +441,19 @@ pub async fn start(
         });
         tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
     }
+    super::housekeeping::start(
+        config,
+        runtime.clone(),
+        runtime.clone(),
+        &kubelet,
+        pod_config.sources_ready(),
+        pod_config.sources_ready(),
+        gc_events,
+        eviction.conditions(),
+        &metrics.registry,
+        tasks,
+        shutdown,
+    )?;
     let ready = pod_config.sources_ready();
     tasks.spawn({
         let shutdown = shutdown.clone();
@@ -465,6 +481,7 @@ pub async fn start(
         }
     });
     Ok(Pods {
+        logs: super::housekeeping::logs_state(status.clone(), runtime.clone()),
         status,
         annotate,
         evictions: eviction.decision_sender(),

@@ -47,7 +47,7 @@ pub async fn summary_provider(
     let cgroups = cgroups.clone();
     Ok(Arc::new(SummaryProvider::new(
         config.node_name.clone(),
-        PathBuf::from(super::eviction::LOG_ROOT),
+        config.logs.pod_logs_dir.clone(),
         observer,
         Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
         Arc::new(move |pod| cgroups.pod_path(pod).ok()),
@@ -105,6 +105,7 @@ pub async fn start(
         http,
         summary: Some(summary),
         streaming,
+        logs: Some(pods.logs.clone()),
         auth,
     });
     let listener = tokio::net::TcpListener::bind(addr)

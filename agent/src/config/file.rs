@@ -79,6 +79,17 @@ pub struct FileConfig {
     pub cpu_manager_reconcile_period: Option<String>,
     #[serde(rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: Option<String>,
+    /// A quantity (`10Mi`); negative disables rotation.
+    pub container_log_max_size: Option<String>,
+    pub container_log_max_files: Option<i64>,
+    pub container_log_monitor_interval: Option<String>,
+    pub pod_logs_dir: Option<PathBuf>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<i64>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<i64>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<String>,
 
     // swiftlet's own.
     pub node_name: Option<String>,
@@ -89,6 +100,12 @@ pub struct FileConfig {
     pub eviction_monitoring_period: Option<String>,
     pub eviction_wakeups: Option<Vec<String>>,
     pub cpu_manager_apply: Option<String>,
+    /// The kubelet's flags `--minimum-container-ttl-duration`,
+    /// `--maximum-dead-containers-per-container` and `--maximum-dead-containers`, as fields.
+    #[serde(rename = "minimumContainerTTLDuration")]
+    pub minimum_container_ttl_duration: Option<String>,
+    pub maximum_dead_containers_per_container: Option<i32>,
+    pub maximum_dead_containers: Option<i32>,
 }
 
 impl FileConfig {

@@ -29,6 +29,7 @@ use super::{
     eviction,
     fields::{Resolver, is_dns1123_subdomain, runtime_endpoint, system_hostname},
     file::FileConfig,
+    housekeeping::{self, GcConfig, LogsConfig},
     reserved::{self, Reserved},
     server::{self, ServerConfig},
     types::{CgroupDriver, Cidr, PlegMode},
@@ -88,6 +89,10 @@ pub struct Config {
     pub cpu_manager: CpuManagerConfig,
     /// The kubelet server: address, TLS, authentication, authorization (`server.rs`).
     pub server: ServerConfig,
+    /// Container log rotation and `podLogsDir` (`housekeeping.rs`).
+    pub logs: LogsConfig,
+    /// Container and image garbage collection (`housekeeping.rs`).
+    pub gc: GcConfig,
 }
 
 /// Built-in defaults (the kubelet's where it has one).
@@ -340,6 +345,7 @@ impl Config {
         }
         let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
         let server = server::resolve(&r, args, file, &root_dir)?;
+        let (logs, gc) = housekeeping::resolve(&r, args, file)?;
 
         Ok(Config {
             file: match file_origin {
@@ -375,6 +381,8 @@ impl Config {
             reserved,
             cpu_manager,
             server,
+            logs,
+            gc,
         })
     }
 }

@@ -12,6 +12,7 @@ mod error;
 mod eviction;
 mod fields;
 mod file;
+mod housekeeping;
 mod load;
 mod reserved;
 mod server;
@@ -28,6 +29,7 @@ pub use cpumanager::{CpuApply, CpuManagerConfig, CpuManagerPolicy};
 pub use duration::{DurationError, DurationErrorReason, GoDuration};
 pub use error::{ConfigError, Origin};
 pub use file::FileConfig;
+pub use housekeeping::{GcConfig, LogsConfig};
 pub use load::{Config, defaults};
 pub use reserved::{Reserved, ReservedResources};
 pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig, TlsVersion};
@@ -263,6 +265,44 @@ pub struct RunArgs {
     /// exclusive CPUs are forgotten.
     #[arg(long)]
     pub cpu_manager_reset_state: bool,
+    /// Size at which a container's log is rotated (`containerLogMaxSize`), a quantity such as
+    /// `10Mi`; negative disables rotation.
+    #[arg(long, value_name = "QUANTITY", allow_negative_numbers = true)]
+    pub container_log_max_size: Option<String>,
+    /// Most log files kept per container, the current one included (`containerLogMaxFiles`);
+    /// at least 2.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub container_log_max_files: Option<i32>,
+    /// Where pods' container logs go (`podLogsDir`), e.g. /var/log/pods. Garbage collection
+    /// removes the directories there of pods this agent does not run: agents sharing a machine
+    /// need one each.
+    #[arg(long, value_name = "DIR")]
+    pub pod_logs_dir: Option<PathBuf>,
+    /// Dead containers younger than this are not collected (`minimumContainerTTLDuration`).
+    #[arg(long, value_name = "DURATION")]
+    pub minimum_container_ttl_duration: Option<GoDuration>,
+    /// Dead instances kept per container of a pod; negative for no limit
+    /// (`maximumDeadContainersPerContainer`).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub maximum_dead_containers_per_container: Option<i32>,
+    /// Dead containers kept on the node; negative for no limit (`maximumDeadContainers`).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub maximum_dead_containers: Option<i32>,
+    /// Image filesystem usage (percent) at which unused images are removed
+    /// (`imageGCHighThresholdPercent`); 100 disables image GC.
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub image_gc_high_threshold: Option<i32>,
+    /// Usage (percent) image GC frees down to (`imageGCLowThresholdPercent`).
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub image_gc_low_threshold: Option<i32>,
+    /// Images first seen less than this ago are not collected (`imageMinimumGCAge`).
+    #[arg(long, value_name = "DURATION")]
+    pub minimum_image_ttl_duration: Option<GoDuration>,
+    /// The runtime's sandbox image, which image GC never removes (default
+    /// `registry.k8s.io/pause:3.10`; empty for none). The runtime's own setting decides which
+    /// image sandboxes use.
+    #[arg(long, value_name = "IMAGE")]
+    pub pod_infra_container_image: Option<String>,
 }
 
 #[cfg(test)]

@@ -13,7 +13,8 @@
 //! process by SIGTERM (143), without one by SIGKILL (137). Time is a logical clock that ticks
 //! 1 ms per change, so creation order is strict and tests are deterministic. Images are
 //! matched by the exact name used.
-//! Not modelled: processes, networking beyond one IP per pod-network sandbox, logs.
+//! Not modelled: processes, networking beyond one IP per pod-network sandbox, logs (except that
+//! `ReopenContainerLog` creates the log file, as the runtime would).
 
 mod call;
 pub mod fixtures;
@@ -223,6 +224,21 @@ impl FakeRuntime {
     pub fn add_image(&self, name: &str) -> String {
         let mut state = self.lock();
         image::insert(&mut state, name)
+    }
+
+    /// Marks an image pinned, as containerd marks its sandbox image (image GC never removes a
+    /// pinned image). False if there is no such image.
+    pub fn pin_image(&self, name: &str) -> bool {
+        self.lock()
+            .images
+            .get_mut(name)
+            .map(|i| i.pinned = true)
+            .is_some()
+    }
+
+    /// Names of the images present, in name order.
+    pub fn image_names(&self) -> Vec<String> {
+        self.lock().images.keys().cloned().collect()
     }
 
     /// The running container's main process exits with `exit_code`. False if it is not running.

@@ -95,6 +95,10 @@ pub trait RuntimeService: Send + Sync {
         cmd: Vec<String>,
         timeout: Duration,
     ) -> Result<cri::ExecSyncResponse>;
+    /// Asks the runtime to reopen the container's log file (after the log manager renamed it
+    /// away): new output goes to a fresh file at the container's log path. Only for a running
+    /// container.
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()>;
 }
 
 /// The image half of CRI (upstream `internalapi.ImageManagerService`).
@@ -137,6 +141,7 @@ pub enum Operation {
     Exec,
     Attach,
     PortForward,
+    ReopenContainerLog,
     ListImages,
     ImageStatus,
     PullImage,
@@ -145,7 +150,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 23] = [
+    pub const ALL: [Operation; 24] = [
         Operation::Version,
         Operation::Status,
         Operation::RunPodSandbox,
@@ -164,6 +169,7 @@ impl Operation {
         Operation::Exec,
         Operation::Attach,
         Operation::PortForward,
+        Operation::ReopenContainerLog,
         Operation::ListImages,
         Operation::ImageStatus,
         Operation::PullImage,
@@ -192,6 +198,7 @@ impl Operation {
             Operation::Exec => "exec",
             Operation::Attach => "attach",
             Operation::PortForward => "port_forward",
+            Operation::ReopenContainerLog => "reopen_container_log",
             Operation::ListImages => "list_images",
             Operation::ImageStatus => "image_status",
             Operation::PullImage => "pull_image",
@@ -221,6 +228,7 @@ impl Operation {
             Operation::Exec => "Exec",
             Operation::Attach => "Attach",
             Operation::PortForward => "PortForward",
+            Operation::ReopenContainerLog => "ReopenContainerLog",
             Operation::ListImages => "ListImages",
             Operation::ImageStatus => "ImageStatus",
             Operation::PullImage => "PullImage",

@@ -5,7 +5,8 @@
 //! through the CRI.
 //!
 //! Also the translation of a pod into CRI configs (`sandbox_config`, `container_config`, `env`)
-//! and, over the CRI, carrying a plan out (`manager`, `images`).
+//! and, over the CRI, carrying a plan out (`manager`, `images`), and collecting what the runtime
+//! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
 //!
 //! Not here: probing itself (its results come in through [`ContainerProbeResults`]), pod status
 //! (`status`), cgroups and OOM scores (`cm`).
@@ -14,7 +15,9 @@ mod actions;
 mod backoff;
 pub mod container_config;
 pub mod env;
+pub mod gc;
 pub mod hooks;
+pub mod image_gc;
 pub mod images;
 mod init;
 pub mod lifecycle;

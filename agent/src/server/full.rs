@@ -52,6 +52,8 @@ pub struct FullState {
     pub summary: Option<Arc<SummaryProvider>>,
     /// Container access; `None` when `enableDebuggingHandlers` is off.
     pub streaming: Option<Arc<Streaming>>,
+    /// `/containerLogs`, served with container access.
+    pub logs: Option<super::logs::LogsState>,
     pub auth: Arc<Auth>,
 }
 
@@ -61,8 +63,15 @@ pub fn router(state: FullState) -> Router {
     if let Some(summary) = &state.summary {
         routes = routes.merge(stats::router(summary.clone()));
     }
+    // Container logs and access are upstream's debugging handlers: on only together.
     routes = match &state.streaming {
-        Some(streaming) => routes.merge(streaming::router(streaming.clone())),
+        Some(streaming) => {
+            let routes = routes.merge(streaming::router(streaming.clone()));
+            match &state.logs {
+                Some(logs) => routes.merge(super::logs::router(logs.clone())),
+                None => routes,
+            }
+        }
         None => routes.merge(debugging_disabled()),
     };
     with_auth(routes, state.auth)

@@ -41,6 +41,7 @@ fn app(mode: AuthorizationMode, reviewer: Option<OneSubresource>) -> Router {
         },
         summary: None,
         streaming: None,
+        logs: None,
         auth: Arc::new(Auth {
             node_name: "node-1".into(),
             anonymous: false,

@@ -59,6 +59,9 @@ pub enum Call {
         cmd: Vec<String>,
         timeout: Duration,
     },
+    ReopenContainerLog {
+        id: String,
+    },
     ListImages,
     ImageStatus {
         image: String,
@@ -90,6 +93,7 @@ impl Call {
             Call::ContainerStatus { .. } => Operation::ContainerStatus,
             Call::UpdateContainerResources { .. } => Operation::UpdateContainerResources,
             Call::ExecSync { .. } => Operation::ExecSync,
+            Call::ReopenContainerLog { .. } => Operation::ReopenContainerLog,
             Call::ListImages => Operation::ListImages,
             Call::ImageStatus { .. } => Operation::ImageStatus,
             Call::PullImage { .. } => Operation::PullImage,
@@ -109,7 +113,8 @@ impl Call {
             | Call::RemoveContainer { id }
             | Call::ContainerStatus { id }
             | Call::UpdateContainerResources { id }
-            | Call::ExecSync { id, .. } => id,
+            | Call::ExecSync { id, .. }
+            | Call::ReopenContainerLog { id } => id,
             Call::CreateContainer { sandbox_id, .. } => sandbox_id,
             Call::ImageStatus { image }
             | Call::PullImage { image }

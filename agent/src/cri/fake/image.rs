@@ -73,7 +73,11 @@ impl ImageService for FakeRuntime {
         let mut state = self.begin(Call::RemoveImage {
             image: image.image.clone(),
         })?;
-        state.images.remove(&image.image);
+        // By the name it was pulled under, or by id (every name of it), as containerd.
+        let wanted = image.image;
+        state
+            .images
+            .retain(|name, i| *name != wanted && i.id != wanted);
         Ok(())
     }
 

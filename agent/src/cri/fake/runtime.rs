@@ -378,6 +378,50 @@ impl RuntimeService for FakeRuntime {
             .cloned()
             .unwrap_or_default())
     }
+
+    /// As containerd: only a running container's log can be reopened, and reopening creates
+    /// the file at its log path afresh if it was renamed away (the one thing about logs the
+    /// fake does on disk, so the log manager's rotation can be tested against it).
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let op = Operation::ReopenContainerLog;
+        let state = self.begin(Call::ReopenContainerLog {
+            id: container_id.to_owned(),
+        })?;
+        let Some(c) = state.containers.get(container_id) else {
+            return Err(fail(
+                op,
+                container_id,
+                Code::NotFound,
+                "container not found",
+            ));
+        };
+        if c.state != cri::ContainerState::ContainerRunning {
+            return Err(fail(
+                op,
+                container_id,
+                Code::Unknown,
+                "container is not running",
+            ));
+        }
+        let log_dir = state
+            .sandboxes
+            .get(&c.sandbox_id)
+            .map(|s| s.config.log_directory.clone())
+            .unwrap_or_default();
+        if log_dir.is_empty() || c.config.log_path.is_empty() {
+            return Ok(());
+        }
+        let path = std::path::Path::new(&log_dir).join(&c.config.log_path);
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map(drop)
+            .map_err(|e| {
+                let message = format!("failed to create and open log file {}: {e}", path.display());
+                fail(op, container_id, Code::Unknown, &message)
+            })
+    }
 }
 
 /// Running containers of a stopping sandbox are killed without grace.

@@ -288,6 +288,18 @@ impl RuntimeService for GrpcRuntime {
         self.call(Operation::ExecSync, container_id, deadline, exchange, Ok)
             .await
     }
+
+    async fn reopen_container_log(&self, container_id: &str) -> Result<()> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::ReopenContainerLogRequest {
+            container_id: container_id.to_owned(),
+        };
+        let mut client = self.runtime.clone();
+        let exchange = client.reopen_container_log(request(message, timeout));
+        let operation = Operation::ReopenContainerLog;
+        self.call(operation, container_id, timeout, exchange, drop_ok)
+            .await
+    }
 }
 
 fn drop_ok<T>(_: T) -> Result<(), &'static str> {

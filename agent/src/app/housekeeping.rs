@@ -1,0 +1,339 @@
+//! Building what keeps the node's disk in check, each a task of the app: container log
+//! rotation (every `containerLogMonitorInterval`), the container GC (soon after a container dies,
+//! and every minute as the safety net) and the image GC (every five minutes, and at once when the
+//! eviction manager reports DiskPressure, then reclaiming every unused image and dead container
+//! as upstream's eviction manager does). Also the `/containerLogs` router's state.
+//!
+//! Upstream: `StartGarbageCollection` in `pkg/kubelet/kubelet.go` and the eviction manager's
+//! `reclaimNodeLevelResources`.
+
+use std::{
+    collections::BTreeSet,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
+use tokio::{
+    sync::{broadcast, watch},
+    task::JoinSet,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::Error;
+use crate::{
+    config::Config,
+    container::PodUid,
+    cri::{ImageService, RuntimeService},
+    eviction::NodeCondition,
+    kubelet::Kubelet,
+    kuberuntime::{
+        gc::{CONTAINER_GC_PERIOD, ContainerGc, GcOutcome, PodStateProvider},
+        image_gc::{IMAGE_GC_PERIOD, ImageGcError, ImageGcManager},
+    },
+    logs::{ContainerLogManager, FollowTiming},
+    pleg::{EventType, PublishedEvent},
+    pod_workers::WorkerPhase,
+    server::logs::LogsState,
+    sources::SourcesReady,
+    status::StatusManager,
+};
+
+/// How long the sources must have been ready before the container GC trusts that a pod the
+/// kubelet does not know is gone (upstream waits for the pod workers' first `SyncKnownPods`):
+/// the pods of a ready source reach the pod manager through the sync loop a moment later.
+const SOURCES_SETTLE: Duration = Duration::from_secs(10);
+
+/// How long the container GC waits after a container died for more to die (a pod stopping
+/// ends all its containers at once).
+const GC_DEBOUNCE: Duration = Duration::from_secs(2);
+
+/// What the collectors did, for `/metrics`.
+#[derive(Clone)]
+struct HousekeepingMetrics {
+    /// By `object`: `container`, `sandbox`, `log_dir`.
+    gc_removed: IntCounterVec,
+    image_gc_freed_bytes: IntCounter,
+}
+
+impl HousekeepingMetrics {
+    fn register(
+        registry: &Registry,
+    ) -> Result<(HousekeepingMetrics, IntCounter), prometheus::Error> {
+        let rotations = IntCounter::new(
+            "swiftlet_container_log_rotations_total",
+            "Container logs rotated because they reached containerLogMaxSize.",
+        )?;
+        let gc_removed = IntCounterVec::new(
+            Opts::new(
+                "swiftlet_container_gc_removed_total",
+                "Dead containers, sandboxes and pod log directories the container GC removed.",
+            ),
+            &["object"],
+        )?;
+        let image_gc_freed_bytes = IntCounter::new(
+            "swiftlet_image_gc_freed_bytes_total",
+            "Bytes of unused images the image GC removed.",
+        )?;
+        registry.register(Box::new(rotations.clone()))?;
+        registry.register(Box::new(gc_removed.clone()))?;
+        registry.register(Box::new(image_gc_freed_bytes.clone()))?;
+        Ok((
+            HousekeepingMetrics {
+                gc_removed,
+                image_gc_freed_bytes,
+            },
+            rotations,
+        ))
+    }
+
+    fn observe(&self, outcome: &GcOutcome) {
+        for (object, n) in [
+            ("container", outcome.containers),
+            ("sandbox", outcome.sandboxes),
+            ("log_dir", outcome.log_dirs),
+        ] {
+            self.gc_removed
+                .with_label_values(&[object])
+                .inc_by(n as u64);
+        }
+    }
+}
+
+/// The kubelet's view of which pods' leftovers may go.
+struct KubeletPods(Arc<Kubelet>);
+
+impl PodStateProvider for KubeletPods {
+    fn should_pod_content_be_removed(&self, uid: &PodUid) -> bool {
+        let kubelet = &self.0;
+        if kubelet.workers.is_evicted(uid) {
+            return true;
+        }
+        // A pod the sources still list keeps its dead containers' logs (a completed pod's too).
+        if kubelet.pods.get(uid).is_some() {
+            return false;
+        }
+        kubelet
+            .workers
+            .phase(uid)
+            .is_none_or(|p| matches!(p, WorkerPhase::Terminated | WorkerPhase::Finished))
+    }
+
+    fn should_pod_runtime_be_removed(&self, uid: &PodUid) -> bool {
+        self.0.workers.is_known_terminated(uid) || self.should_pod_content_be_removed(uid)
+    }
+}
+
+/// Starts log rotation and both collectors.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the composition root hands every part in"
+)]
+pub fn start(
+    config: &Config,
+    runtime: Arc<dyn RuntimeService>,
+    images: Arc<dyn ImageService>,
+    kubelet: &Arc<Kubelet>,
+    sources_ready: SourcesReady,
+    sources_ready_for_reclaim: SourcesReady,
+    pleg_events: broadcast::Receiver<Arc<PublishedEvent>>,
+    conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+    registry: &Registry,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
+    let (metrics, rotations) = HousekeepingMetrics::register(registry)?;
+    let rotation = Arc::new(
+        ContainerLogManager::new(runtime.clone(), config.logs.rotation)
+            .with_rotations_counter(rotations),
+    );
+    tasks.spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            rotation.run(shutdown).await;
+            Ok(())
+        }
+    });
+    let container_gc = Arc::new(ContainerGc::new(
+        runtime.clone(),
+        Arc::new(KubeletPods(kubelet.clone())),
+        config.gc.containers,
+        config.logs.pod_logs_dir.clone(),
+    ));
+    tasks.spawn(run_container_gc(
+        container_gc.clone(),
+        sources_ready,
+        pleg_events,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let image_gc = Arc::new(ImageGcManager::new(
+        images,
+        runtime,
+        config.gc.images.clone(),
+    ));
+    tasks.spawn(run_image_gc(
+        image_gc,
+        container_gc,
+        sources_ready_for_reclaim,
+        conditions,
+        metrics,
+        shutdown.clone(),
+    ));
+    Ok(())
+}
+
+/// Collects a minute after the last collection, or soon after a container died.
+async fn run_container_gc(
+    gc: Arc<ContainerGc>,
+    ready: SourcesReady,
+    mut events: broadcast::Receiver<Arc<PublishedEvent>>,
+    metrics: HousekeepingMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let mut events_open = true;
+    let mut ready_since: Option<Instant> = None;
+    loop {
+        let wait = tokio::time::sleep(CONTAINER_GC_PERIOD);
+        tokio::pin!(wait);
+        // Until a container dies (or events were missed), or the period ends.
+        loop {
+            let event = async {
+                if events_open {
+                    events.recv().await
+                } else {
+                    std::future::pending().await
+                }
+            };
+            tokio::select! {
+                () = &mut wait => break,
+                () = shutdown.cancelled() => return Ok(()),
+                event = event => match event {
+                    Ok(e) if e.event.kind != EventType::ContainerDied => continue,
+                    Err(broadcast::error::RecvError::Closed) => {
+                        // No more events: the period alone drives collections.
+                        events_open = false;
+                        continue;
+                    }
+                    _ => {
+                        tokio::select! {
+                            () = tokio::time::sleep(GC_DEBOUNCE) => {}
+                            () = shutdown.cancelled() => return Ok(()),
+                        }
+                        // What died meanwhile is collected now too.
+                        events = events.resubscribe();
+                        break;
+                    }
+                },
+            }
+        }
+        let ready_now = ready.all_ready();
+        if !ready_now {
+            ready_since = None;
+        }
+        let settled =
+            ready_now && ready_since.get_or_insert_with(Instant::now).elapsed() >= SOURCES_SETTLE;
+        match gc.collect(settled, false).await {
+            Ok(outcome) => {
+                metrics.observe(&outcome);
+                if outcome != GcOutcome::default() {
+                    tracing::debug!(?outcome, "container GC");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "container GC failed"),
+        }
+    }
+}
+
+/// Collects images every period while enabled, and reclaims at once when DiskPressure appears.
+async fn run_image_gc(
+    images: Arc<ImageGcManager>,
+    containers: Arc<ContainerGc>,
+    ready: SourcesReady,
+    mut conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+    metrics: HousekeepingMetrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let enabled = images.policy().enabled();
+    if !enabled {
+        tracing::info!("imageGCHighThresholdPercent is 100: image GC is disabled");
+    }
+    let mut tick = tokio::time::interval(IMAGE_GC_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut under_pressure = false;
+    let mut conditions_open = true;
+    loop {
+        let changed = async {
+            if conditions_open {
+                conditions.changed().await
+            } else {
+                std::future::pending().await
+            }
+        };
+        tokio::select! {
+            _ = tick.tick() => {
+                if enabled {
+                    match images.garbage_collect().await {
+                        Ok(freed) => metrics.image_gc_freed_bytes.inc_by(freed),
+                        Err(e) => {
+                            if let ImageGcError::NotEnough { freed, .. } = e {
+                                metrics.image_gc_freed_bytes.inc_by(freed);
+                            }
+                            tracing::warn!(error = %e, "image GC failed");
+                        }
+                    }
+                }
+            }
+            changed = changed => {
+                if changed.is_err() {
+                    // The eviction manager stopped: only the period is left.
+                    conditions_open = false;
+                    continue;
+                }
+                let pressure = conditions.borrow_and_update().contains(&NodeCondition::DiskPressure);
+                if pressure && !under_pressure {
+                    reclaim(&images, &containers, ready.all_ready(), &metrics).await;
+                }
+                under_pressure = pressure;
+            }
+            () = shutdown.cancelled() => return Ok(()),
+        }
+    }
+}
+
+/// Under disk pressure: every dead container of a pod that will not run it again, then every
+/// unused image (upstream `DeleteAllUnusedContainers`, `DeleteUnusedImages`).
+async fn reclaim(
+    images: &ImageGcManager,
+    containers: &ContainerGc,
+    sources_ready: bool,
+    metrics: &HousekeepingMetrics,
+) {
+    tracing::info!("DiskPressure: removing dead containers and unused images");
+    match containers.collect(sources_ready, true).await {
+        Ok(outcome) => metrics.observe(&outcome),
+        Err(e) => tracing::warn!(error = %e, "disk pressure: container GC failed"),
+    }
+    match images.delete_unused_images().await {
+        Ok(freed) => {
+            metrics.image_gc_freed_bytes.inc_by(freed);
+            tracing::info!(freed, "disk pressure: unused images removed");
+        }
+        Err(e) => tracing::warn!(error = %e, "disk pressure: image GC failed"),
+    }
+}
+
+/// What `/containerLogs` reads: pods and statuses from the status manager, log paths from the
+/// runtime.
+pub fn logs_state(status: Arc<StatusManager>, runtime: Arc<dyn RuntimeService>) -> LogsState {
+    LogsState {
+        pods: Arc::new(move |namespace, name| {
+            status.pods().into_iter().map(|p| p.pod).find(|p| {
+                p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+        }),
+        runtime,
+        timing: FollowTiming::default(),
+    }
+}
