@@ -222,6 +222,14 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         &endpoint,
         "--root-dir",
         &dir.join("root").display().to_string(),
+        // As every test agent: no image GC (this machine's disk is above its threshold and no
+        // registry could bring an image back), the sandbox image named, pod logs of its own.
+        "--image-gc-high-threshold",
+        "100",
+        "--pod-infra-container-image",
+        "localhost/swiftlet/pause:latest",
+        "--pod-logs-dir",
+        &dir.join("pods").display().to_string(),
     ]));
     swiftlet.wait_stderr("swiftlet is running");
 

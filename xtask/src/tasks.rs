@@ -69,6 +69,15 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     let mut containerd = Containerd::start(&mut interrupts)?;
     args.push("--runtime-endpoint".to_owned());
     args.push(containerd.paths().endpoint());
+    if !args
+        .iter()
+        .any(|a| a.starts_with("--pod-infra-container-image"))
+    {
+        // The private containerd (1.6) does not pin its sandbox image: named here, image GC
+        // never takes it, and no registry could bring it back.
+        args.push("--pod-infra-container-image".to_owned());
+        args.push(crate::images::PAUSE.to_owned());
+    }
     // Containerd::start made sure this is root.
     let mut child = supervise::spawn(Command::new(&binary).args(&args))?;
     let outcome = supervise::supervise(
