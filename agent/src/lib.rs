@@ -19,3 +19,4 @@ pub mod sources;
 pub mod status;
 pub mod sys;
 pub mod telemetry;
+pub mod volume;

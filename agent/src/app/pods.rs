@@ -38,6 +38,7 @@ use crate::{
         client_from_kubeconfig, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
+    volume::{NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, default_wait_budget},
 };
 
 /// What the rest of the app needs from the pod half.
@@ -168,6 +169,8 @@ pub async fn start(
     if let Some(cpus) = &cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus.clone())));
     }
+    let volumes = volume_manager(config, &node, tasks, shutdown);
+    manager = manager.with_mounts(volumes.clone());
     let manager = Arc::new(manager);
     let period = match &source {
         PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
@@ -239,6 +242,7 @@ pub async fn start(
         reasons,
         pods: pod_manager.clone(),
         host_ip: node.host_ip.map(|ip| ip.to_string()),
+        volumes: volumes.clone(),
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();
@@ -279,6 +283,7 @@ pub async fn start(
     if let Some(cpus) = cpu_manager {
         kubelet.set_cpu_manager(cpus);
     }
+    kubelet.set_volume_manager(volumes);
 
     let eviction = super::eviction::start(
         config,
@@ -384,6 +389,33 @@ pub async fn start(
         annotate,
         evictions: eviction.decision_sender(),
     })
+}
+
+/// The volume manager, its reconciler running, with pod directories below `rootDir`.
+fn volume_manager(
+    config: &Config,
+    node: &NodeFacts,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Arc<VolumeManager> {
+    let (_, allocatable_memory) = allocatable(config, node);
+    let volumes = VolumeManager::new(VolumeManagerConfig {
+        dirs: PodDirs::new(config.root_dir.clone()),
+        node_allocatable_memory: allocatable_memory,
+        node: NodeResources {
+            cpu_millis: node.cpu_millis,
+            memory_bytes: allocatable_memory,
+        },
+        cluster_domain: config.cluster_domain.clone(),
+        wait_budget: default_wait_budget(),
+    });
+    let runner = volumes.clone();
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        runner.run(shutdown).await;
+        Ok(())
+    });
+    volumes
 }
 
 /// Node allocatable CPU (millicores) and memory (bytes), as upstream computes it: capacity minus

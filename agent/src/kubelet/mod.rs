@@ -34,6 +34,7 @@ use crate::{
     },
     sources::{Op, PodUpdate},
     status::StatusManager,
+    volume::VolumeManager,
 };
 
 pub struct Kubelet {
@@ -52,6 +53,8 @@ pub struct Kubelet {
     pressure: OnceLock<watch::Receiver<BTreeSet<NodeCondition>>>,
     /// The CPU manager, under the static policy.
     cpu_manager: OnceLock<Arc<CpuManager>>,
+    /// The volume manager: housekeeping removes the directories of pods nobody wants.
+    volumes: OnceLock<Arc<VolumeManager>>,
 }
 
 impl Kubelet {
@@ -81,6 +84,7 @@ impl Kubelet {
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
             cpu_manager: OnceLock::new(),
+            volumes: OnceLock::new(),
         }
     }
 
@@ -93,6 +97,11 @@ impl Kubelet {
     /// manager.
     pub fn set_cpu_manager(&self, manager: Arc<CpuManager>) {
         let _ = self.cpu_manager.set(manager);
+    }
+
+    /// Housekeeping from now on also cleans up orphaned pod directories.
+    pub fn set_volume_manager(&self, volumes: Arc<VolumeManager>) {
+        let _ = self.volumes.set(volumes);
     }
 
     fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
@@ -411,6 +420,13 @@ impl Kubelet {
         }
         if let Some(cpus) = self.cpu_manager.get() {
             self.cpu_housekeeping(cpus);
+        }
+        if let Some(volumes) = self.volumes.get() {
+            // Upstream `cleanupOrphanedPodDirs`: pods no source wants and no worker handles.
+            volumes.cleanup_orphaned_pod_dirs(|uid| {
+                desired_uids.contains(uid)
+                    || phases.get(uid).is_some_and(|p| *p != WorkerPhase::Finished)
+            });
         }
         self.runtime.gc(SystemTime::now());
     }

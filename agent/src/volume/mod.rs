@@ -1,0 +1,36 @@
+//! Pod volumes (upstream `pkg/kubelet/volumemanager` and the in-tree plugins of `pkg/volume`):
+//! the [`VolumeManager`] with its desired and actual state and reconciler (`manager.rs`), the
+//! plugins swiftlet has — emptyDir on disk or tmpfs (`empty_dir.rs`), hostPath with its type
+//! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`, written by
+//! `atomic_writer.rs`) — the node's mounts (`mount.rs`), the pod directory layout
+//! (`paths.rs`), and each container's CRI mounts with `subPath` (`container_mounts.rs`,
+//! `subpath.rs`).
+//!
+//! Not here: volumes that need an API server (configMap, secret, projected, PVCs), attach/detach
+//! and CSI, fsGroup ownership, SELinux relabelling, and eviction for `sizeLimit` of disk
+//! emptyDirs (usage is measured, [`VolumeManager::empty_dir_usage`]).
+
+mod atomic_writer;
+mod container_mounts;
+mod downward_api;
+mod empty_dir;
+mod error;
+mod host_path;
+mod manager;
+pub mod mount;
+mod paths;
+mod spec;
+mod subpath;
+
+#[cfg(test)]
+mod tests;
+
+pub use container_mounts::{hostname_and_domain, managed_hosts};
+pub use downward_api::NodeResources;
+pub use error::{Error, Result};
+pub use manager::{
+    EmptyDirUsage, MountedVolume, RECONCILE_PERIOD, VolumeManager, VolumeManagerConfig,
+    default_wait_budget, wait_steps,
+};
+pub use paths::{Plugin, PodDirs};
+pub use spec::{Medium, Source, VolumeSpec, pod_volumes};

@@ -1,0 +1,311 @@
+//! The volume manager against a temporary root, unprivileged: disk emptyDirs and hostPath
+//! checks through the reconciler, the waits, and the CRI mounts a container gets.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::{
+    api::core::v1::{
+        Container, EmptyDirVolumeSource, HostPathVolumeSource, Pod, PodSpec, SecurityContext,
+        Volume, VolumeMount,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::{container::PodUid, kuberuntime::ContainerMounts};
+
+fn manager(root: &std::path::Path) -> Arc<VolumeManager> {
+    VolumeManager::new(VolumeManagerConfig {
+        dirs: PodDirs::new(root),
+        node_allocatable_memory: 1 << 30,
+        node: NodeResources::default(),
+        cluster_domain: Some("cluster.local".into()),
+        wait_budget: Duration::from_millis(50),
+    })
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    }
+}
+
+fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("prod".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            subdomain: Some("sub".into()),
+            containers: vec![Container {
+                name: "app".into(),
+                volume_mounts: Some(mounts),
+                termination_message_path: Some("/dev/termination-log".into()),
+                ..Default::default()
+            }],
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn host_path(name: &str, path: &str, kind: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: Some(kind.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn upstream_backoff_steps() {
+    let steps: Vec<u128> = wait_steps().iter().map(|d| d.as_millis()).collect();
+    assert_eq!(steps, vec![1000, 1200, 1440, 1728, 2073]);
+    assert_eq!(default_wait_budget().as_millis(), 7441);
+}
+
+#[tokio::test]
+async fn volumes_are_set_up_mounted_and_torn_down() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let host = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let host_dir = host.path().to_string_lossy().into_owned();
+    let p = pod(
+        vec![
+            empty_dir("cache"),
+            host_path("data", &host_dir, "Directory"),
+        ],
+        vec![
+            mount("cache", "/cache"),
+            VolumeMount {
+                sub_path: Some("logs/app".into()),
+                ..mount("cache", "/logs")
+            },
+            VolumeMount {
+                read_only: Some(true),
+                mount_propagation: Some("HostToContainer".into()),
+                ..mount("data", "/data")
+            },
+        ],
+    );
+    let uid = PodUid::from("uid-1");
+    let cancel = CancellationToken::new();
+    manager.add_pod(p.clone()).expect("supported");
+    manager.reconcile().await;
+    manager
+        .wait_for_attach_and_mount(p.clone(), &cancel)
+        .await
+        .expect("mounted");
+    let cache = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~empty-dir/cache");
+    assert!(cache.is_dir());
+
+    let mounts = manager
+        .mounts(
+            &p,
+            &p.spec.as_ref().expect("spec").containers[0],
+            &["10.0.0.5".into()],
+        )
+        .expect("mounts");
+    let by_path = |path: &str| {
+        mounts
+            .iter()
+            .find(|m| m.container_path == path)
+            .cloned()
+            .unwrap_or_else(|| panic!("no mount at {path}: {mounts:?}"))
+    };
+    assert_eq!(by_path("/cache").host_path, cache.to_string_lossy());
+    assert!(!by_path("/cache").readonly);
+    let logs = by_path("/logs");
+    assert!(
+        logs.host_path
+            .ends_with("kubernetes.io~empty-dir/cache/logs/app")
+    );
+    assert!(cache.join("logs/app").is_dir());
+    let data = by_path("/data");
+    assert_eq!(data.host_path, host_dir);
+    assert!(data.readonly);
+    assert_eq!(
+        data.propagation,
+        cri::MountPropagation::PropagationHostToContainer as i32
+    );
+    let hosts = by_path("/etc/hosts");
+    let text = std::fs::read_to_string(&hosts.host_path).expect("hosts");
+    assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+    assert!(
+        text.ends_with("10.0.0.5\tweb.sub.prod.svc.cluster.local\tweb\n"),
+        "{text}"
+    );
+    let log = by_path("/dev/termination-log");
+    assert!(
+        log.host_path.starts_with(
+            &root
+                .path()
+                .join("pods/uid-1/containers/app")
+                .to_string_lossy()
+                .into_owned()
+        )
+    );
+    assert!(std::path::Path::new(&log.host_path).is_file());
+
+    // Terminated: the volumes go, then the pod's directory.
+    let unmount = {
+        let manager = manager.clone();
+        let uid = uid.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move { manager.wait_for_unmount(&uid, &cancel).await })
+    };
+    manager.reconcile().await;
+    unmount.await.expect("joined").expect("unmounted");
+    assert!(!cache.exists());
+    assert!(manager.mounted_volumes(&uid).is_empty());
+    manager.remove_pod_dir(&uid).expect("removed");
+    assert!(!root.path().join("pods/uid-1").exists());
+}
+
+#[tokio::test]
+async fn a_failed_host_path_check_is_in_the_wait_error() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let file = root.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let manager = manager(root.path());
+    let p = pod(
+        vec![host_path("data", &file.to_string_lossy(), "Directory")],
+        vec![mount("data", "/data")],
+    );
+    manager.add_pod(p.clone()).expect("supported");
+    manager.reconcile().await;
+    let err = manager
+        .wait_for_attach_and_mount(p.clone(), &CancellationToken::new())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        err,
+        format!(
+            "unmounted volumes=[data], unattached volumes=[], failed to process volumes=[]: \
+             timed out waiting for the condition; MountVolume.SetUp failed for volume \"data\" : \
+             hostPath type check failed: {} is not a directory",
+            file.display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn bad_mounts_fail_the_container_with_upstreams_message() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let cases = [
+        (
+            VolumeMount {
+                sub_path: Some("/abs".into()),
+                ..mount("cache", "/c")
+            },
+            "error SubPath `/abs` must not be an absolute path",
+        ),
+        (
+            VolumeMount {
+                sub_path: Some("a/../../b".into()),
+                ..mount("cache", "/c")
+            },
+            "unable to provision SubPath `a/../../b`: must not contain '..'",
+        ),
+        (
+            VolumeMount {
+                mount_propagation: Some("Bidirectional".into()),
+                ..mount("cache", "/c")
+            },
+            "Bidirectional mount propagation is available only to privileged containers",
+        ),
+        (
+            mount("missing", "/m"),
+            "cannot find volume \"missing\" to mount into container \"app\"",
+        ),
+    ];
+    for (m, want) in cases {
+        let p = pod(vec![empty_dir("cache")], vec![mount("cache", "/cache"), m]);
+        manager.add_pod(p.clone()).expect("supported");
+        manager.reconcile().await;
+        let err = manager
+            .mounts(&p, &p.spec.as_ref().expect("spec").containers[0], &[])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(err, want);
+    }
+    // Bidirectional is fine for a privileged container.
+    let p = pod(
+        vec![empty_dir("cache")],
+        vec![VolumeMount {
+            mount_propagation: Some("Bidirectional".into()),
+            ..mount("cache", "/c")
+        }],
+    );
+    let mut c = p.spec.as_ref().expect("spec").containers[0].clone();
+    c.security_context = Some(SecurityContext {
+        privileged: Some(true),
+        ..Default::default()
+    });
+    let mounts = manager.mounts(&p, &c, &[]).expect("mounts");
+    assert_eq!(
+        mounts[0].propagation,
+        cri::MountPropagation::PropagationBidirectional as i32
+    );
+}
+
+#[tokio::test]
+async fn orphaned_pod_dirs_go_unless_kept() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    for uid in ["gone", "kept"] {
+        std::fs::create_dir_all(root.path().join(format!("pods/{uid}/volumes/x/y")))
+            .expect("mkdir");
+    }
+    manager.cleanup_orphaned_pod_dirs(|uid| uid.0 == "kept");
+    assert!(!root.path().join("pods/gone").exists());
+    assert!(root.path().join("pods/kept").exists());
+}
+
+#[test]
+fn unsupported_sources_are_refused_naming_the_volume() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let p = pod(
+        vec![Volume {
+            name: "cfg".into(),
+            config_map: Some(Default::default()),
+            ..Default::default()
+        }],
+        vec![mount("cfg", "/cfg")],
+    );
+    let err = manager
+        .add_pod(p)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        err,
+        "volume \"cfg\": configMap volumes are not supported by swiftlet"
+    );
+}
