@@ -303,3 +303,38 @@ fn read_only_mounts_refuse_writes_and_sub_paths_land_below_the_volume() {
     delete_and_check_gone(&node, "ro.yaml", "ro", &uid);
     assert!(host.is_dir(), "a hostPath outlives its pod");
 }
+
+#[test]
+fn a_disk_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
+    let Some(node) = node(
+        "a_disk_empty_dir_over_its_size_limit_gets_the_pod_evicted",
+        "vol-limit",
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "full.yaml",
+        &manifest(
+            "full",
+            "Always",
+            &[container(
+                "app",
+                "dd if=/dev/zero of=/scratch/f bs=1048576 count=4; exec sleep 3600",
+                "        - name: scratch\n          mountPath: /scratch\n",
+            )],
+            "    - name: scratch\n      emptyDir:\n        sizeLimit: 1Mi\n",
+        ),
+    );
+    let pod = node.wait_pod("full", "evicted", |p| status::phase(p) == "Failed");
+    let s = pod.status.clone().unwrap_or_default();
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ")
+    );
+    let uid = uid_of(&node, "full");
+    // Evicted pods stay listed until deleted; their volumes are already torn down.
+    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/scratch");
+    eventually("the evicted pod's emptyDir is removed", || !volume.exists());
+    delete_and_check_gone(&node, "full.yaml", "full", &uid);
+}

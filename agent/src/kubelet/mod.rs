@@ -104,6 +104,10 @@ impl Kubelet {
         let _ = self.volumes.set(volumes);
     }
 
+    pub fn volume_manager(&self) -> Option<Arc<VolumeManager>> {
+        self.volumes.get().cloned()
+    }
+
     fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
         admit(pod, active, &self.capacity, &self.node_name)?;
         if let Some(pressure) = self.pressure.get() {
