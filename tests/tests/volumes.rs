@@ -338,3 +338,72 @@ fn a_disk_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
     eventually("the evicted pod's emptyDir is removed", || !volume.exists());
     delete_and_check_gone(&node, "full.yaml", "full", &uid);
 }
+
+#[test]
+fn downward_api_files_carry_the_pods_fields_read_only() {
+    let Some(node) = node(
+        "downward_api_files_carry_the_pods_fields_read_only",
+        "vol-downward",
+    ) else {
+        return;
+    };
+    let full = format!("info-{}", node.name);
+    node.write_manifest(
+        "info.yaml",
+        &format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: info
+  labels:
+    tier: front
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: app
+      image: {BUSYBOX}
+      imagePullPolicy: Never
+      command: [\"sh\", \"-c\", \"[ \\\"$(cat /info/name)\\\" = {full} ] || exit 3; grep -qx 'tier=\\\"front\\\"' /info/labels || exit 4; [ \\\"$(cat /info/mem)\\\" = 32 ] || exit 5; if touch /info/x 2>/dev/null; then exit 6; fi; exit 0\"]
+      resources:
+        limits:
+          memory: 32Mi
+      volumeMounts:
+        - name: info
+          mountPath: /info
+  volumes:
+    - name: info
+      downwardAPI:
+        items:
+          - path: name
+            fieldRef:
+              fieldPath: metadata.name
+          - path: labels
+            fieldRef:
+              fieldPath: metadata.labels
+          - path: mem
+            resourceFieldRef:
+              containerName: app
+              resource: limits.memory
+              divisor: 1Mi
+"
+        ),
+    );
+    let pod = node.wait_pod("info", "the container done", |p| {
+        status::terminated(status::container(p, "app")).is_some()
+    });
+    // 3, 4, 5: a file was wrong; 6: the volume took a write.
+    assert_eq!(
+        status::terminated(status::container(&pod, "app")),
+        Some(("Completed".to_owned(), 0))
+    );
+    let uid = uid_of(&node, "info");
+    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~downward-api/info");
+    let data = std::fs::read_link(volume.join("..data")).expect("the ..data symlink");
+    assert!(data.to_string_lossy().starts_with(".."), "{data:?}");
+    assert_eq!(
+        std::fs::read_link(volume.join("name")).expect("name is a symlink"),
+        Path::new("..data/name")
+    );
+    delete_and_check_gone(&node, "info.yaml", "info", &uid);
+}

@@ -38,7 +38,10 @@ use crate::{
         client_from_kubeconfig, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
-    volume::{NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, default_wait_budget},
+    volume::{
+        NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, VolumeMetrics,
+        default_wait_budget,
+    },
 };
 
 /// What the rest of the app needs from the pod half.
@@ -169,7 +172,7 @@ pub async fn start(
     if let Some(cpus) = &cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus.clone())));
     }
-    let volumes = volume_manager(config, &node, tasks, shutdown);
+    let volumes = volume_manager(config, &node, metrics, tasks, shutdown)?;
     manager = manager.with_mounts(volumes.clone());
     let manager = Arc::new(manager);
     let period = match &source {
@@ -395,27 +398,31 @@ pub async fn start(
 fn volume_manager(
     config: &Config,
     node: &NodeFacts,
+    metrics: &Metrics,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
-) -> Arc<VolumeManager> {
+) -> Result<Arc<VolumeManager>, Error> {
     let (_, allocatable_memory) = allocatable(config, node);
-    let volumes = VolumeManager::new(VolumeManagerConfig {
-        dirs: PodDirs::new(config.root_dir.clone()),
-        node_allocatable_memory: allocatable_memory,
-        node: NodeResources {
-            cpu_millis: node.cpu_millis,
-            memory_bytes: allocatable_memory,
+    let volumes = VolumeManager::new(
+        VolumeManagerConfig {
+            dirs: PodDirs::new(config.root_dir.clone()),
+            node_allocatable_memory: allocatable_memory,
+            node: NodeResources {
+                cpu_millis: node.cpu_millis,
+                memory_bytes: allocatable_memory,
+            },
+            cluster_domain: config.cluster_domain.clone(),
+            wait_budget: default_wait_budget(),
         },
-        cluster_domain: config.cluster_domain.clone(),
-        wait_budget: default_wait_budget(),
-    });
+        VolumeMetrics::register(&metrics.registry)?,
+    );
     let runner = volumes.clone();
     let shutdown = shutdown.clone();
     tasks.spawn(async move {
         runner.run(shutdown).await;
         Ok(())
     });
-    volumes
+    Ok(volumes)
 }
 
 /// Node allocatable CPU (millicores) and memory (bytes), as upstream computes it: capacity minus

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Error, Result, downward_api, empty_dir, host_path,
+    metrics::VolumeMetrics,
     mount::{self, MountInfo},
     paths::{Plugin, PodDirs},
     spec::{Medium, Source, VolumeSpec, pod_volumes},
@@ -99,12 +100,14 @@ pub struct VolumeManager {
     passes: watch::Sender<u64>,
     /// Only one reconcile pass at a time (the loop, or a test calling it).
     reconciling: tokio::sync::Mutex<()>,
+    metrics: VolumeMetrics,
 }
 
 impl VolumeManager {
-    pub fn new(config: VolumeManagerConfig) -> Arc<Self> {
+    pub fn new(config: VolumeManagerConfig, metrics: VolumeMetrics) -> Arc<Self> {
         Arc::new(VolumeManager {
             config,
+            metrics,
             state: Mutex::new(State::default()),
             kick: Notify::new(),
             passes: watch::channel(0).0,
@@ -169,12 +172,19 @@ impl VolumeManager {
                 .collect()
         };
         for (uid, name, volume) in unwanted {
+            let started = std::time::Instant::now();
             let done = match volume.plugin {
                 Plugin::HostPath => Ok(()),
                 Plugin::EmptyDir | Plugin::DownwardApi => {
                     empty_dir::tear_down(&volume.path, &mounts)
                 }
             };
+            self.metrics.operation(
+                "volume_unmount",
+                volume.plugin,
+                done.is_ok(),
+                started.elapsed().as_secs_f64(),
+            );
             match done {
                 Ok(()) => {
                     tracing::debug!(pod = %uid, volume = name, "volume torn down");
@@ -211,7 +221,14 @@ impl VolumeManager {
                 .collect()
         };
         for (uid, pod, volume) in wanted {
+            let started = std::time::Instant::now();
             let result = self.set_up(&uid, &pod, &volume, &mounts);
+            self.metrics.operation(
+                "volume_mount",
+                volume.source.plugin(),
+                result.is_ok(),
+                started.elapsed().as_secs_f64(),
+            );
             let mut state = self.state();
             // The pod may have gone while this one was being set up: the next pass tears it down.
             match result {
@@ -239,6 +256,23 @@ impl VolumeManager {
                 }
             }
         }
+        self.publish_totals();
+    }
+
+    fn publish_totals(&self) {
+        let state = self.state();
+        let desired: Vec<Plugin> = state
+            .desired
+            .values()
+            .flat_map(|d| d.volumes.iter().map(|v| v.source.plugin()))
+            .collect();
+        let actual: Vec<Plugin> = state
+            .actual
+            .values()
+            .flat_map(|a| a.values().map(|v| v.plugin))
+            .collect();
+        drop(state);
+        self.metrics.totals(&desired, &actual);
     }
 
     fn set_up(
@@ -297,10 +331,14 @@ impl VolumeManager {
     pub fn add_pod(&self, pod: Arc<Pod>) -> Result<()> {
         let volumes = pod_volumes(&pod)?;
         let uid = pod_uid(&pod);
+        // A pod without volumes gives the reconciler nothing to do.
+        let kick = !volumes.is_empty();
         self.state()
             .desired
             .insert(uid, DesiredPod { pod, volumes });
-        self.kick.notify_one();
+        if kick {
+            self.kick.notify_one();
+        }
         Ok(())
     }
 
@@ -309,8 +347,11 @@ impl VolumeManager {
         let mut state = self.state();
         state.desired.remove(uid);
         state.failures.remove(uid);
+        let kick = state.actual.contains_key(uid);
         drop(state);
-        self.kick.notify_one();
+        if kick {
+            self.kick.notify_one();
+        }
     }
 
     /// Waits until every volume of `pod` is set up (upstream `WaitForAttachAndMount`).

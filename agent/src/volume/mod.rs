@@ -17,6 +17,7 @@ mod empty_dir;
 mod error;
 mod host_path;
 mod manager;
+mod metrics;
 pub mod mount;
 mod paths;
 mod spec;
@@ -32,5 +33,6 @@ pub use manager::{
     EmptyDirUsage, MountedVolume, RECONCILE_PERIOD, VolumeManager, VolumeManagerConfig,
     default_wait_budget, wait_steps,
 };
+pub use metrics::VolumeMetrics;
 pub use paths::{Plugin, PodDirs};
 pub use spec::{Medium, Source, VolumeSpec, pod_volumes};

@@ -17,13 +17,16 @@ use super::*;
 use crate::{container::PodUid, kuberuntime::ContainerMounts};
 
 fn manager(root: &std::path::Path) -> Arc<VolumeManager> {
-    VolumeManager::new(VolumeManagerConfig {
-        dirs: PodDirs::new(root),
-        node_allocatable_memory: 1 << 30,
-        node: NodeResources::default(),
-        cluster_domain: Some("cluster.local".into()),
-        wait_budget: Duration::from_millis(50),
-    })
+    VolumeManager::new(
+        VolumeManagerConfig {
+            dirs: PodDirs::new(root),
+            node_allocatable_memory: 1 << 30,
+            node: NodeResources::default(),
+            cluster_domain: Some("cluster.local".into()),
+            wait_budget: Duration::from_millis(50),
+        },
+        VolumeMetrics::register(&prometheus::Registry::new()).expect("metrics"),
+    )
 }
 
 fn mount(name: &str, path: &str) -> VolumeMount {
@@ -308,4 +311,45 @@ fn unsupported_sources_are_refused_naming_the_volume() {
         err,
         "volume \"cfg\": configMap volumes are not supported by swiftlet"
     );
+}
+
+#[tokio::test]
+async fn totals_and_operations_are_counted_per_plugin() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let registry = prometheus::Registry::new();
+    let metrics = VolumeMetrics::register(&registry).expect("metrics");
+    let manager = VolumeManager::new(
+        VolumeManagerConfig {
+            dirs: PodDirs::new(root.path()),
+            node_allocatable_memory: 1 << 30,
+            node: NodeResources::default(),
+            cluster_domain: None,
+            wait_budget: Duration::from_millis(50),
+        },
+        metrics.clone(),
+    );
+    manager
+        .add_pod(pod(
+            vec![empty_dir("cache")],
+            vec![mount("cache", "/cache")],
+        ))
+        .expect("supported");
+    manager.reconcile().await;
+    let total = |state: &str| {
+        metrics
+            .total_volumes
+            .with_label_values(&["kubernetes.io/empty-dir", state])
+            .get()
+    };
+    assert_eq!(total("desired_state_of_world"), 1);
+    assert_eq!(total("actual_state_of_world"), 1);
+    let mounts = metrics
+        .operation_duration
+        .with_label_values(&["volume_mount", "kubernetes.io/empty-dir", "success"])
+        .get_sample_count();
+    assert_eq!(mounts, 1);
+    manager.remove_pod(&PodUid::from("uid-1"));
+    manager.reconcile().await;
+    assert_eq!(total("desired_state_of_world"), 0);
+    assert_eq!(total("actual_state_of_world"), 0);
 }
