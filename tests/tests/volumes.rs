@@ -407,3 +407,61 @@ spec:
     );
     delete_and_check_gone(&node, "info.yaml", "info", &uid);
 }
+
+#[test]
+fn a_restarted_agent_keeps_a_running_pods_tmpfs_and_mounts_it_once() {
+    let Some(mut node) = node(
+        "a_restarted_agent_keeps_a_running_pods_tmpfs_and_mounts_it_once",
+        "vol-restart",
+    ) else {
+        return;
+    };
+    node.write_manifest(
+        "keep.yaml",
+        &manifest(
+            "keep",
+            "Always",
+            &[container(
+                "app",
+                "echo kept > /mem/f; exec sleep 3600",
+                "        - name: mem\n          mountPath: /mem\n",
+            )],
+            "    - name: mem\n      emptyDir:\n        medium: Memory\n",
+        ),
+    );
+    let before = node.wait_pod("keep", "running", |p| {
+        status::running(status::container(p, "app"))
+    });
+    let id = status::container(&before, "app").and_then(|c| c.container_id.clone());
+    let uid = uid_of(&node, "keep");
+    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/mem");
+    eventually("the container wrote into the tmpfs", || {
+        volume.join("f").exists()
+    });
+    node.restart();
+    // The restarted agent syncs the pod again (its volumes included) and keeps the container.
+    let after = node.wait_pod("keep", "running after the restart", |p| {
+        status::running(status::container(p, "app"))
+    });
+    assert_eq!(
+        status::container(&after, "app").and_then(|c| c.container_id.clone()),
+        id
+    );
+    // The restarted agent has set the volume up again (idempotently) by now.
+    eventually("the restarted agent set the volume up", || {
+        node.metric(
+            "storage_operation_duration_seconds_count{operation_name=\"volume_mount\",\
+             status=\"success\",volume_plugin=\"kubernetes.io/empty-dir\"}",
+        ) >= 1.0
+    });
+    let at_volume = host_mounts_below(&pod_dir(&node, &uid))
+        .into_iter()
+        .filter(|(point, _, _)| Path::new(point) == volume)
+        .count();
+    assert_eq!(at_volume, 1, "one tmpfs, not a second one over it");
+    assert_eq!(
+        std::fs::read_to_string(volume.join("f")).expect("the file survived"),
+        "kept\n"
+    );
+    delete_and_check_gone(&node, "keep.yaml", "keep", &uid);
+}
