@@ -387,7 +387,7 @@ impl KubeRuntimeManager {
             .and_then(|config| {
                 let mounts = self
                     .mounts
-                    .mounts(pod, container, pod_ips)
+                    .mounts(pod, container, pod_ips, &config.envs)
                     .map_err(|e| e.to_string())?;
                 Ok(cri::ContainerConfig { mounts, ..config })
             });

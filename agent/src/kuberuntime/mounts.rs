@@ -11,12 +11,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 pub type MountsError = Box<dyn std::error::Error + Send + Sync>;
 
 pub trait ContainerMounts: Send + Sync {
-    /// The CRI mounts of `container` in `pod`, whose sandbox has `pod_ips`.
+    /// The CRI mounts of `container` in `pod`, whose sandbox has `pod_ips`; `env` is the
+    /// container's environment (for `subPathExpr`).
     fn mounts(
         &self,
         pod: &Pod,
         container: &Container,
         pod_ips: &[String],
+        env: &[cri::KeyValue],
     ) -> Result<Vec<cri::Mount>, MountsError>;
 }
 
@@ -25,7 +27,13 @@ pub trait ContainerMounts: Send + Sync {
 pub struct NoMounts;
 
 impl ContainerMounts for NoMounts {
-    fn mounts(&self, _: &Pod, _: &Container, _: &[String]) -> Result<Vec<cri::Mount>, MountsError> {
+    fn mounts(
+        &self,
+        _: &Pod,
+        _: &Container,
+        _: &[String],
+        _: &[cri::KeyValue],
+    ) -> Result<Vec<cri::Mount>, MountsError> {
         Ok(Vec::new())
     }
 }

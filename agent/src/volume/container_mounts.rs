@@ -30,8 +30,9 @@ impl ContainerMounts for VolumeManager {
         pod: &Pod,
         container: &Container,
         pod_ips: &[String],
+        env: &[cri::KeyValue],
     ) -> std::result::Result<Vec<cri::Mount>, MountsError> {
-        Ok(self.make_mounts(pod, container, pod_ips)?)
+        Ok(self.make_mounts(pod, container, pod_ips, env)?)
     }
 }
 
@@ -41,6 +42,7 @@ impl VolumeManager {
         pod: &Pod,
         container: &Container,
         pod_ips: &[String],
+        env: &[cri::KeyValue],
     ) -> Result<Vec<cri::Mount>> {
         let uid = pod_uid(pod);
         let volumes = self.mounted_volumes(&uid);
@@ -56,14 +58,11 @@ impl VolumeManager {
                 volume: m.name.clone(),
                 container: container.name.clone(),
             })?;
-            if m.sub_path_expr.as_deref().is_some_and(|e| !e.is_empty()) {
-                return Err(Error::BadSpec {
-                    volume: m.name.clone(),
-                    field: "volumeMounts.subPathExpr",
-                    reason: "not supported by swiftlet".into(),
-                });
-            }
-            let host_path = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            let sub_path = match m.sub_path_expr.as_deref().filter(|e| !e.is_empty()) {
+                Some(expr) => Some(subpath::expand(expr, env)?),
+                None => m.sub_path.clone().filter(|s| !s.is_empty()),
+            };
+            let host_path = match sub_path.as_deref() {
                 Some(sub) => subpath::resolve(&m.name, &volume.path, sub).map_err(|e| match e {
                     Error::Io { .. } => Error::SubPathCreate {
                         volume: m.name.clone(),

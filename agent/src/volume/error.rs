@@ -48,6 +48,8 @@ pub enum Error {
     AbsoluteSubPath { sub_path: String },
     #[error("unable to provision SubPath `{sub_path}`: must not contain '..'")]
     SubPathBacksteps { sub_path: String },
+    #[error("missing value for {names}")]
+    SubPathExprMissing { names: String },
     #[error("subPath `{sub_path}` of volume {volume:?} resolves outside the volume")]
     SubPathEscapes { sub_path: String, volume: String },
     #[error(

@@ -16,6 +16,48 @@ use std::{
 
 use super::{Error, Result};
 
+/// `subPathExpr` with the container's `$(VAR)`s expanded (upstream
+/// `ExpandContainerVolumeMounts`): a variable that is undefined or empty is an error.
+pub fn expand(expr: &str, env: &[k8s_cri::v1::KeyValue]) -> Result<String> {
+    let defined: std::collections::HashMap<String, String> = env
+        .iter()
+        .filter(|kv| !kv.value.is_empty())
+        .map(|kv| (kv.key.clone(), kv.value.clone()))
+        .collect();
+    let mut missing: Vec<String> = referenced(expr)
+        .into_iter()
+        .filter(|name| !defined.contains_key(name))
+        .collect();
+    missing.sort();
+    missing.dedup();
+    if !missing.is_empty() {
+        return Err(Error::SubPathExprMissing {
+            names: missing.join(", "),
+        });
+    }
+    Ok(crate::kuberuntime::env::expand(expr, &defined))
+}
+
+/// The names `$(NAME)` refers to in `input` (`$$` escapes a `$`).
+fn referenced(input: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = input;
+    while let Some(at) = rest.find('$') {
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            names.push(inner[..end].to_owned());
+            rest = &inner[end + 1..];
+        } else {
+            rest = after;
+        }
+    }
+    names
+}
+
 /// Upstream `ValidatePathNoBacksteps` plus the absolute-path check.
 pub fn validate(sub_path: &str) -> Result<()> {
     if Path::new(sub_path).is_absolute() {
@@ -107,6 +149,26 @@ mod tests {
             let got = validate(sub).err().map(|e| e.to_string());
             assert_eq!(got.as_deref(), want, "{sub}");
         }
+    }
+
+    #[test]
+    fn sub_path_expr_expands_the_environment_and_names_what_is_missing() {
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| k8s_cri::v1::KeyValue {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                })
+                .collect::<Vec<_>>()
+        };
+        let e = env(&[("POD", "web-1"), ("EMPTY", "")]);
+        assert_eq!(expand("logs/$(POD)", &e).expect("expanded"), "logs/web-1");
+        assert_eq!(expand("a$$(POD)", &e).expect("escaped"), "a$(POD)");
+        let err = expand("$(EMPTY)/$(NOPE)/$(POD)", &e)
+            .err()
+            .map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("missing value for EMPTY, NOPE"));
     }
 
     #[test]

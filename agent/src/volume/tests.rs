@@ -108,6 +108,10 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
                 mount_propagation: Some("HostToContainer".into()),
                 ..mount("data", "/data")
             },
+            VolumeMount {
+                sub_path_expr: Some("by-pod/$(POD_NAME)".into()),
+                ..mount("cache", "/mine")
+            },
         ],
     );
     let uid = PodUid::from("uid-1");
@@ -128,6 +132,10 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
             &p,
             &p.spec.as_ref().expect("spec").containers[0],
             &["10.0.0.5".into()],
+            &[cri::KeyValue {
+                key: "POD_NAME".into(),
+                value: "web".into(),
+            }],
         )
         .expect("mounts");
     let by_path = |path: &str| {
@@ -145,6 +153,11 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
             .ends_with("kubernetes.io~empty-dir/cache/logs/app")
     );
     assert!(cache.join("logs/app").is_dir());
+    assert!(
+        by_path("/mine")
+            .host_path
+            .ends_with("kubernetes.io~empty-dir/cache/by-pod/web")
+    );
     let data = by_path("/data");
     assert_eq!(data.host_path, host_dir);
     assert!(data.readonly);
@@ -251,7 +264,7 @@ async fn bad_mounts_fail_the_container_with_upstreams_message() {
         manager.add_pod(p.clone()).expect("supported");
         manager.reconcile().await;
         let err = manager
-            .mounts(&p, &p.spec.as_ref().expect("spec").containers[0], &[])
+            .mounts(&p, &p.spec.as_ref().expect("spec").containers[0], &[], &[])
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -270,7 +283,7 @@ async fn bad_mounts_fail_the_container_with_upstreams_message() {
         privileged: Some(true),
         ..Default::default()
     });
-    let mounts = manager.mounts(&p, &c, &[]).expect("mounts");
+    let mounts = manager.mounts(&p, &c, &[], &[]).expect("mounts");
     assert_eq!(
         mounts[0].propagation,
         cri::MountPropagation::PropagationBidirectional as i32
