@@ -113,8 +113,11 @@ impl KubeletSyncer {
         let result = self.volumes.wait_for_attach_and_mount(handle, cancel).await;
         let mut reasons = self.reasons.lock().unwrap_or_else(|p| p.into_inner());
         reasons.remove_reason(&uid, StartFailureReason::ContainerCreating);
-        let Err(e) = result else {
-            return Ok(());
+        let e = match result {
+            Ok(()) => return Ok(()),
+            // A termination came in: nothing to report, the worker goes on terminating.
+            Err(e @ crate::volume::Error::Cancelled) => return Err(Box::new(e)),
+            Err(e) => e,
         };
         let message = format!("Unable to attach or mount volumes: {e}");
         tracing::warn!(pod = %uid, error = %e, "FailedMount");

@@ -150,10 +150,14 @@ impl VolumeManager {
     }
 
     fn reconcile_blocking(&self) {
-        let mounts = mount::mounts().unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "cannot read the node's mounts");
-            Vec::new()
-        });
+        // Without the node's mounts a memory volume could be mounted twice: skip the pass.
+        let mounts = match mount::mounts() {
+            Ok(mounts) => mounts,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the node's mounts; volumes not reconciled");
+                return;
+            }
+        };
         // Tear down what is set up but no longer wanted (upstream `unmountVolumes`).
         let unwanted: Vec<(PodUid, String, MountedVolume)> = {
             let state = self.state();
@@ -247,12 +251,12 @@ impl VolumeManager {
                         "MountVolume.SetUp failed for volume {:?} : {e}",
                         volume.name
                     );
-                    tracing::warn!(pod = %uid, volume = volume.name, error = %e, "FailedMount");
-                    state
-                        .failures
-                        .entry(uid)
-                        .or_default()
-                        .insert(volume.name, text);
+                    let failures = state.failures.entry(uid.clone()).or_default();
+                    // Retried every pass: said once per distinct failure.
+                    if failures.get(&volume.name) != Some(&text) {
+                        tracing::warn!(pod = %uid, volume = volume.name, error = %e, "FailedMount");
+                    }
+                    failures.insert(volume.name, text);
                 }
             }
         }
