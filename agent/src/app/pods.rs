@@ -39,7 +39,7 @@ use crate::{
     },
     status::{ReasonCache, StatusManager},
     volume::{
-        NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, VolumeMetrics,
+        KubeObjects, NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, VolumeMetrics,
         default_wait_budget,
     },
 };
@@ -286,7 +286,7 @@ pub async fn start(
     if let Some(cpus) = cpu_manager {
         kubelet.set_cpu_manager(cpus);
     }
-    kubelet.set_volume_manager(volumes);
+    kubelet.set_volume_manager(volumes.clone());
 
     let eviction = super::eviction::start(
         config,
@@ -325,6 +325,7 @@ pub async fn start(
         let client = client_from_kubeconfig(kubeconfig)
             .await
             .map_err(Error::ApiServer)?;
+        volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
         let readiness: ReadinessCheck = {
             let pleg = pleg.clone();
             Arc::new(move || match pleg.health() {

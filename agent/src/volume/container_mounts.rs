@@ -14,7 +14,7 @@ use std::{
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, HostAlias, Pod};
 
-use super::{Error, Result, VolumeManager, error::io, paths::Plugin, subpath};
+use super::{Error, Result, VolumeManager, error::io, subpath};
 use crate::{
     kuberuntime::{ContainerMounts, MountsError},
     pod_workers::pod_uid,
@@ -76,9 +76,9 @@ impl VolumeManager {
             mounts.push(cri::Mount {
                 container_path: m.mount_path.clone(),
                 host_path: host_path.to_string_lossy().into_owned(),
-                // Downward API files are never writable from the container (upstream's
-                // `mustMountRO` attribute).
-                readonly: m.read_only.unwrap_or(false) || volume.plugin == Plugin::DownwardApi,
+                // Downward API, ConfigMap and Secret files are never writable from the
+                // container (upstream's `mustMountRO` attribute).
+                readonly: m.read_only.unwrap_or(false) || volume.plugin.read_only(),
                 propagation: propagation(m.mount_propagation.as_deref(), privileged)? as i32,
                 ..Default::default()
             });

@@ -41,6 +41,8 @@ pub enum Error {
         path: String,
         reason: String,
     },
+    #[error("volume {volume:?}: {reason}")]
+    Object { volume: String, reason: String },
     /// Upstream `makeMounts`' messages, for a container's volumeMounts.
     #[error("cannot find volume {volume:?} to mount into container {container:?}")]
     VolumeNotFound { volume: String, container: String },

@@ -20,12 +20,17 @@ use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Error, Result, downward_api, empty_dir, host_path,
+    Error, Result,
+    api_objects::{Fetched, ObjectSource},
+    downward_api, empty_dir, host_path,
     metrics::VolumeMetrics,
     mount::{self, MountInfo},
     paths::{Plugin, PodDirs},
-    spec::{Medium, Source, VolumeSpec, pod_volumes},
+    spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes},
 };
+
+/// The objects read for this pass, by (pod, volume).
+type Fetches = HashMap<(PodUid, String), Fetched>;
 use crate::{container::PodUid, pod_workers::pod_uid};
 
 /// Upstream's reconciler period; here only the safety net (changes kick it at once).
@@ -101,6 +106,8 @@ pub struct VolumeManager {
     /// Only one reconcile pass at a time (the loop, or a test calling it).
     reconciling: tokio::sync::Mutex<()>,
     metrics: VolumeMetrics,
+    /// Where ConfigMaps and Secrets come from, once an API server is connected.
+    objects: std::sync::OnceLock<Arc<dyn ObjectSource>>,
 }
 
 impl VolumeManager {
@@ -112,11 +119,17 @@ impl VolumeManager {
             kick: Notify::new(),
             passes: watch::channel(0).0,
             reconciling: tokio::sync::Mutex::new(()),
+            objects: std::sync::OnceLock::new(),
         })
     }
 
     pub fn dirs(&self) -> &PodDirs {
         &self.config.dirs
+    }
+
+    /// configMap and secret volumes are read from `objects` from now on.
+    pub fn set_object_source(&self, objects: Arc<dyn ObjectSource>) {
+        let _ = self.objects.set(objects);
     }
 
     pub fn cluster_domain(&self) -> Option<&str> {
@@ -142,14 +155,59 @@ impl VolumeManager {
     /// One reconcile pass (the file system work off the async threads).
     pub async fn reconcile(self: &Arc<Self>) {
         let _one = self.reconciling.lock().await;
+        let fetched = self.fetch_objects().await;
         let this = self.clone();
-        if let Err(e) = tokio::task::spawn_blocking(move || this.reconcile_blocking()).await {
+        if let Err(e) = tokio::task::spawn_blocking(move || this.reconcile_blocking(&fetched)).await
+        {
             tracing::error!(error = %e, "volume reconcile pass failed");
         }
         self.passes.send_modify(|n| *n += 1);
     }
 
-    fn reconcile_blocking(&self) {
+    /// Reads the ConfigMaps and Secrets of the object volumes about to be set up.
+    async fn fetch_objects(&self) -> Fetches {
+        let wanted: Vec<(PodUid, String, ObjectKind, String, String)> = {
+            let state = self.state();
+            state
+                .desired
+                .iter()
+                .flat_map(|(uid, d)| {
+                    let actual = state.actual.get(uid);
+                    let namespace = d
+                        .pod
+                        .metadata
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into());
+                    d.volumes.iter().filter_map(move |v| match &v.source {
+                        Source::Object { kind, name, .. }
+                            if !actual.is_some_and(|a| a.contains_key(&v.name)) =>
+                        {
+                            Some((
+                                uid.clone(),
+                                v.name.clone(),
+                                *kind,
+                                namespace.clone(),
+                                name.clone(),
+                            ))
+                        }
+                        _ => None,
+                    })
+                })
+                .collect()
+        };
+        let mut out = Fetches::new();
+        for (uid, volume, kind, namespace, name) in wanted {
+            let fetched = match self.objects.get() {
+                Some(objects) => objects.get(kind, &namespace, &name).await,
+                None => Err("no API server is connected".to_owned()),
+            };
+            out.insert((uid, volume), fetched);
+        }
+        out
+    }
+
+    fn reconcile_blocking(&self, fetched: &Fetches) {
         // Without the node's mounts a memory volume could be mounted twice: skip the pass.
         let mounts = match mount::mounts() {
             Ok(mounts) => mounts,
@@ -179,7 +237,7 @@ impl VolumeManager {
             let started = std::time::Instant::now();
             let done = match volume.plugin {
                 Plugin::HostPath => Ok(()),
-                Plugin::EmptyDir | Plugin::DownwardApi => {
+                Plugin::EmptyDir | Plugin::DownwardApi | Plugin::ConfigMap | Plugin::Secret => {
                     empty_dir::tear_down(&volume.path, &mounts)
                 }
             };
@@ -217,6 +275,11 @@ impl VolumeManager {
                     d.volumes
                         .iter()
                         .filter(move |v| {
+                            let object = matches!(v.source, Source::Object { .. });
+                            // An object volume added after the fetch waits for the next pass.
+                            if object && !fetched.contains_key(&(uid.clone(), v.name.clone())) {
+                                return false;
+                            }
                             matches!(v.source, Source::DownwardApi { .. })
                                 || !actual.is_some_and(|a| a.contains_key(&v.name))
                         })
@@ -226,7 +289,7 @@ impl VolumeManager {
         };
         for (uid, pod, volume) in wanted {
             let started = std::time::Instant::now();
-            let result = self.set_up(&uid, &pod, &volume, &mounts);
+            let result = self.set_up(&uid, &pod, &volume, &mounts, fetched);
             self.metrics.operation(
                 "volume_mount",
                 volume.source.plugin(),
@@ -285,6 +348,7 @@ impl VolumeManager {
         pod: &Pod,
         volume: &VolumeSpec,
         mounts: &[MountInfo],
+        fetched: &Fetches,
     ) -> Result<MountedVolume> {
         let plugin = volume.source.plugin();
         let dir = self.config.dirs.volume(uid, plugin, &volume.name);
@@ -318,6 +382,34 @@ impl VolumeManager {
                     items,
                     *default_mode,
                     self.config.node,
+                )?;
+                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
+                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: dir,
+                    size_limit: None,
+                })
+            }
+            Source::Object {
+                kind,
+                name,
+                items,
+                default_mode,
+                optional,
+            } => {
+                let missing = Err("not read".to_owned());
+                let found = fetched
+                    .get(&(uid.clone(), volume.name.clone()))
+                    .unwrap_or(&missing);
+                let payload = super::api_objects::payload(
+                    &volume.name,
+                    *kind,
+                    name,
+                    found,
+                    items,
+                    *default_mode,
+                    *optional,
                 )?;
                 empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
                 super::atomic_writer::write(&dir, &payload, SystemTime::now())?;

@@ -1,15 +1,17 @@
 //! Pod volumes (upstream `pkg/kubelet/volumemanager` and the in-tree plugins of `pkg/volume`):
 //! the [`VolumeManager`] with its desired and actual state and reconciler (`manager.rs`), the
 //! plugins swiftlet has — emptyDir on disk or tmpfs (`empty_dir.rs`), hostPath with its type
-//! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`, written by
-//! `atomic_writer.rs`) — the node's mounts (`mount.rs`), the pod directory layout
+//! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`), configMap and secret files
+//! read from the API server (`api_objects.rs`), all written by `atomic_writer.rs` — the node's
+//! mounts (`mount.rs`), the pod directory layout
 //! (`paths.rs`), and each container's CRI mounts with `subPath` (`container_mounts.rs`,
 //! `subpath.rs`).
 //!
-//! Not here: volumes that need an API server (configMap, secret, projected, PVCs), attach/detach
+//! Not here: projected volumes (service account tokens), PVCs, attach/detach
 //! and CSI, fsGroup ownership, SELinux relabelling, and eviction for `sizeLimit` of disk
 //! emptyDirs (usage is measured, [`VolumeManager::empty_dir_usage`]).
 
+mod api_objects;
 mod atomic_writer;
 mod container_mounts;
 mod downward_api;
@@ -26,6 +28,7 @@ mod subpath;
 #[cfg(test)]
 mod tests;
 
+pub use api_objects::{KubeObjects, ObjectData, ObjectSource};
 pub use container_mounts::{hostname_and_domain, managed_hosts};
 pub use downward_api::NodeResources;
 pub use error::{Error, Result};
@@ -35,4 +38,4 @@ pub use manager::{
 };
 pub use metrics::VolumeMetrics;
 pub use paths::{Plugin, PodDirs};
-pub use spec::{Medium, Source, VolumeSpec, pod_volumes};
+pub use spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes};

@@ -12,10 +12,18 @@ pub enum Plugin {
     EmptyDir,
     HostPath,
     DownwardApi,
+    ConfigMap,
+    Secret,
 }
 
 impl Plugin {
-    pub const ALL: [Plugin; 3] = [Plugin::EmptyDir, Plugin::HostPath, Plugin::DownwardApi];
+    pub const ALL: [Plugin; 5] = [
+        Plugin::EmptyDir,
+        Plugin::HostPath,
+        Plugin::DownwardApi,
+        Plugin::ConfigMap,
+        Plugin::Secret,
+    ];
 
     /// Upstream's plugin name.
     pub fn name(self) -> &'static str {
@@ -23,12 +31,22 @@ impl Plugin {
             Plugin::EmptyDir => "kubernetes.io/empty-dir",
             Plugin::HostPath => "kubernetes.io/host-path",
             Plugin::DownwardApi => "kubernetes.io/downward-api",
+            Plugin::ConfigMap => "kubernetes.io/configmap",
+            Plugin::Secret => "kubernetes.io/secret",
         }
     }
 
     /// The name as a directory (upstream `EscapeQualifiedName`: `/` becomes `~`).
     pub fn dir_name(self) -> String {
         self.name().replace('/', "~")
+    }
+
+    /// Whether containers only ever read it (upstream's `ReadOnly` volume attribute).
+    pub fn read_only(self) -> bool {
+        matches!(
+            self,
+            Plugin::DownwardApi | Plugin::ConfigMap | Plugin::Secret
+        )
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, Volume};
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
 
 use super::{Error, paths::Plugin};
 use crate::cm::quantity;
@@ -34,6 +34,21 @@ pub enum Source {
         items: Vec<DownwardAPIVolumeFile>,
         default_mode: i32,
     },
+    /// A ConfigMap or Secret of the pod's namespace (needs an API server).
+    Object {
+        kind: ObjectKind,
+        name: String,
+        items: Vec<KeyToPath>,
+        default_mode: i32,
+        optional: bool,
+    },
+}
+
+/// The API objects a volume can project.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    ConfigMap,
+    Secret,
 }
 
 impl Source {
@@ -42,6 +57,14 @@ impl Source {
             Source::EmptyDir { .. } => Plugin::EmptyDir,
             Source::HostPath { .. } => Plugin::HostPath,
             Source::DownwardApi { .. } => Plugin::DownwardApi,
+            Source::Object {
+                kind: ObjectKind::ConfigMap,
+                ..
+            } => Plugin::ConfigMap,
+            Source::Object {
+                kind: ObjectKind::Secret,
+                ..
+            } => Plugin::Secret,
         }
     }
 }
@@ -108,10 +131,22 @@ fn volume_spec(v: &Volume) -> Result<VolumeSpec, Error> {
             items: d.items.clone().unwrap_or_default(),
             default_mode: d.default_mode.unwrap_or(DEFAULT_FILE_MODE),
         }
-    } else if v.config_map.is_some() {
-        return Err(unsupported("configMap"));
-    } else if v.secret.is_some() {
-        return Err(unsupported("secret"));
+    } else if let Some(c) = &v.config_map {
+        Source::Object {
+            kind: ObjectKind::ConfigMap,
+            name: c.name.clone(),
+            items: c.items.clone().unwrap_or_default(),
+            default_mode: c.default_mode.unwrap_or(DEFAULT_FILE_MODE),
+            optional: c.optional.unwrap_or(false),
+        }
+    } else if let Some(s) = &v.secret {
+        Source::Object {
+            kind: ObjectKind::Secret,
+            name: s.secret_name.clone().unwrap_or_default(),
+            items: s.items.clone().unwrap_or_default(),
+            default_mode: s.default_mode.unwrap_or(DEFAULT_FILE_MODE),
+            optional: s.optional.unwrap_or(false),
+        }
     } else if v.projected.is_some() {
         return Err(unsupported("projected"));
     } else if v.persistent_volume_claim.is_some() {

@@ -16,14 +16,19 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::{container::PodUid, kuberuntime::ContainerMounts};
 
+/// A manager whose waits give up after 30 s (they end as soon as the condition holds).
 fn manager(root: &std::path::Path) -> Arc<VolumeManager> {
+    manager_waiting(root, Duration::from_secs(30))
+}
+
+fn manager_waiting(root: &std::path::Path, wait_budget: Duration) -> Arc<VolumeManager> {
     VolumeManager::new(
         VolumeManagerConfig {
             dirs: PodDirs::new(root),
             node_allocatable_memory: 1 << 30,
             node: NodeResources::default(),
             cluster_domain: Some("cluster.local".into()),
-            wait_budget: Duration::from_millis(50),
+            wait_budget,
         },
         VolumeMetrics::register(&prometheus::Registry::new()).expect("metrics"),
     )
@@ -185,6 +190,7 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
     assert!(std::path::Path::new(&log.host_path).is_file());
 
     // Terminated: the volumes go, then the pod's directory.
+    manager.remove_pod(&uid);
     let unmount = {
         let manager = manager.clone();
         let uid = uid.clone();
@@ -204,7 +210,7 @@ async fn a_failed_host_path_check_is_in_the_wait_error() {
     let root = tempfile::tempdir().expect("tempdir");
     let file = root.path().join("a-file");
     std::fs::write(&file, "x").expect("write");
-    let manager = manager(root.path());
+    let manager = manager_waiting(root.path(), Duration::from_millis(50));
     let p = pod(
         vec![host_path("data", &file.to_string_lossy(), "Directory")],
         vec![mount("data", "/data")],
@@ -309,11 +315,11 @@ fn unsupported_sources_are_refused_naming_the_volume() {
     let manager = manager(root.path());
     let p = pod(
         vec![Volume {
-            name: "cfg".into(),
-            config_map: Some(Default::default()),
+            name: "token".into(),
+            projected: Some(Default::default()),
             ..Default::default()
         }],
-        vec![mount("cfg", "/cfg")],
+        vec![mount("token", "/token")],
     );
     let err = manager
         .add_pod(p)
@@ -322,7 +328,7 @@ fn unsupported_sources_are_refused_naming_the_volume() {
         .unwrap_or_default();
     assert_eq!(
         err,
-        "volume \"cfg\": configMap volumes are not supported by swiftlet"
+        "volume \"token\": projected volumes are not supported by swiftlet"
     );
 }
 
@@ -365,4 +371,96 @@ async fn totals_and_operations_are_counted_per_plugin() {
     manager.reconcile().await;
     assert_eq!(total("desired_state_of_world"), 0);
     assert_eq!(total("actual_state_of_world"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn config_maps_and_secrets_are_read_from_the_api_server() {
+    use crate::sources::apiserver::fake_api::{fake_api, status_error};
+    use http::Method;
+    use serde_json::json;
+
+    let (client, mut api) = fake_api();
+    let objects = KubeObjects(client);
+    let server = async {
+        api.expect(Method::GET, "/api/v1/namespaces/prod/configmaps/web")
+            .await
+            .reply(
+                200,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "web", "namespace": "prod"},
+                    "data": {"app.conf": "port=80"},
+                    "binaryData": {"logo": "AAE="},
+                }),
+            );
+        api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/db")
+            .await
+            .reply(
+                200,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "db", "namespace": "prod"},
+                    "data": {"password": "aHVudGVyMg=="},
+                }),
+            );
+        api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/gone")
+            .await
+            .reply(404, &status_error(404, "NotFound"));
+    };
+    let client = async {
+        let config = objects
+            .get(ObjectKind::ConfigMap, "prod", "web")
+            .await
+            .expect("read");
+        let secret = objects
+            .get(ObjectKind::Secret, "prod", "db")
+            .await
+            .expect("read");
+        let gone = objects
+            .get(ObjectKind::Secret, "prod", "gone")
+            .await
+            .expect("a 404 is no object, not an error");
+        (config, secret, gone)
+    };
+    let ((), (config, secret, gone)) = tokio::join!(server, client);
+    let config = config.expect("found");
+    assert_eq!(
+        config.get("app.conf").map(Vec::as_slice),
+        Some(&b"port=80"[..])
+    );
+    assert_eq!(config.get("logo").map(Vec::as_slice), Some(&[0u8, 1][..]));
+    assert_eq!(
+        secret.expect("found").get("password").map(Vec::as_slice),
+        Some(&b"hunter2"[..])
+    );
+    assert_eq!(gone, None);
+}
+
+#[test]
+fn object_volumes_are_read_only_in_every_container() {
+    assert!(Plugin::ConfigMap.read_only());
+    assert!(Plugin::Secret.read_only());
+    assert!(Plugin::DownwardApi.read_only());
+    assert!(!Plugin::EmptyDir.read_only());
+    assert!(!Plugin::HostPath.read_only());
+    let volumes = pod_volumes(&pod(
+        vec![Volume {
+            name: "cfg".into(),
+            config_map: Some(k8s_openapi::api::core::v1::ConfigMapVolumeSource {
+                name: "web".into(),
+                optional: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        vec![mount("cfg", "/cfg")],
+    ))
+    .expect("supported");
+    assert_eq!(volumes[0].source.plugin(), Plugin::ConfigMap);
+    assert!(matches!(
+        &volumes[0].source,
+        Source::Object { name, optional: true, default_mode: 0o644, .. } if name == "web"
+    ));
 }
