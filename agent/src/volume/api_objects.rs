@@ -7,8 +7,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, KeyToPath, Secret};
-use kube::{Api, Client};
+use k8s_openapi::api::{
+    authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
+    core::v1::{ConfigMap, KeyToPath, Secret, ServiceAccount},
+};
+use kube::{Api, Client, api::PostParams};
 
 use super::{
     Error, Result,
@@ -19,7 +22,18 @@ use super::{
 /// The keys of a ConfigMap or Secret, as bytes.
 pub type ObjectData = BTreeMap<String, Vec<u8>>;
 
-/// Reads ConfigMaps and Secrets (the API server; a fake in tests).
+/// A service account token for a pod (upstream's bound token request).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenSpec {
+    pub namespace: String,
+    pub service_account: String,
+    pub audience: Option<String>,
+    pub expiration_seconds: i64,
+    pub pod_name: String,
+    pub pod_uid: String,
+}
+
+/// Reads ConfigMaps and Secrets and requests tokens (the API server; a fake in tests).
 #[tonic::async_trait]
 pub trait ObjectSource: Send + Sync {
     /// The object's data, `None` when it does not exist.
@@ -29,6 +43,9 @@ pub trait ObjectSource: Send + Sync {
         namespace: &str,
         name: &str,
     ) -> std::result::Result<Option<ObjectData>, String>;
+
+    /// A token of the pod's service account, bound to the pod.
+    async fn token(&self, spec: &TokenSpec) -> std::result::Result<String, String>;
 }
 
 /// The API server through kube's client.
@@ -36,6 +53,32 @@ pub struct KubeObjects(pub Client);
 
 #[tonic::async_trait]
 impl ObjectSource for KubeObjects {
+    async fn token(&self, spec: &TokenSpec) -> std::result::Result<String, String> {
+        let api: Api<ServiceAccount> = Api::namespaced(self.0.clone(), &spec.namespace);
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: spec.audience.iter().cloned().collect(),
+                expiration_seconds: Some(spec.expiration_seconds),
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: Some(spec.pod_name.clone()),
+                    uid: Some(spec.pod_uid.clone()),
+                }),
+            },
+            ..Default::default()
+        };
+        let answer = api
+            .create_token_request(&spec.service_account, &PostParams::default(), &request)
+            .await
+            .map_err(|e| e.to_string())?;
+        answer
+            .status
+            .map(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| "the API server returned no token".to_owned())
+    }
+
     async fn get(
         &self,
         kind: ObjectKind,
@@ -88,6 +131,15 @@ impl ObjectSource for KubeObjects {
 
 /// What a fetch found: the object's data, or why it could not be read.
 pub type Fetched = std::result::Result<Option<ObjectData>, String>;
+
+/// What the reconciler read for one source of a volume before its pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    Object(Fetched),
+    Token(std::result::Result<String, String>),
+    /// Nothing to read (a downwardAPI source).
+    Nothing,
+}
 
 /// The files of a configMap or secret volume (upstream `MakePayload` of both plugins).
 pub fn payload(

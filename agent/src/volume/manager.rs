@@ -21,16 +21,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Error, Result,
-    api_objects::{Fetched, ObjectSource},
+    api_objects::{Fetch, ObjectSource},
     downward_api, empty_dir, host_path,
     metrics::VolumeMetrics,
     mount::{self, MountInfo},
     paths::{Plugin, PodDirs},
-    spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes},
+    projected::{self, Want},
+    spec::{Medium, Source, VolumeSpec, pod_volumes},
 };
 
 /// The objects read for this pass, by (pod, volume).
-type Fetches = HashMap<(PodUid, String), Fetched>;
+type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
 use crate::{container::PodUid, pod_workers::pod_uid};
 
 /// Upstream's reconciler period; here only the safety net (changes kick it at once).
@@ -164,45 +165,56 @@ impl VolumeManager {
         self.passes.send_modify(|n| *n += 1);
     }
 
-    /// Reads the ConfigMaps and Secrets of the object volumes about to be set up.
+    /// Reads what the object and projected volumes about to be set up need from the API server
+    /// (one read per source).
     async fn fetch_objects(&self) -> Fetches {
-        let wanted: Vec<(PodUid, String, ObjectKind, String, String)> = {
+        let wanted: Vec<((PodUid, String), Vec<Want>)> = {
             let state = self.state();
             state
                 .desired
                 .iter()
                 .flat_map(|(uid, d)| {
                     let actual = state.actual.get(uid);
-                    let namespace = d
-                        .pod
-                        .metadata
-                        .namespace
-                        .clone()
-                        .unwrap_or_else(|| "default".into());
-                    d.volumes.iter().filter_map(move |v| match &v.source {
-                        Source::Object { kind, name, .. }
-                            if !actual.is_some_and(|a| a.contains_key(&v.name)) =>
-                        {
-                            Some((
-                                uid.clone(),
-                                v.name.clone(),
-                                *kind,
-                                namespace.clone(),
-                                name.clone(),
-                            ))
+                    let pod = d.pod.clone();
+                    d.volumes.iter().filter_map(move |v| {
+                        if actual.is_some_and(|a| a.contains_key(&v.name)) {
+                            return None;
                         }
-                        _ => None,
+                        let namespace = || {
+                            pod.metadata
+                                .namespace
+                                .clone()
+                                .unwrap_or_else(|| "default".into())
+                        };
+                        let wants = match &v.source {
+                            Source::Object { kind, name, .. } => {
+                                vec![Want::Object(*kind, namespace(), name.clone())]
+                            }
+                            Source::Projected { sources, .. } => projected::wanted(&pod, sources),
+                            _ => return None,
+                        };
+                        Some(((uid.clone(), v.name.clone()), wants))
                     })
                 })
                 .collect()
         };
         let mut out = Fetches::new();
-        for (uid, volume, kind, namespace, name) in wanted {
-            let fetched = match self.objects.get() {
-                Some(objects) => objects.get(kind, &namespace, &name).await,
-                None => Err("no API server is connected".to_owned()),
-            };
-            out.insert((uid, volume), fetched);
+        for (key, wants) in wanted {
+            let mut fetched = Vec::with_capacity(wants.len());
+            for want in wants {
+                let objects = self.objects.get();
+                let no_api = || "no API server is connected".to_owned();
+                fetched.push(match (want, objects) {
+                    (Want::Nothing, _) => Fetch::Nothing,
+                    (Want::Object(kind, namespace, name), Some(o)) => {
+                        Fetch::Object(o.get(kind, &namespace, &name).await)
+                    }
+                    (Want::Token(spec), Some(o)) => Fetch::Token(o.token(&spec).await),
+                    (Want::Object(..), None) => Fetch::Object(Err(no_api())),
+                    (Want::Token(_), None) => Fetch::Token(Err(no_api())),
+                });
+            }
+            out.insert(key, fetched);
         }
         out
     }
@@ -237,9 +249,11 @@ impl VolumeManager {
             let started = std::time::Instant::now();
             let done = match volume.plugin {
                 Plugin::HostPath => Ok(()),
-                Plugin::EmptyDir | Plugin::DownwardApi | Plugin::ConfigMap | Plugin::Secret => {
-                    empty_dir::tear_down(&volume.path, &mounts)
-                }
+                Plugin::EmptyDir
+                | Plugin::DownwardApi
+                | Plugin::ConfigMap
+                | Plugin::Secret
+                | Plugin::Projected => empty_dir::tear_down(&volume.path, &mounts),
             };
             self.metrics.operation(
                 "volume_unmount",
@@ -275,7 +289,10 @@ impl VolumeManager {
                     d.volumes
                         .iter()
                         .filter(move |v| {
-                            let object = matches!(v.source, Source::Object { .. });
+                            let object = matches!(
+                                v.source,
+                                Source::Object { .. } | Source::Projected { .. }
+                            );
                             // An object volume added after the fetch waits for the next pass.
                             if object && !fetched.contains_key(&(uid.clone(), v.name.clone())) {
                                 return false;
@@ -391,6 +408,30 @@ impl VolumeManager {
                     size_limit: None,
                 })
             }
+            Source::Projected {
+                sources,
+                default_mode,
+            } => {
+                let none = Vec::new();
+                let found = fetched
+                    .get(&(uid.clone(), volume.name.clone()))
+                    .unwrap_or(&none);
+                let payload = projected::payload(
+                    &volume.name,
+                    pod,
+                    sources,
+                    found,
+                    *default_mode,
+                    self.config.node,
+                )?;
+                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
+                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: dir,
+                    size_limit: None,
+                })
+            }
             Source::Object {
                 kind,
                 name,
@@ -399,9 +440,13 @@ impl VolumeManager {
                 optional,
             } => {
                 let missing = Err("not read".to_owned());
-                let found = fetched
+                let found = match fetched
                     .get(&(uid.clone(), volume.name.clone()))
-                    .unwrap_or(&missing);
+                    .and_then(|f| f.first())
+                {
+                    Some(Fetch::Object(found)) => found,
+                    _ => &missing,
+                };
                 let payload = super::api_objects::payload(
                     &volume.name,
                     *kind,

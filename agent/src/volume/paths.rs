@@ -14,15 +14,17 @@ pub enum Plugin {
     DownwardApi,
     ConfigMap,
     Secret,
+    Projected,
 }
 
 impl Plugin {
-    pub const ALL: [Plugin; 5] = [
+    pub const ALL: [Plugin; 6] = [
         Plugin::EmptyDir,
         Plugin::HostPath,
         Plugin::DownwardApi,
         Plugin::ConfigMap,
         Plugin::Secret,
+        Plugin::Projected,
     ];
 
     /// Upstream's plugin name.
@@ -33,6 +35,7 @@ impl Plugin {
             Plugin::DownwardApi => "kubernetes.io/downward-api",
             Plugin::ConfigMap => "kubernetes.io/configmap",
             Plugin::Secret => "kubernetes.io/secret",
+            Plugin::Projected => "kubernetes.io/projected",
         }
     }
 
@@ -45,7 +48,7 @@ impl Plugin {
     pub fn read_only(self) -> bool {
         matches!(
             self,
-            Plugin::DownwardApi | Plugin::ConfigMap | Plugin::Secret
+            Plugin::DownwardApi | Plugin::ConfigMap | Plugin::Secret | Plugin::Projected
         )
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume};
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, KeyToPath, Pod, Volume, VolumeProjection};
 
 use super::{Error, paths::Plugin};
 use crate::cm::quantity;
@@ -42,6 +42,10 @@ pub enum Source {
         default_mode: i32,
         optional: bool,
     },
+    Projected {
+        sources: Vec<VolumeProjection>,
+        default_mode: i32,
+    },
 }
 
 /// The API objects a volume can project.
@@ -65,6 +69,7 @@ impl Source {
                 kind: ObjectKind::Secret,
                 ..
             } => Plugin::Secret,
+            Source::Projected { .. } => Plugin::Projected,
         }
     }
 }
@@ -147,8 +152,11 @@ fn volume_spec(v: &Volume) -> Result<VolumeSpec, Error> {
             default_mode: s.default_mode.unwrap_or(DEFAULT_FILE_MODE),
             optional: s.optional.unwrap_or(false),
         }
-    } else if v.projected.is_some() {
-        return Err(unsupported("projected"));
+    } else if let Some(p) = &v.projected {
+        Source::Projected {
+            sources: p.sources.clone().unwrap_or_default(),
+            default_mode: p.default_mode.unwrap_or(DEFAULT_FILE_MODE),
+        }
     } else if v.persistent_volume_claim.is_some() {
         return Err(unsupported("persistentVolumeClaim"));
     } else {

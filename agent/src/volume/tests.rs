@@ -315,11 +315,11 @@ fn unsupported_sources_are_refused_naming_the_volume() {
     let manager = manager(root.path());
     let p = pod(
         vec![Volume {
-            name: "token".into(),
-            projected: Some(Default::default()),
+            name: "claim".into(),
+            persistent_volume_claim: Some(Default::default()),
             ..Default::default()
         }],
-        vec![mount("token", "/token")],
+        vec![mount("claim", "/data")],
     );
     let err = manager
         .add_pod(p)
@@ -328,7 +328,7 @@ fn unsupported_sources_are_refused_naming_the_volume() {
         .unwrap_or_default();
     assert_eq!(
         err,
-        "volume \"token\": projected volumes are not supported by swiftlet"
+        "volume \"claim\": persistentVolumeClaim volumes are not supported by swiftlet"
     );
 }
 
@@ -463,4 +463,60 @@ fn object_volumes_are_read_only_in_every_container() {
         &volumes[0].source,
         Source::Object { name, optional: true, default_mode: 0o644, .. } if name == "web"
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_is_requested_bound_to_the_pod() {
+    use crate::sources::apiserver::fake_api::fake_api;
+    use http::Method;
+    use serde_json::json;
+
+    let (client, mut api) = fake_api();
+    let objects = KubeObjects(client);
+    let spec = TokenSpec {
+        namespace: "prod".into(),
+        service_account: "builder".into(),
+        audience: Some("vault".into()),
+        expiration_seconds: 3607,
+        pod_name: "web".into(),
+        pod_uid: "u-1".into(),
+    };
+    let server = async {
+        let call = api
+            .expect(
+                Method::POST,
+                "/api/v1/namespaces/prod/serviceaccounts/builder/token",
+            )
+            .await;
+        assert_eq!(
+            call.body,
+            json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "metadata": {},
+                "spec": {
+                    "audiences": ["vault"],
+                    "expirationSeconds": 3607,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": "web",
+                        "uid": "u-1",
+                    },
+                },
+            })
+        );
+        call.reply(
+            201,
+            &json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "metadata": {},
+                "spec": {"audiences": ["vault"]},
+                "status": {"token": "eyJhbGciOi", "expirationTimestamp": "2030-01-01T00:00:00Z"},
+            }),
+        );
+    };
+    let ((), token) = tokio::join!(server, objects.token(&spec));
+    assert_eq!(token.as_deref(), Ok("eyJhbGciOi"));
 }
