@@ -426,9 +426,12 @@ impl Kubelet {
             self.cpu_housekeeping(cpus);
         }
         if let Some(volumes) = self.volumes.get() {
-            // Upstream `cleanupOrphanedPodDirs`: pods no source wants and no worker handles.
+            // Upstream `cleanupOrphanedPodDirs`: pods no source wants, no worker handles and
+            // the runtime no longer runs.
+            let in_runtime: HashSet<PodUid> = self.cache.pods().into_iter().collect();
             volumes.cleanup_orphaned_pod_dirs(|uid| {
                 desired_uids.contains(uid)
+                    || in_runtime.contains(uid)
                     || phases.get(uid).is_some_and(|p| *p != WorkerPhase::Finished)
             });
         }
