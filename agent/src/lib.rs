@@ -21,3 +21,4 @@ pub mod sources;
 pub mod status;
 pub mod sys;
 pub mod telemetry;
+pub mod volume;

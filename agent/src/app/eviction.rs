@@ -95,6 +95,19 @@ pub async fn start(
             let runtime = runtime.clone();
             move || runtime.gc(SystemTime::now())
         }),
+        empty_dir_usage: Box::new({
+            let volumes = kubelet.volume_manager();
+            move |pod: &Pod| {
+                let Some(volumes) = &volumes else {
+                    return Vec::new();
+                };
+                volumes
+                    .empty_dir_usage(&crate::pod_workers::pod_uid(pod))
+                    .into_iter()
+                    .map(|u| (u.volume, u.bytes))
+                    .collect()
+            }
+        }),
         evictor: Arc::new(KubeletEvictor(kubelet.clone())),
     };
     let (manager, waker, wakes) = EvictionManager::new(

@@ -39,6 +39,10 @@ use crate::{
         client_from_kubeconfig, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
+    volume::{
+        KubeObjects, NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, VolumeMetrics,
+        default_wait_budget,
+    },
 };
 
 /// What the rest of the app needs from the pod half.
@@ -173,6 +177,8 @@ pub async fn start(
     if let Some(cpus) = &cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus.clone())));
     }
+    let volumes = volume_manager(config, &node, metrics, tasks, shutdown)?;
+    manager = manager.with_mounts(volumes.clone());
     let manager = Arc::new(manager);
     let period = match &source {
         PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
@@ -251,6 +257,7 @@ pub async fn start(
         pods: pod_manager.clone(),
         host_ip: node.host_ip.map(|ip| ip.to_string()),
         probes: probes.clone(),
+        volumes: volumes.clone(),
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();
@@ -292,6 +299,7 @@ pub async fn start(
         kubelet.set_cpu_manager(cpus);
     }
     kubelet.set_probes(probes);
+    kubelet.set_volume_manager(volumes.clone());
 
     let eviction = super::eviction::start(
         config,
@@ -398,6 +406,7 @@ pub async fn start(
             let seen = images_seen.clone();
             Arc::new(move || seen.lock().unwrap_or_else(|p| p.into_inner()).clone())
         };
+        volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
         let readiness: ReadinessCheck = {
             let pleg = pleg.clone();
             Arc::new(move || {
@@ -487,6 +496,37 @@ pub async fn start(
         evictions: eviction.decision_sender(),
         runtime,
     })
+}
+
+/// The volume manager, its reconciler running, with pod directories below `rootDir`.
+fn volume_manager(
+    config: &Config,
+    node: &NodeFacts,
+    metrics: &Metrics,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<Arc<VolumeManager>, Error> {
+    let (_, allocatable_memory) = allocatable(config, node);
+    let volumes = VolumeManager::new(
+        VolumeManagerConfig {
+            dirs: PodDirs::new(config.root_dir.clone()),
+            node_allocatable_memory: allocatable_memory,
+            node: NodeResources {
+                cpu_millis: node.cpu_millis,
+                memory_bytes: allocatable_memory,
+            },
+            cluster_domain: config.cluster_domain.clone(),
+            wait_budget: default_wait_budget(),
+        },
+        VolumeMetrics::register(&metrics.registry)?,
+    );
+    let runner = volumes.clone();
+    let shutdown = shutdown.clone();
+    tasks.spawn(async move {
+        runner.run(shutdown).await;
+        Ok(())
+    });
+    Ok(volumes)
 }
 
 /// Node allocatable CPU (millicores) and memory (bytes), as upstream computes it: capacity minus

@@ -99,6 +99,8 @@ pub struct Sources {
     pub pod_usage: PodUsageFn,
     /// Frees node-level disk (dead containers) before any pod is evicted for disk.
     pub reclaim_disk: Box<dyn Fn() + Send + Sync>,
+    /// What each emptyDir of a pod holds, for `sizeLimit` (upstream `localStorageEviction`).
+    pub empty_dir_usage: super::local_storage::EmptyDirUsageFn,
     pub evictor: Arc<dyn Evictor>,
 }
 
@@ -408,7 +410,10 @@ impl EvictionManager {
             *old = conditions;
             true
         });
-        let outcome = self.act(&met, &observations, wake);
+        // Upstream: a pod over its local storage limits goes first, and nothing else this round.
+        let outcome = self
+            .local_storage_eviction()
+            .or_else(|| self.act(&met, &observations, wake));
         self.observed.send_replace(observations);
         let decided = Instant::now();
         self.metrics
@@ -416,7 +421,7 @@ impl EvictionManager {
             .with_label_values(&[wake.source.as_str()])
             .observe(decided.saturating_duration_since(wake.at).as_secs_f64());
         let (signal, pod, message, done) = match outcome {
-            Some((signal, pod, message, done)) => (Some(signal), Some(pod), message, Some(done)),
+            Some((signal, pod, message, done)) => (signal, Some(pod), message, Some(done)),
             None => (None, None, String::new(), None),
         };
         let _ = self.decisions.send(Decision {
@@ -430,21 +435,29 @@ impl EvictionManager {
         done
     }
 
-    #[expect(
-        clippy::type_complexity,
-        reason = "private: the signal, the pod's names, the message and the completion"
-    )]
-    fn act(
-        &self,
-        met: &[Threshold],
-        observations: &Observations,
-        wake: Wake,
-    ) -> Option<(
-        Signal,
-        (String, String, String),
-        String,
-        oneshot::Receiver<()>,
-    )> {
+    /// Evicts the first pod (not critical) with an emptyDir over its `sizeLimit`, at once.
+    fn local_storage_eviction(&self) -> Option<Outcome> {
+        for pod in (self.sources.active_pods)() {
+            if !super::local_storage::has_size_limits(&pod) || is_critical(&pod) {
+                continue;
+            }
+            let usage = (self.sources.empty_dir_usage)(&pod);
+            let Some(message) = super::local_storage::empty_dir_violation(&pod, &usage) else {
+                continue;
+            };
+            let names = pod_names(&pod);
+            tracing::warn!(pod = %format!("{}/{}", names.0, names.1), message, "evicting a pod");
+            let done = self.sources.evictor.evict(&pod, 0, message.clone());
+            self.metrics
+                .evictions
+                .with_label_values(&["ephemeralpodfs.limit"])
+                .inc();
+            return Some((None, names, message, done));
+        }
+        None
+    }
+
+    fn act(&self, met: &[Threshold], observations: &Observations, wake: Wake) -> Option<Outcome> {
         let threshold = reclaimable_threshold(met)?;
         let resource = resource_of(threshold.signal);
         if matches!(resource, Resource::Disk | Resource::Inodes) {
@@ -493,14 +506,7 @@ impl EvictionManager {
                 &pod,
                 usage.get(&uid),
             );
-            let names = (
-                pod.metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into()),
-                pod.metadata.name.clone().unwrap_or_default(),
-                uid.0.clone(),
-            );
+            let names = pod_names(&pod);
             tracing::warn!(
                 pod = %format!("{}/{}", names.0, names.1),
                 signal = %threshold.signal,
@@ -515,10 +521,31 @@ impl EvictionManager {
                 .evictions
                 .with_label_values(&[threshold.signal.to_string().as_str()])
                 .inc();
-            return Some((threshold.signal, names, message, done));
+            return Some((Some(threshold.signal), names, message, done));
         }
         None
     }
+}
+
+/// What one round did: the signal acted on (none for a local storage limit), the evicted pod's
+/// names, the message and the eviction's completion.
+type Outcome = (
+    Option<Signal>,
+    (String, String, String),
+    String,
+    oneshot::Receiver<()>,
+);
+
+/// (namespace, name, uid) of a pod.
+fn pod_names(pod: &Pod) -> (String, String, String) {
+    (
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod_uid(pod).0,
+    )
 }
 
 /// The shortest time between two checks woken by reclaim records alone.

@@ -128,6 +128,14 @@ fn fixture(thresholds: Vec<Threshold>, transition: Duration, pods: Vec<Arc<Pod>>
             active_pods: Box::new(move || pods.clone()),
             pod_usage: Box::new(usage),
             reclaim_disk: Box::new(|| {}),
+            // Every emptyDir holds 2 MiB.
+            empty_dir_usage: Box::new(|pod: &Pod| {
+                pod.spec
+                    .iter()
+                    .flat_map(|s| s.volumes.iter().flatten())
+                    .map(|v| (v.name.clone(), 2 << 20))
+                    .collect()
+            }),
             evictor: recorder.clone(),
         },
         EvictionMetrics::register(&Registry::new()).expect("metrics"),
@@ -275,4 +283,45 @@ fn minimum_reclaim_keeps_evicting_until_enough_is_back() {
     f.available.store(301 * MI, Ordering::SeqCst);
     assert!(f.manager.synchronize(wake()).is_none());
     assert_eq!(f.recorder.evicted.lock().expect("lock").len(), 2);
+}
+
+#[test]
+fn an_empty_dir_over_its_size_limit_is_evicted_without_pressure() {
+    let with_limit = |name: &str, limit: &str| {
+        let mut p = (*pod(name, Some("300Mi"), None)).clone();
+        if let Some(spec) = p.spec.as_mut() {
+            spec.volumes = Some(vec![k8s_openapi::api::core::v1::Volume {
+                name: "scratch".into(),
+                empty_dir: Some(k8s_openapi::api::core::v1::EmptyDirVolumeSource {
+                    size_limit: Some(Quantity(limit.into())),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]);
+        }
+        Arc::new(p)
+    };
+    let f = fixture(
+        vec![threshold(200 * MI, Duration::ZERO)],
+        Duration::from_secs(300),
+        vec![with_limit("roomy", "4Mi"), with_limit("cramped", "1Mi")],
+    );
+    let mut decisions = f.manager.decisions();
+    assert!(f.manager.synchronize(wake()).is_some());
+    let evicted = f.recorder.evicted.lock().expect("lock").clone();
+    assert_eq!(
+        evicted,
+        vec![(
+            "cramped".to_owned(),
+            0,
+            "Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ".to_owned()
+        )]
+    );
+    assert!(
+        f.manager.conditions().borrow().is_empty(),
+        "no node pressure"
+    );
+    let d = decisions.try_recv().expect("a decision was published");
+    assert_eq!(d.signal, None);
+    assert_eq!(d.pod.map(|p| p.1), Some("cramped".to_owned()));
 }

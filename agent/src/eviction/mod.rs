@@ -7,10 +7,12 @@
 //! - `logic.rs`: upstream's rules as pure functions;
 //! - `observe.rs`: fresh figures from cgroups, `/proc` and `statvfs`;
 //! - `rank.rs`: which pod first, and its status message;
+//! - `local_storage.rs`: pods over an emptyDir `sizeLimit`, evicted before any threshold;
 //! - `manager.rs`: the loop and its metrics; `wakeups.rs`: what wakes it; `memcg.rs`: memory
 //!   cgroup notifications; `admission.rs`: pods turned away under pressure.
 
 pub mod admission;
+pub mod local_storage;
 pub mod logic;
 pub mod manager;
 pub mod memcg;

@@ -36,6 +36,7 @@ use crate::{
     prober::{ProbeKind, ProbeUpdate},
     sources::{Op, PodUpdate},
     status::StatusManager,
+    volume::VolumeManager,
 };
 
 pub struct Kubelet {
@@ -55,6 +56,8 @@ pub struct Kubelet {
     /// The CPU manager, under the static policy.
     cpu_manager: OnceLock<Arc<CpuManager>>,
     probes: OnceLock<ProbeManager>,
+    /// The volume manager: housekeeping removes the directories of pods nobody wants.
+    volumes: OnceLock<Arc<VolumeManager>>,
 }
 
 impl Kubelet {
@@ -85,6 +88,7 @@ impl Kubelet {
             pressure: OnceLock::new(),
             cpu_manager: OnceLock::new(),
             probes: OnceLock::new(),
+            volumes: OnceLock::new(),
         }
     }
 
@@ -102,6 +106,15 @@ impl Kubelet {
     /// manager.
     pub fn set_cpu_manager(&self, manager: Arc<CpuManager>) {
         let _ = self.cpu_manager.set(manager);
+    }
+
+    /// Housekeeping from now on also cleans up orphaned pod directories.
+    pub fn set_volume_manager(&self, volumes: Arc<VolumeManager>) {
+        let _ = self.volumes.set(volumes);
+    }
+
+    pub fn volume_manager(&self) -> Option<Arc<VolumeManager>> {
+        self.volumes.get().cloned()
     }
 
     fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
@@ -448,13 +461,23 @@ impl Kubelet {
             let live: HashSet<PodUid> = desired_uids
                 .iter()
                 .filter(|uid| {
-                    phases
-                        .get(*uid)
-                        .is_none_or(|p| !matches!(p, WorkerPhase::Terminated))
+                    phases.get(*uid).is_none_or(|p| {
+                        matches!(p, WorkerPhase::Syncing | WorkerPhase::Terminating)
+                    })
                 })
                 .cloned()
                 .collect();
             probes.cleanup_pods(&live);
+        }
+        if let Some(volumes) = self.volumes.get() {
+            // Upstream `cleanupOrphanedPodDirs`: pods no source wants, no worker handles and
+            // the runtime no longer runs.
+            let in_runtime: HashSet<PodUid> = self.cache.pods().into_iter().collect();
+            volumes.cleanup_orphaned_pod_dirs(|uid| {
+                desired_uids.contains(uid)
+                    || in_runtime.contains(uid)
+                    || phases.get(uid).is_some_and(|p| *p != WorkerPhase::Finished)
+            });
         }
         self.runtime.gc(SystemTime::now());
     }

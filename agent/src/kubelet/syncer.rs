@@ -18,8 +18,10 @@ use crate::{
     pod_workers::{PodSyncer, SyncError, SyncPodOutcome, UpdateType, pod_uid},
     prober::ProbeManager,
     status::{
-        ReasonCache, StatusManager, generate_api_pod_status, generate_terminal_api_pod_status,
+        ReasonCache, StartFailure, StartFailureReason, StatusManager, generate_api_pod_status,
+        generate_terminal_api_pod_status,
     },
+    volume::VolumeManager,
 };
 
 /// How long orphans (pods no source knows) get to stop (upstream uses 1 s, raised to the
@@ -37,6 +39,7 @@ pub struct KubeletSyncer {
     pub pods: Arc<PodManager>,
     pub host_ip: Option<String>,
     pub probes: ProbeManager,
+    pub volumes: Arc<VolumeManager>,
 }
 
 impl KubeletSyncer {
@@ -97,6 +100,46 @@ impl KubeletSyncer {
     }
 }
 
+impl KubeletSyncer {
+    /// Upstream `WaitForAttachAndMount` in `SyncPod`. On failure the pod's containers wait as
+    /// `ContainerCreating` with upstream's `FailedMount` event text as their message, and the
+    /// sync fails (the worker retries after its back-off).
+    async fn wait_for_volumes(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        cancel: &CancellationToken,
+    ) -> Result<(), SyncError> {
+        let uid = pod_uid(pod);
+        let handle = self.pods.get(&uid).unwrap_or_else(|| Arc::new(pod.clone()));
+        let result = self.volumes.wait_for_attach_and_mount(handle, cancel).await;
+        let mut reasons = self.reasons.lock().unwrap_or_else(|p| p.into_inner());
+        reasons.remove_reason(&uid, StartFailureReason::ContainerCreating);
+        let e = match result {
+            Ok(()) => return Ok(()),
+            // A termination came in: nothing to report, the worker goes on terminating.
+            Err(e @ crate::volume::Error::Cancelled) => return Err(Box::new(e)),
+            Err(e) => e,
+        };
+        let message = format!("Unable to attach or mount volumes: {e}");
+        tracing::warn!(pod = %uid, error = %e, "FailedMount");
+        let spec = pod.spec.as_ref();
+        for c in spec
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        {
+            reasons.add(
+                &uid,
+                &c.name,
+                StartFailure::new(StartFailureReason::ContainerCreating, message.clone()),
+            );
+        }
+        drop(reasons);
+        self.record_status(pod, status, false);
+        Err(Box::new(e))
+    }
+}
+
 #[tonic::async_trait]
 impl PodSyncer for KubeletSyncer {
     async fn sync_pod(
@@ -119,6 +162,9 @@ impl PodSyncer for KubeletSyncer {
             .get(&pod_uid(pod))
             .unwrap_or_else(|| Arc::new(pod.clone()));
         self.probes.add_pod(&handle);
+        if !cancel.is_cancelled() {
+            self.wait_for_volumes(pod, status, cancel).await?;
+        }
         let outcome = self
             .runtime
             .sync_pod(pod, status, &parent, &self.probes, cancel)
@@ -182,9 +228,14 @@ impl PodSyncer for KubeletSyncer {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&uid);
+        // Upstream `WaitForUnmount`: a terminated pod's volumes are torn down.
+        self.volumes
+            .wait_for_unmount(&uid, &CancellationToken::new())
+            .await?;
         if self.pods.get(&uid).is_none() {
             // Gone from every source: nothing of it stays on the node.
             self.runtime.remove_pod(status).await?;
+            self.volumes.remove_pod_dir(&uid)?;
             self.status.remove(&uid);
         }
         self.cgroups.remove_pod(&uid)?;

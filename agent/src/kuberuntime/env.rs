@@ -103,7 +103,7 @@ fn value_of(
     })
 }
 
-fn field_value(
+pub(crate) fn field_value(
     pod: &Pod,
     name: &str,
     path: &str,
@@ -152,7 +152,7 @@ fn field_value(
 }
 
 /// Downward API resource values, rounded up to the divisor as upstream does.
-fn resource_value(
+pub(crate) fn resource_value(
     container: &Container,
     name: &str,
     resource: &str,

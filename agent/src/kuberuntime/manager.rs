@@ -25,6 +25,7 @@ use super::{
     env::EnvContext,
     images::ImagePuller,
     lifecycle::{ContainerLifecycle, NoLifecycle},
+    mounts::{ContainerMounts, NoMounts},
     sandbox_config::{SandboxParams, sandbox_config},
 };
 use crate::{
@@ -102,6 +103,7 @@ pub struct KubeRuntimeManager {
     config: RuntimeManagerConfig,
     oom_clamp_logged: AtomicBool,
     lifecycle: Arc<dyn ContainerLifecycle>,
+    mounts: Arc<dyn ContainerMounts>,
 }
 
 fn full_name(pod: &Pod) -> String {
@@ -129,12 +131,19 @@ impl KubeRuntimeManager {
             config,
             oom_clamp_logged: AtomicBool::new(false),
             lifecycle: Arc::new(NoLifecycle),
+            mounts: Arc::new(NoMounts),
         }
     }
 
     /// Calls `lifecycle` around every container creation (the resource managers' hooks).
     pub fn with_lifecycle(mut self, lifecycle: Arc<dyn ContainerLifecycle>) -> Self {
         self.lifecycle = lifecycle;
+        self
+    }
+
+    /// Asks `mounts` for every container's mounts (the volume manager).
+    pub fn with_mounts(mut self, mounts: Arc<dyn ContainerMounts>) -> Self {
+        self.mounts = mounts;
         self
     }
 
@@ -377,16 +386,22 @@ impl KubeRuntimeManager {
             },
             oom_score_adj,
         };
-        let mut config = match container_config(pod, container, &params) {
+        let built = container_config(pod, container, &params)
+            .map_err(|e| e.to_string())
+            .and_then(|config| {
+                let mounts = self
+                    .mounts
+                    .mounts(pod, container, pod_ips, &config.envs)
+                    .map_err(|e| e.to_string())?;
+                Ok(cri::ContainerConfig { mounts, ..config })
+            });
+        let mut config = match built {
             Ok(config) => config,
             Err(e) => {
                 self.fail(
                     &uid,
                     container,
-                    StartFailure::new(
-                        StartFailureReason::CreateContainerConfigError,
-                        e.to_string(),
-                    ),
+                    StartFailure::new(StartFailureReason::CreateContainerConfigError, e),
                     pod,
                     outcome,
                 );

@@ -24,6 +24,7 @@ pub mod lifecycle;
 pub mod manager;
 #[cfg(test)]
 mod manager_tests;
+pub mod mounts;
 mod sandbox;
 pub mod sandbox_config;
 pub mod spec;
@@ -42,6 +43,7 @@ pub use backoff::{
     last_finished_at,
 };
 pub use lifecycle::{ContainerLifecycle, NoLifecycle};
+pub use mounts::{ContainerMounts, MountsError, NoMounts};
 pub use sandbox::{SandboxChange, SandboxCheck, pod_sandbox_changed};
 
 use crate::container::ContainerId;

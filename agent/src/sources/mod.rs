@@ -16,7 +16,7 @@
 //! Not here: what the sync loop does with updates, mirror pods.
 
 mod api_references;
-mod apiserver;
+pub(crate) mod apiserver;
 mod defaults;
 mod manifest;
 mod manifest_dir;

@@ -28,6 +28,9 @@ pub enum StartFailureReason {
     RunContainerError,
     PreStartHookError,
     PostStartHookError,
+    /// The pod's volumes are not set up: the container waits as upstream's `ContainerCreating`,
+    /// with the mount failure as its message (upstream says it only in a `FailedMount` event).
+    ContainerCreating,
 }
 
 impl StartFailureReason {
@@ -43,6 +46,7 @@ impl StartFailureReason {
             StartFailureReason::RunContainerError => "RunContainerError",
             StartFailureReason::PreStartHookError => "PreStartHookError",
             StartFailureReason::PostStartHookError => "PostStartHookError",
+            StartFailureReason::ContainerCreating => "ContainerCreating",
         }
     }
 }
@@ -119,6 +123,12 @@ impl ReasonCache {
     /// Records that the last start of `container` succeeded.
     pub fn remove(&mut self, pod: &PodUid, container: &str) {
         self.entries.remove(&(pod.clone(), container.to_owned()));
+    }
+
+    /// Forgets the failures of `pod` with `reason` (e.g. its volumes are set up now).
+    pub fn remove_reason(&mut self, pod: &PodUid, reason: StartFailureReason) {
+        self.entries
+            .retain(|(uid, _), (_, f)| uid != pod || f.reason != reason);
     }
 
     /// Forgets a pod that is gone.

@@ -16,17 +16,17 @@ use tower_test::mock::{self, Handle, SendResponse};
 use super::WallClock;
 
 /// The wall time at the start of a test: 2023-11-14T22:13:20Z.
-pub(super) const T0_SECONDS: u64 = 1_700_000_000;
+pub(crate) const T0_SECONDS: u64 = 1_700_000_000;
 
 /// How long (of paused time) a test waits for a request it expects.
 const EXPECT_WITHIN: Duration = Duration::from_secs(600);
 
-pub(super) struct FakeApi {
+pub(crate) struct FakeApi {
     handle: Handle<Request<Body>, Response<Body>>,
 }
 
 /// One request as the server saw it, with the means to answer it.
-pub(super) struct Call {
+pub(crate) struct Call {
     pub method: Method,
     pub path: String,
     /// The decoded query pairs, in order.
@@ -39,7 +39,7 @@ pub(super) struct Call {
     respond: SendResponse<Response<Body>>,
 }
 
-pub(super) fn fake_api() -> (Client, FakeApi) {
+pub(crate) fn fake_api() -> (Client, FakeApi) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     (Client::new(service, "default"), FakeApi { handle })
 }
@@ -131,13 +131,13 @@ impl Call {
 
 /// A wall clock that starts at [`T0_SECONDS`] and follows tokio's (paused) time, so the times in
 /// requests are exact.
-pub(super) fn paused_clock() -> WallClock {
+pub(crate) fn paused_clock() -> WallClock {
     let start = tokio::time::Instant::now();
     Arc::new(move || UNIX_EPOCH + Duration::from_secs(T0_SECONDS) + start.elapsed())
 }
 
 /// RFC 3339 (seconds) of `T0 + offset`, as `Time` serializes.
-pub(super) fn t0_plus(offset: Duration) -> String {
+pub(crate) fn t0_plus(offset: Duration) -> String {
     let at = SystemTime::UNIX_EPOCH + Duration::from_secs(T0_SECONDS) + offset;
     let seconds = at
         .duration_since(UNIX_EPOCH)
@@ -150,7 +150,7 @@ pub(super) fn t0_plus(offset: Duration) -> String {
 }
 
 /// The `Status` body the API server sends with an error.
-pub(super) fn status_error(code: u16, reason: &str) -> Value {
+pub(crate) fn status_error(code: u16, reason: &str) -> Value {
     json!({
         "kind": "Status",
         "apiVersion": "v1",

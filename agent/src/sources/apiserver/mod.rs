@@ -20,7 +20,7 @@ mod pods;
 mod status_sync;
 
 #[cfg(test)]
-mod fake_api;
+pub(crate) mod fake_api;
 
 use std::{
     path::{Path, PathBuf},

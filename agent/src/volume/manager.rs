@@ -1,0 +1,647 @@
+//! The volume manager (upstream `pkg/kubelet/volumemanager`): a desired state of world (the
+//! volumes of the pods the pod workers are running), an actual state of world (what is set up on
+//! the node), and a reconciler that sets up what is desired and tears down what is not.
+//!
+//! Upstream's populator scans the pod manager every 100 ms; here the pod sync adds its pod
+//! ([`VolumeManager::wait_for_attach_and_mount`]) and the terminated-pod sync removes it
+//! ([`VolumeManager::wait_for_unmount`]), each kicking the reconciler at once. The waits keep
+//! upstream's bound (back-off from 1 s, ×1.2, 6 steps) but also look after every reconcile
+//! pass, so a pod whose volumes are ready does not sleep through the first step.
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::{
+    Error, Result,
+    api_objects::{Fetch, ObjectSource},
+    downward_api, empty_dir, host_path,
+    metrics::VolumeMetrics,
+    mount::{self, MountInfo},
+    paths::{Plugin, PodDirs},
+    projected::{self, Want},
+    spec::{Medium, Source, VolumeSpec, pod_volumes},
+};
+
+/// The objects read for this pass, by (pod, volume).
+type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
+use crate::{container::PodUid, pod_workers::pod_uid};
+
+/// Upstream's reconciler period; here only the safety net (changes kick it at once).
+pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+
+/// Upstream `WaitForAttachAndMount`'s back-off: 1 s, ×1.2, 6 steps.
+pub fn wait_steps() -> Vec<Duration> {
+    let mut step = Duration::from_secs(1);
+    let mut out = Vec::new();
+    // Six checks, five sleeps between them (`wait.ExponentialBackoff`).
+    for _ in 0..5 {
+        out.push(step);
+        step = step.mul_f64(1.2);
+    }
+    out
+}
+
+#[derive(Clone, Debug)]
+pub struct VolumeManagerConfig {
+    pub dirs: PodDirs,
+    /// For memory emptyDirs without a smaller limit.
+    pub node_allocatable_memory: i64,
+    /// For downward API resource items of containers without a limit.
+    pub node: downward_api::NodeResources,
+    /// `clusterDomain`, for the pod's FQDN in its `/etc/hosts`.
+    pub cluster_domain: Option<String>,
+    /// How long the waits last: upstream's back-off ([`wait_steps`]) in total.
+    pub wait_budget: Duration,
+}
+
+/// The total of upstream's back-off steps (about 7.4 s).
+pub fn default_wait_budget() -> Duration {
+    wait_steps().iter().sum()
+}
+
+/// A volume set up on the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountedVolume {
+    pub plugin: Plugin,
+    /// What containers bind (the volume dir, or the node's path for hostPath).
+    pub path: PathBuf,
+    /// Disk emptyDirs: `sizeLimit`, for the usage report.
+    pub size_limit: Option<i64>,
+}
+
+/// A disk emptyDir's usage (upstream measures it for eviction; see [`empty_dir`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EmptyDirUsage {
+    pub volume: String,
+    pub bytes: u64,
+    pub size_limit: Option<i64>,
+}
+
+struct DesiredPod {
+    pod: Arc<Pod>,
+    volumes: Vec<VolumeSpec>,
+}
+
+#[derive(Default)]
+struct State {
+    desired: HashMap<PodUid, DesiredPod>,
+    actual: HashMap<PodUid, BTreeMap<String, MountedVolume>>,
+    /// The last set-up failure per volume, upstream's event text.
+    failures: HashMap<PodUid, BTreeMap<String, String>>,
+}
+
+pub struct VolumeManager {
+    config: VolumeManagerConfig,
+    state: Mutex<State>,
+    kick: Notify,
+    /// Counts reconcile passes; waiters look again after each.
+    passes: watch::Sender<u64>,
+    /// Only one reconcile pass at a time (the loop, or a test calling it).
+    reconciling: tokio::sync::Mutex<()>,
+    metrics: VolumeMetrics,
+    /// Where ConfigMaps and Secrets come from, once an API server is connected.
+    objects: std::sync::OnceLock<Arc<dyn ObjectSource>>,
+}
+
+impl VolumeManager {
+    pub fn new(config: VolumeManagerConfig, metrics: VolumeMetrics) -> Arc<Self> {
+        Arc::new(VolumeManager {
+            config,
+            metrics,
+            state: Mutex::new(State::default()),
+            kick: Notify::new(),
+            passes: watch::channel(0).0,
+            reconciling: tokio::sync::Mutex::new(()),
+            objects: std::sync::OnceLock::new(),
+        })
+    }
+
+    pub fn dirs(&self) -> &PodDirs {
+        &self.config.dirs
+    }
+
+    /// configMap and secret volumes are read from `objects` from now on.
+    pub fn set_object_source(&self, objects: Arc<dyn ObjectSource>) {
+        let _ = self.objects.set(objects);
+    }
+
+    pub fn cluster_domain(&self) -> Option<&str> {
+        self.config.cluster_domain.as_deref()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The reconciler: a pass whenever kicked, and every [`RECONCILE_PERIOD`].
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            self.reconcile().await;
+            tokio::select! {
+                () = self.kick.notified() => {}
+                () = tokio::time::sleep(RECONCILE_PERIOD) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+
+    /// One reconcile pass (the file system work off the async threads).
+    pub async fn reconcile(self: &Arc<Self>) {
+        let _one = self.reconciling.lock().await;
+        let fetched = self.fetch_objects().await;
+        let this = self.clone();
+        if let Err(e) = tokio::task::spawn_blocking(move || this.reconcile_blocking(&fetched)).await
+        {
+            tracing::error!(error = %e, "volume reconcile pass failed");
+        }
+        self.passes.send_modify(|n| *n += 1);
+    }
+
+    /// Reads what the object and projected volumes about to be set up need from the API server
+    /// (one read per source).
+    async fn fetch_objects(&self) -> Fetches {
+        let wanted: Vec<((PodUid, String), Vec<Want>)> = {
+            let state = self.state();
+            state
+                .desired
+                .iter()
+                .flat_map(|(uid, d)| {
+                    let actual = state.actual.get(uid);
+                    let pod = d.pod.clone();
+                    d.volumes.iter().filter_map(move |v| {
+                        if actual.is_some_and(|a| a.contains_key(&v.name)) {
+                            return None;
+                        }
+                        let namespace = || {
+                            pod.metadata
+                                .namespace
+                                .clone()
+                                .unwrap_or_else(|| "default".into())
+                        };
+                        let wants = match &v.source {
+                            Source::Object { kind, name, .. } => {
+                                vec![Want::Object(*kind, namespace(), name.clone())]
+                            }
+                            Source::Projected { sources, .. } => projected::wanted(&pod, sources),
+                            _ => return None,
+                        };
+                        Some(((uid.clone(), v.name.clone()), wants))
+                    })
+                })
+                .collect()
+        };
+        let mut out = Fetches::new();
+        for (key, wants) in wanted {
+            let mut fetched = Vec::with_capacity(wants.len());
+            for want in wants {
+                let objects = self.objects.get();
+                let no_api = || "no API server is connected".to_owned();
+                fetched.push(match (want, objects) {
+                    (Want::Nothing, _) => Fetch::Nothing,
+                    (Want::Object(kind, namespace, name), Some(o)) => {
+                        Fetch::Object(o.get(kind, &namespace, &name).await)
+                    }
+                    (Want::Token(spec), Some(o)) => Fetch::Token(o.token(&spec).await),
+                    (Want::Object(..), None) => Fetch::Object(Err(no_api())),
+                    (Want::Token(_), None) => Fetch::Token(Err(no_api())),
+                });
+            }
+            out.insert(key, fetched);
+        }
+        out
+    }
+
+    fn reconcile_blocking(&self, fetched: &Fetches) {
+        // Without the node's mounts a memory volume could be mounted twice: skip the pass.
+        let mounts = match mount::mounts() {
+            Ok(mounts) => mounts,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the node's mounts; volumes not reconciled");
+                return;
+            }
+        };
+        // Tear down what is set up but no longer wanted (upstream `unmountVolumes`).
+        let unwanted: Vec<(PodUid, String, MountedVolume)> = {
+            let state = self.state();
+            state
+                .actual
+                .iter()
+                .flat_map(|(uid, volumes)| {
+                    let wanted = state.desired.get(uid);
+                    volumes
+                        .iter()
+                        .filter(move |(name, _)| {
+                            !wanted.is_some_and(|d| d.volumes.iter().any(|v| &v.name == *name))
+                        })
+                        .map(move |(name, v)| (uid.clone(), name.clone(), v.clone()))
+                })
+                .collect()
+        };
+        for (uid, name, volume) in unwanted {
+            let started = std::time::Instant::now();
+            let done = match volume.plugin {
+                Plugin::HostPath => Ok(()),
+                Plugin::EmptyDir
+                | Plugin::DownwardApi
+                | Plugin::ConfigMap
+                | Plugin::Secret
+                | Plugin::Projected => empty_dir::tear_down(&volume.path, &mounts),
+            };
+            self.metrics.operation(
+                "volume_unmount",
+                volume.plugin,
+                done.is_ok(),
+                started.elapsed().as_secs_f64(),
+            );
+            match done {
+                Ok(()) => {
+                    tracing::debug!(pod = %uid, volume = name, "volume torn down");
+                    let mut state = self.state();
+                    if let Some(volumes) = state.actual.get_mut(&uid) {
+                        volumes.remove(&name);
+                        if volumes.is_empty() {
+                            state.actual.remove(&uid);
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %uid, volume = name, error = %e, "UnmountVolume.TearDown failed")
+                }
+            }
+        }
+        // Set up what is wanted (upstream `mountOrAttachVolumes`). Downward API volumes are
+        // written again each pass: the atomic writer changes nothing unless the pod did.
+        let wanted: Vec<(PodUid, Arc<Pod>, VolumeSpec)> = {
+            let state = self.state();
+            state
+                .desired
+                .iter()
+                .flat_map(|(uid, d)| {
+                    let actual = state.actual.get(uid);
+                    d.volumes
+                        .iter()
+                        .filter(move |v| {
+                            let object = matches!(
+                                v.source,
+                                Source::Object { .. } | Source::Projected { .. }
+                            );
+                            // An object volume added after the fetch waits for the next pass.
+                            if object && !fetched.contains_key(&(uid.clone(), v.name.clone())) {
+                                return false;
+                            }
+                            matches!(v.source, Source::DownwardApi { .. })
+                                || !actual.is_some_and(|a| a.contains_key(&v.name))
+                        })
+                        .map(move |v| (uid.clone(), d.pod.clone(), v.clone()))
+                })
+                .collect()
+        };
+        for (uid, pod, volume) in wanted {
+            let started = std::time::Instant::now();
+            let result = self.set_up(&uid, &pod, &volume, &mounts, fetched);
+            self.metrics.operation(
+                "volume_mount",
+                volume.source.plugin(),
+                result.is_ok(),
+                started.elapsed().as_secs_f64(),
+            );
+            let mut state = self.state();
+            // The pod may have gone while this one was being set up: the next pass tears it down.
+            match result {
+                Ok(mounted) => {
+                    if let Some(f) = state.failures.get_mut(&uid) {
+                        f.remove(&volume.name);
+                    }
+                    state
+                        .actual
+                        .entry(uid)
+                        .or_default()
+                        .insert(volume.name, mounted);
+                }
+                Err(e) => {
+                    let text = format!(
+                        "MountVolume.SetUp failed for volume {:?} : {e}",
+                        volume.name
+                    );
+                    let failures = state.failures.entry(uid.clone()).or_default();
+                    // Retried every pass: said once per distinct failure.
+                    if failures.get(&volume.name) != Some(&text) {
+                        tracing::warn!(pod = %uid, volume = volume.name, error = %e, "FailedMount");
+                    }
+                    failures.insert(volume.name, text);
+                }
+            }
+        }
+        self.publish_totals();
+    }
+
+    fn publish_totals(&self) {
+        let state = self.state();
+        let desired: Vec<Plugin> = state
+            .desired
+            .values()
+            .flat_map(|d| d.volumes.iter().map(|v| v.source.plugin()))
+            .collect();
+        let actual: Vec<Plugin> = state
+            .actual
+            .values()
+            .flat_map(|a| a.values().map(|v| v.plugin))
+            .collect();
+        drop(state);
+        self.metrics.totals(&desired, &actual);
+    }
+
+    fn set_up(
+        &self,
+        uid: &PodUid,
+        pod: &Pod,
+        volume: &VolumeSpec,
+        mounts: &[MountInfo],
+        fetched: &Fetches,
+    ) -> Result<MountedVolume> {
+        let plugin = volume.source.plugin();
+        let dir = self.config.dirs.volume(uid, plugin, &volume.name);
+        let memory =
+            |limit| empty_dir::memory_size(self.config.node_allocatable_memory, limit, pod);
+        match &volume.source {
+            Source::EmptyDir { medium, size_limit } => {
+                empty_dir::set_up(&dir, *medium, memory(*size_limit), mounts)?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: dir,
+                    size_limit: (*medium == Medium::Disk).then_some(*size_limit).flatten(),
+                })
+            }
+            Source::HostPath { path, kind } => {
+                host_path::check_type(path, kind)?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: PathBuf::from(path),
+                    size_limit: None,
+                })
+            }
+            Source::DownwardApi {
+                items,
+                default_mode,
+            } => {
+                // As upstream, on a memory-backed emptyDir.
+                let payload = downward_api::payload(
+                    &volume.name,
+                    pod,
+                    items,
+                    *default_mode,
+                    self.config.node,
+                )?;
+                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
+                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: dir,
+                    size_limit: None,
+                })
+            }
+            Source::Projected {
+                sources,
+                default_mode,
+            } => {
+                let none = Vec::new();
+                let found = fetched
+                    .get(&(uid.clone(), volume.name.clone()))
+                    .unwrap_or(&none);
+                let payload = projected::payload(
+                    &volume.name,
+                    pod,
+                    sources,
+                    found,
+                    *default_mode,
+                    self.config.node,
+                )?;
+                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
+                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: dir,
+                    size_limit: None,
+                })
+            }
+            Source::Object {
+                kind,
+                name,
+                items,
+                default_mode,
+                optional,
+            } => {
+                let missing = Err("not read".to_owned());
+                let found = match fetched
+                    .get(&(uid.clone(), volume.name.clone()))
+                    .and_then(|f| f.first())
+                {
+                    Some(Fetch::Object(found)) => found,
+                    _ => &missing,
+                };
+                let payload = super::api_objects::payload(
+                    &volume.name,
+                    *kind,
+                    name,
+                    found,
+                    items,
+                    *default_mode,
+                    *optional,
+                )?;
+                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
+                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
+                Ok(MountedVolume {
+                    plugin,
+                    path: dir,
+                    size_limit: None,
+                })
+            }
+        }
+    }
+
+    /// Wants `pod`'s volumes set up (upstream's populator adding a pod); a spec the manager
+    /// cannot serve is an error at once.
+    pub fn add_pod(&self, pod: Arc<Pod>) -> Result<()> {
+        let volumes = pod_volumes(&pod)?;
+        let uid = pod_uid(&pod);
+        // A pod without volumes gives the reconciler nothing to do.
+        let kick = !volumes.is_empty();
+        self.state()
+            .desired
+            .insert(uid, DesiredPod { pod, volumes });
+        if kick {
+            self.kick.notify_one();
+        }
+        Ok(())
+    }
+
+    /// No longer wants the volumes of `uid` (its pod terminated).
+    pub fn remove_pod(&self, uid: &PodUid) {
+        let mut state = self.state();
+        state.desired.remove(uid);
+        state.failures.remove(uid);
+        let kick = state.actual.contains_key(uid);
+        drop(state);
+        if kick {
+            self.kick.notify_one();
+        }
+    }
+
+    /// Waits until every volume of `pod` is set up (upstream `WaitForAttachAndMount`).
+    pub async fn wait_for_attach_and_mount(
+        &self,
+        pod: Arc<Pod>,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let uid = pod_uid(&pod);
+        self.add_pod(pod)?;
+        let ready = || self.unmounted(&uid).is_empty();
+        if self.wait(ready, cancel).await? {
+            return Ok(());
+        }
+        let unmounted = self.unmounted(&uid);
+        let failures = self
+            .state()
+            .failures
+            .get(&uid)
+            .map(|f| f.values().cloned().collect())
+            .unwrap_or_default();
+        Err(Error::Timeout {
+            unmounted,
+            failures,
+        })
+    }
+
+    /// Tears down the volumes of `uid` and waits until none is set up (upstream
+    /// `WaitForUnmount`).
+    pub async fn wait_for_unmount(&self, uid: &PodUid, cancel: &CancellationToken) -> Result<()> {
+        self.remove_pod(uid);
+        let gone = || !self.state().actual.contains_key(uid);
+        if self.wait(gone, cancel).await? {
+            return Ok(());
+        }
+        let unmounted: Vec<String> = self
+            .state()
+            .actual
+            .get(uid)
+            .map(|v| v.keys().cloned().collect())
+            .unwrap_or_default();
+        Err(Error::UnmountTimeout { mounted: unmounted })
+    }
+
+    /// Checks `done` after every reconcile pass until the back-off runs out; whether it held.
+    async fn wait(&self, done: impl Fn() -> bool, cancel: &CancellationToken) -> Result<bool> {
+        let mut passes = self.passes.subscribe();
+        let deadline = tokio::time::Instant::now() + self.config.wait_budget;
+        loop {
+            if done() {
+                return Ok(true);
+            }
+            tokio::select! {
+                changed = passes.changed() => {
+                    if changed.is_err() {
+                        return Ok(done());
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => return Ok(done()),
+                () = cancel.cancelled() => return Err(Error::Cancelled),
+            }
+        }
+    }
+
+    /// Desired volumes of `uid` that are not set up yet.
+    fn unmounted(&self, uid: &PodUid) -> Vec<String> {
+        let state = self.state();
+        let actual = state.actual.get(uid);
+        state
+            .desired
+            .get(uid)
+            .map(|d| {
+                d.volumes
+                    .iter()
+                    .filter(|v| !actual.is_some_and(|a| a.contains_key(&v.name)))
+                    .map(|v| v.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The set-up volumes of `uid` by name (upstream `GetMountedVolumesForPod`).
+    pub fn mounted_volumes(&self, uid: &PodUid) -> BTreeMap<String, MountedVolume> {
+        self.state().actual.get(uid).cloned().unwrap_or_default()
+    }
+
+    /// How much each disk emptyDir of `uid` holds, with its `sizeLimit`.
+    pub fn empty_dir_usage(&self, uid: &PodUid) -> Vec<EmptyDirUsage> {
+        self.mounted_volumes(uid)
+            .into_iter()
+            .filter(|(_, v)| v.plugin == Plugin::EmptyDir)
+            .map(|(volume, v)| EmptyDirUsage {
+                volume,
+                bytes: empty_dir::disk_usage(&v.path),
+                size_limit: v.size_limit,
+            })
+            .collect()
+    }
+
+    /// Removes the directory of a pod nobody wants any more, after unmounting whatever is left
+    /// mounted below it (upstream `cleanupOrphanedPodDirs`, which also reconstructs and tears
+    /// down volumes left by an earlier run). A pod the manager still tracks is left alone.
+    pub fn remove_pod_dir(&self, uid: &PodUid) -> Result<()> {
+        {
+            let state = self.state();
+            if state.desired.contains_key(uid) || state.actual.contains_key(uid) {
+                return Ok(());
+            }
+        }
+        let dir = self.config.dirs.pod(uid);
+        if std::fs::symlink_metadata(&dir).is_err() {
+            return Ok(());
+        }
+        for point in mount::mounts_below(&mount::mounts()?, &dir) {
+            mount::unmount(&point)?;
+        }
+        // Never remove below a mount that is still there (it could be the node's data).
+        let left = mount::mounts_below(&mount::mounts()?, &dir);
+        if let Some(point) = left.first() {
+            return Err(Error::Mount {
+                op: "still mounted:",
+                path: point.clone(),
+                source: nix::Error::EBUSY,
+            });
+        }
+        std::fs::remove_dir_all(&dir).map_err(super::error::io("removing", &dir))
+    }
+
+    /// Housekeeping: removes the directories of pods `keep` does not name.
+    pub fn cleanup_orphaned_pod_dirs(&self, keep: impl Fn(&PodUid) -> bool) {
+        let tracked: HashSet<PodUid> = {
+            let state = self.state();
+            state
+                .desired
+                .keys()
+                .chain(state.actual.keys())
+                .cloned()
+                .collect()
+        };
+        for uid in self.config.dirs.existing_pods() {
+            if keep(&uid) || tracked.contains(&uid) {
+                continue;
+            }
+            match self.remove_pod_dir(&uid) {
+                Ok(()) => tracing::info!(pod = %uid, "removed an orphaned pod directory"),
+                Err(e) => {
+                    tracing::warn!(pod = %uid, error = %e, "orphaned pod directory not removed")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! Pod volumes (upstream `pkg/kubelet/volumemanager` and the in-tree plugins of `pkg/volume`):
+//! the [`VolumeManager`] with its desired and actual state and reconciler (`manager.rs`), the
+//! plugins swiftlet has — emptyDir on disk or tmpfs (`empty_dir.rs`), hostPath with its type
+//! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`), configMap and secret files
+//! read from the API server (`api_objects.rs`), projected volumes with service account tokens
+//! (`projected.rs`), all written by `atomic_writer.rs` — the node's mounts (`mount.rs`), the pod directory layout
+//! (`paths.rs`), and each container's CRI mounts with `subPath` (`container_mounts.rs`,
+//! `subpath.rs`).
+//!
+//! Not here: refreshing tokens and objects after set-up, PVCs, attach/detach
+//! and CSI, fsGroup ownership, SELinux relabelling, and eviction for `sizeLimit` of disk
+//! emptyDirs (usage is measured, [`VolumeManager::empty_dir_usage`]).
+
+mod api_objects;
+mod atomic_writer;
+mod container_mounts;
+mod downward_api;
+mod empty_dir;
+mod error;
+mod host_path;
+mod manager;
+mod metrics;
+pub mod mount;
+mod paths;
+mod projected;
+mod spec;
+mod subpath;
+
+#[cfg(test)]
+mod tests;
+
+pub use api_objects::{KubeObjects, ObjectData, ObjectSource, TokenSpec};
+pub use container_mounts::{hostname_and_domain, managed_hosts};
+pub use downward_api::NodeResources;
+pub use error::{Error, Result};
+pub use manager::{
+    EmptyDirUsage, MountedVolume, RECONCILE_PERIOD, VolumeManager, VolumeManagerConfig,
+    default_wait_budget, wait_steps,
+};
+pub use metrics::VolumeMetrics;
+pub use paths::{Plugin, PodDirs};
+pub use spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes};

@@ -1,0 +1,522 @@
+//! The volume manager against a temporary root, unprivileged: disk emptyDirs and hostPath
+//! checks through the reconciler, the waits, and the CRI mounts a container gets.
+
+use std::{sync::Arc, time::Duration};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::{
+    api::core::v1::{
+        Container, EmptyDirVolumeSource, HostPathVolumeSource, Pod, PodSpec, SecurityContext,
+        Volume, VolumeMount,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::{container::PodUid, kuberuntime::ContainerMounts};
+
+/// A manager whose waits give up after 30 s (they end as soon as the condition holds).
+fn manager(root: &std::path::Path) -> Arc<VolumeManager> {
+    manager_waiting(root, Duration::from_secs(30))
+}
+
+fn manager_waiting(root: &std::path::Path, wait_budget: Duration) -> Arc<VolumeManager> {
+    VolumeManager::new(
+        VolumeManagerConfig {
+            dirs: PodDirs::new(root),
+            node_allocatable_memory: 1 << 30,
+            node: NodeResources::default(),
+            cluster_domain: Some("cluster.local".into()),
+            wait_budget,
+        },
+        VolumeMetrics::register(&prometheus::Registry::new()).expect("metrics"),
+    )
+}
+
+fn mount(name: &str, path: &str) -> VolumeMount {
+    VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        ..Default::default()
+    }
+}
+
+fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("prod".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            subdomain: Some("sub".into()),
+            containers: vec![Container {
+                name: "app".into(),
+                volume_mounts: Some(mounts),
+                termination_message_path: Some("/dev/termination-log".into()),
+                ..Default::default()
+            }],
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+fn empty_dir(name: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn host_path(name: &str, path: &str, kind: &str) -> Volume {
+    Volume {
+        name: name.into(),
+        host_path: Some(HostPathVolumeSource {
+            path: path.into(),
+            type_: Some(kind.into()),
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn upstream_backoff_steps() {
+    let steps: Vec<u128> = wait_steps().iter().map(|d| d.as_millis()).collect();
+    assert_eq!(steps, vec![1000, 1200, 1440, 1728, 2073]);
+    assert_eq!(default_wait_budget().as_millis(), 7441);
+}
+
+#[tokio::test]
+async fn volumes_are_set_up_mounted_and_torn_down() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let host = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let host_dir = host.path().to_string_lossy().into_owned();
+    let p = pod(
+        vec![
+            empty_dir("cache"),
+            host_path("data", &host_dir, "Directory"),
+        ],
+        vec![
+            mount("cache", "/cache"),
+            VolumeMount {
+                sub_path: Some("logs/app".into()),
+                ..mount("cache", "/logs")
+            },
+            VolumeMount {
+                read_only: Some(true),
+                mount_propagation: Some("HostToContainer".into()),
+                ..mount("data", "/data")
+            },
+            VolumeMount {
+                sub_path_expr: Some("by-pod/$(POD_NAME)".into()),
+                ..mount("cache", "/mine")
+            },
+        ],
+    );
+    let uid = PodUid::from("uid-1");
+    let cancel = CancellationToken::new();
+    manager.add_pod(p.clone()).expect("supported");
+    manager.reconcile().await;
+    manager
+        .wait_for_attach_and_mount(p.clone(), &cancel)
+        .await
+        .expect("mounted");
+    let cache = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~empty-dir/cache");
+    assert!(cache.is_dir());
+
+    let mounts = manager
+        .mounts(
+            &p,
+            &p.spec.as_ref().expect("spec").containers[0],
+            &["10.0.0.5".into()],
+            &[cri::KeyValue {
+                key: "POD_NAME".into(),
+                value: "web".into(),
+            }],
+        )
+        .expect("mounts");
+    let by_path = |path: &str| {
+        mounts
+            .iter()
+            .find(|m| m.container_path == path)
+            .cloned()
+            .unwrap_or_else(|| panic!("no mount at {path}: {mounts:?}"))
+    };
+    assert_eq!(by_path("/cache").host_path, cache.to_string_lossy());
+    assert!(!by_path("/cache").readonly);
+    let logs = by_path("/logs");
+    assert!(
+        logs.host_path
+            .ends_with("kubernetes.io~empty-dir/cache/logs/app")
+    );
+    assert!(cache.join("logs/app").is_dir());
+    assert!(
+        by_path("/mine")
+            .host_path
+            .ends_with("kubernetes.io~empty-dir/cache/by-pod/web")
+    );
+    let data = by_path("/data");
+    assert_eq!(data.host_path, host_dir);
+    assert!(data.readonly);
+    assert_eq!(
+        data.propagation,
+        cri::MountPropagation::PropagationHostToContainer as i32
+    );
+    let hosts = by_path("/etc/hosts");
+    let text = std::fs::read_to_string(&hosts.host_path).expect("hosts");
+    assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+    assert!(
+        text.ends_with("10.0.0.5\tweb.sub.prod.svc.cluster.local\tweb\n"),
+        "{text}"
+    );
+    let log = by_path("/dev/termination-log");
+    assert!(
+        log.host_path.starts_with(
+            &root
+                .path()
+                .join("pods/uid-1/containers/app")
+                .to_string_lossy()
+                .into_owned()
+        )
+    );
+    assert!(std::path::Path::new(&log.host_path).is_file());
+
+    // Terminated: the volumes go, then the pod's directory.
+    manager.remove_pod(&uid);
+    let unmount = {
+        let manager = manager.clone();
+        let uid = uid.clone();
+        let cancel = cancel.clone();
+        tokio::spawn(async move { manager.wait_for_unmount(&uid, &cancel).await })
+    };
+    manager.reconcile().await;
+    unmount.await.expect("joined").expect("unmounted");
+    assert!(!cache.exists());
+    assert!(manager.mounted_volumes(&uid).is_empty());
+    manager.remove_pod_dir(&uid).expect("removed");
+    assert!(!root.path().join("pods/uid-1").exists());
+}
+
+#[tokio::test]
+async fn a_failed_host_path_check_is_in_the_wait_error() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let file = root.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let manager = manager_waiting(root.path(), Duration::from_millis(50));
+    let p = pod(
+        vec![host_path("data", &file.to_string_lossy(), "Directory")],
+        vec![mount("data", "/data")],
+    );
+    manager.add_pod(p.clone()).expect("supported");
+    manager.reconcile().await;
+    let err = manager
+        .wait_for_attach_and_mount(p.clone(), &CancellationToken::new())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        err,
+        format!(
+            "unmounted volumes=[data], unattached volumes=[], failed to process volumes=[]: \
+             timed out waiting for the condition; MountVolume.SetUp failed for volume \"data\" : \
+             hostPath type check failed: {} is not a directory",
+            file.display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn bad_mounts_fail_the_container_with_upstreams_message() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let cases = [
+        (
+            VolumeMount {
+                sub_path: Some("/abs".into()),
+                ..mount("cache", "/c")
+            },
+            "error SubPath `/abs` must not be an absolute path",
+        ),
+        (
+            VolumeMount {
+                sub_path: Some("a/../../b".into()),
+                ..mount("cache", "/c")
+            },
+            "unable to provision SubPath `a/../../b`: must not contain '..'",
+        ),
+        (
+            VolumeMount {
+                mount_propagation: Some("Bidirectional".into()),
+                ..mount("cache", "/c")
+            },
+            "Bidirectional mount propagation is available only to privileged containers",
+        ),
+        (
+            mount("missing", "/m"),
+            "cannot find volume \"missing\" to mount into container \"app\"",
+        ),
+    ];
+    for (m, want) in cases {
+        let p = pod(vec![empty_dir("cache")], vec![mount("cache", "/cache"), m]);
+        manager.add_pod(p.clone()).expect("supported");
+        manager.reconcile().await;
+        let err = manager
+            .mounts(&p, &p.spec.as_ref().expect("spec").containers[0], &[], &[])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(err, want);
+    }
+    // Bidirectional is fine for a privileged container.
+    let p = pod(
+        vec![empty_dir("cache")],
+        vec![VolumeMount {
+            mount_propagation: Some("Bidirectional".into()),
+            ..mount("cache", "/c")
+        }],
+    );
+    let mut c = p.spec.as_ref().expect("spec").containers[0].clone();
+    c.security_context = Some(SecurityContext {
+        privileged: Some(true),
+        ..Default::default()
+    });
+    let mounts = manager.mounts(&p, &c, &[], &[]).expect("mounts");
+    assert_eq!(
+        mounts[0].propagation,
+        cri::MountPropagation::PropagationBidirectional as i32
+    );
+}
+
+#[tokio::test]
+async fn orphaned_pod_dirs_go_unless_kept() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    for uid in ["gone", "kept"] {
+        std::fs::create_dir_all(root.path().join(format!("pods/{uid}/volumes/x/y")))
+            .expect("mkdir");
+    }
+    manager.cleanup_orphaned_pod_dirs(|uid| uid.0 == "kept");
+    assert!(!root.path().join("pods/gone").exists());
+    assert!(root.path().join("pods/kept").exists());
+}
+
+#[test]
+fn unsupported_sources_are_refused_naming_the_volume() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let p = pod(
+        vec![Volume {
+            name: "claim".into(),
+            persistent_volume_claim: Some(Default::default()),
+            ..Default::default()
+        }],
+        vec![mount("claim", "/data")],
+    );
+    let err = manager
+        .add_pod(p)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert_eq!(
+        err,
+        "volume \"claim\": persistentVolumeClaim volumes are not supported by swiftlet"
+    );
+}
+
+#[tokio::test]
+async fn totals_and_operations_are_counted_per_plugin() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let registry = prometheus::Registry::new();
+    let metrics = VolumeMetrics::register(&registry).expect("metrics");
+    let manager = VolumeManager::new(
+        VolumeManagerConfig {
+            dirs: PodDirs::new(root.path()),
+            node_allocatable_memory: 1 << 30,
+            node: NodeResources::default(),
+            cluster_domain: None,
+            wait_budget: Duration::from_millis(50),
+        },
+        metrics.clone(),
+    );
+    manager
+        .add_pod(pod(
+            vec![empty_dir("cache")],
+            vec![mount("cache", "/cache")],
+        ))
+        .expect("supported");
+    manager.reconcile().await;
+    let total = |state: &str| {
+        metrics
+            .total_volumes
+            .with_label_values(&["kubernetes.io/empty-dir", state])
+            .get()
+    };
+    assert_eq!(total("desired_state_of_world"), 1);
+    assert_eq!(total("actual_state_of_world"), 1);
+    let mounts = metrics
+        .operation_duration
+        .with_label_values(&["volume_mount", "kubernetes.io/empty-dir", "success"])
+        .get_sample_count();
+    assert_eq!(mounts, 1);
+    manager.remove_pod(&PodUid::from("uid-1"));
+    manager.reconcile().await;
+    assert_eq!(total("desired_state_of_world"), 0);
+    assert_eq!(total("actual_state_of_world"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn config_maps_and_secrets_are_read_from_the_api_server() {
+    use crate::sources::apiserver::fake_api::{fake_api, status_error};
+    use http::Method;
+    use serde_json::json;
+
+    let (client, mut api) = fake_api();
+    let objects = KubeObjects(client);
+    let server = async {
+        api.expect(Method::GET, "/api/v1/namespaces/prod/configmaps/web")
+            .await
+            .reply(
+                200,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "web", "namespace": "prod"},
+                    "data": {"app.conf": "port=80"},
+                    "binaryData": {"logo": "AAE="},
+                }),
+            );
+        api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/db")
+            .await
+            .reply(
+                200,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "db", "namespace": "prod"},
+                    "data": {"password": "aHVudGVyMg=="},
+                }),
+            );
+        api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/gone")
+            .await
+            .reply(404, &status_error(404, "NotFound"));
+    };
+    let client = async {
+        let config = objects
+            .get(ObjectKind::ConfigMap, "prod", "web")
+            .await
+            .expect("read");
+        let secret = objects
+            .get(ObjectKind::Secret, "prod", "db")
+            .await
+            .expect("read");
+        let gone = objects
+            .get(ObjectKind::Secret, "prod", "gone")
+            .await
+            .expect("a 404 is no object, not an error");
+        (config, secret, gone)
+    };
+    let ((), (config, secret, gone)) = tokio::join!(server, client);
+    let config = config.expect("found");
+    assert_eq!(
+        config.get("app.conf").map(Vec::as_slice),
+        Some(&b"port=80"[..])
+    );
+    assert_eq!(config.get("logo").map(Vec::as_slice), Some(&[0u8, 1][..]));
+    assert_eq!(
+        secret.expect("found").get("password").map(Vec::as_slice),
+        Some(&b"hunter2"[..])
+    );
+    assert_eq!(gone, None);
+}
+
+#[test]
+fn object_volumes_are_read_only_in_every_container() {
+    assert!(Plugin::ConfigMap.read_only());
+    assert!(Plugin::Secret.read_only());
+    assert!(Plugin::DownwardApi.read_only());
+    assert!(!Plugin::EmptyDir.read_only());
+    assert!(!Plugin::HostPath.read_only());
+    let volumes = pod_volumes(&pod(
+        vec![Volume {
+            name: "cfg".into(),
+            config_map: Some(k8s_openapi::api::core::v1::ConfigMapVolumeSource {
+                name: "web".into(),
+                optional: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }],
+        vec![mount("cfg", "/cfg")],
+    ))
+    .expect("supported");
+    assert_eq!(volumes[0].source.plugin(), Plugin::ConfigMap);
+    assert!(matches!(
+        &volumes[0].source,
+        Source::Object { name, optional: true, default_mode: 0o644, .. } if name == "web"
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_is_requested_bound_to_the_pod() {
+    use crate::sources::apiserver::fake_api::fake_api;
+    use http::Method;
+    use serde_json::json;
+
+    let (client, mut api) = fake_api();
+    let objects = KubeObjects(client);
+    let spec = TokenSpec {
+        namespace: "prod".into(),
+        service_account: "builder".into(),
+        audience: Some("vault".into()),
+        expiration_seconds: 3607,
+        pod_name: "web".into(),
+        pod_uid: "u-1".into(),
+    };
+    let server = async {
+        let call = api
+            .expect(
+                Method::POST,
+                "/api/v1/namespaces/prod/serviceaccounts/builder/token",
+            )
+            .await;
+        assert_eq!(
+            call.body,
+            json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "metadata": {},
+                "spec": {
+                    "audiences": ["vault"],
+                    "expirationSeconds": 3607,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": "web",
+                        "uid": "u-1",
+                    },
+                },
+            })
+        );
+        call.reply(
+            201,
+            &json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "metadata": {},
+                "spec": {"audiences": ["vault"]},
+                "status": {"token": "eyJhbGciOi", "expirationTimestamp": "2030-01-01T00:00:00Z"},
+            }),
+        );
+    };
+    let ((), token) = tokio::join!(server, objects.token(&spec));
+    assert_eq!(token.as_deref(), Ok("eyJhbGciOi"));
+}
