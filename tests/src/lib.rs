@@ -9,6 +9,7 @@
 
 pub mod bench;
 pub mod cgroup;
+pub mod manifest;
 pub mod node;
 pub mod process;
 pub mod tls;

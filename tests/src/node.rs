@@ -38,7 +38,20 @@ fn free_port() -> u16 {
         .unwrap_or(0)
 }
 
+/// The busybox image test pods run (`cargo xtask` builds and imports it; there is no registry).
+pub const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
+
 impl Node {
+    /// The agent of test `test` with `extra_args`, or `None` when the test cannot run here (not
+    /// root outside CI, or no runtime endpoint; the helpers say why, and fail in CI).
+    pub fn for_test(test: &str, name: &str, extra_args: &[&str]) -> Option<Node> {
+        if !crate::privileged(test) {
+            return None;
+        }
+        let endpoint = crate::runtime_endpoint(test)?;
+        Some(Node::start_with(name, &endpoint, extra_args))
+    }
+
     /// Starts an agent named `name` on the runtime at `endpoint`, with an empty manifest folder.
     pub fn start(name: &str, endpoint: &str) -> Node {
         Self::start_with(name, endpoint, &[])

@@ -17,11 +17,9 @@ use std::{
 use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
     EVENT_WAIT,
-    node::{Node, status},
+    node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
 };
-
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 
 fn manifest(name: &str, command: &str, resources: &str) -> String {
     format!(

@@ -11,11 +11,10 @@
 use std::time::{Duration, Instant};
 
 use swiftlet_tests::{
-    node::{Node, status},
+    node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
 };
 
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 const MI: u64 = 1 << 20;
 /// What the pods may use in total (node allocatable memory).
 const ALLOCATABLE: u64 = 1024 * MI;

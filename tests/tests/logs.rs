@@ -18,12 +18,11 @@ use std::{
 use k8s_openapi::jiff::Timestamp;
 use swiftlet_tests::{
     EVENT_WAIT,
-    node::{Node, status},
+    node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
 };
 
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 const PAUSE: &str = "localhost/swiftlet/pause:latest";
 
 /// A one-container pod manifest running `command` in busybox.

@@ -11,11 +11,9 @@ use std::process::Command;
 
 use swiftlet_proto::v1::{self, events_client::EventsClient};
 use swiftlet_tests::{
-    node::{Node, status},
+    node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
 };
-
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 
 /// No safety net within the test's time: only kernel events can tell the agent anything.
 const NO_RELIST: [&str; 4] = ["--pleg-relist-period", "300s", "--sync-frequency", "10m"];

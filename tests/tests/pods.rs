@@ -9,11 +9,9 @@
 use std::{collections::HashMap, process::Command};
 
 use swiftlet_tests::{
-    node::{Node, status},
+    node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
 };
-
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 
 /// A one-container pod manifest; `extra_spec` lines go under `spec:`. A short grace period
 /// unless one is given: a shell or `sleep` as a container's pid 1 ignores SIGTERM, and the
@@ -41,11 +39,7 @@ spec:
 }
 
 fn node(test: &str, name: &str) -> Option<Node> {
-    if !privileged(test) {
-        return None;
-    }
-    let endpoint = runtime_endpoint(test)?;
-    Some(Node::start(name, &endpoint))
+    Node::for_test(test, name, &[])
 }
 
 #[test]

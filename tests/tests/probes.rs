@@ -12,42 +12,12 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use swiftlet_tests::{
+    manifest::{container, pod},
     node::{Node, status},
-    privileged, runtime_endpoint,
 };
 
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
-
 fn node(test: &str, name: &str) -> Option<Node> {
-    if !privileged(test) {
-        return None;
-    }
-    let endpoint = runtime_endpoint(test)?;
-    Some(Node::start(name, &endpoint))
-}
-
-/// A busybox container entry (under `containers:`), with `extra` lines indented to its level.
-fn container(name: &str, command: &str, extra: &str) -> String {
-    format!(
-        "    - name: {name}
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-{extra}"
-    )
-}
-
-fn pod(name: &str, spec: &str, containers: &[String]) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-{spec}  containers:
-{}",
-        containers.concat()
-    )
+    Node::for_test(test, name, &[])
 }
 
 fn free_port() -> u16 {

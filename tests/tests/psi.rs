@@ -11,9 +11,11 @@ use std::{
 };
 
 use swiftlet::cm::psi::{PsiError, PsiResource, PsiTrigger};
-use swiftlet_tests::{EVENT_WAIT, TestCgroup, node::Node, privileged, runtime_endpoint};
-
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
+use swiftlet_tests::{
+    EVENT_WAIT, TestCgroup,
+    node::{BUSYBOX, Node},
+    privileged, runtime_endpoint,
+};
 
 /// A shell loop that thrashes the page cache of a memory limit smaller than its file: the file is
 /// written from inside the cgroup (so its pages are charged there), then read over and over,

@@ -24,10 +24,9 @@ use k8s_cri::v1::{
     StopPodSandboxRequest, VersionRequest, image_service_client::ImageServiceClient,
     runtime_service_client::RuntimeServiceClient,
 };
-use swiftlet_tests::{EVENT_WAIT, runtime_endpoint};
+use swiftlet_tests::{EVENT_WAIT, node::BUSYBOX, runtime_endpoint};
 use tonic::transport::Channel;
 
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 const PAUSE: &str = "localhost/swiftlet/pause:latest";
 
 /// The label that marks this test run's pods and containers, so that the checks for leftovers

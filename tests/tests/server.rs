@@ -18,12 +18,10 @@ use serde_json::Value;
 use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
     EVENT_WAIT,
-    node::{Node, status},
+    node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
 };
-
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
 
 /// A node whose kubelet server trusts the client certificates of a fresh CA.
 fn node_with_ca(test: &str, name: &str) -> Option<(Node, TestCa, PathBuf)> {

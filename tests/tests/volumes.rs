@@ -12,46 +12,24 @@ use std::{
 };
 
 use swiftlet_tests::{
-    EVENT_WAIT,
-    node::{Node, status},
-    privileged, runtime_endpoint,
+    EVENT_WAIT, manifest,
+    node::{BUSYBOX, Node, status},
 };
 
-const BUSYBOX: &str = "localhost/swiftlet/busybox:latest";
-
 fn node(test: &str, name: &str) -> Option<Node> {
-    if !privileged(test) {
-        return None;
-    }
-    let endpoint = runtime_endpoint(test)?;
-    Some(Node::start(name, &endpoint))
+    Node::for_test(test, name, &[])
 }
 
 /// A container entry (under `containers:`) running `command` with `mounts` lines.
 fn container(name: &str, command: &str, mounts: &str) -> String {
-    format!(
-        "    - name: {name}
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-      volumeMounts:
-{mounts}"
-    )
+    manifest::container(name, command, &format!("      volumeMounts:\n{mounts}"))
 }
 
 fn manifest(name: &str, restart: &str, containers: &[String], volumes: &str) -> String {
+    let spec = format!("  restartPolicy: {restart}\n  terminationGracePeriodSeconds: 1\n");
     format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
-  terminationGracePeriodSeconds: 1
-  containers:
-{}  volumes:
-{volumes}",
-        containers.concat()
+        "{}  volumes:\n{volumes}",
+        manifest::pod(name, &spec, containers)
     )
 }
 
