@@ -645,3 +645,63 @@ fn a_container_over_its_memory_limit_is_oom_killed() {
     let (reason, code) = status::terminated(status::container(&pod, "main")).unwrap_or_default();
     assert_eq!(reason, "OOMKilled", "exit code {code}");
 }
+
+#[test]
+fn the_node_object_is_served_locally() {
+    let Some(node) = node("the_node_object_is_served_locally", "nodeobj") else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+    let object = loop {
+        let body = swiftlet_tests::http_get(node.port, "/node");
+        let object: serde_json::Value = serde_json::from_str(&body).expect("a Node as JSON");
+        let ready = object["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+            .unwrap_or_default();
+        // The first runtime check may not have answered yet.
+        if ready["status"] == "True" || std::time::Instant::now() > deadline {
+            break object;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let status = &object["status"];
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned())
+        .unwrap_or_default();
+    assert_eq!(ready["status"], "True", "{ready}");
+    assert_eq!(ready["reason"], "KubeletReady");
+    let kinds: Vec<&str> = status["conditions"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        kinds,
+        ["MemoryPressure", "DiskPressure", "PIDPressure", "Ready"]
+    );
+    for resource in ["cpu", "memory", "pods", "ephemeral-storage"] {
+        assert!(
+            status["capacity"][resource].is_string() && status["allocatable"][resource].is_string(),
+            "{resource} missing: {status}"
+        );
+    }
+    let info = &status["nodeInfo"];
+    assert!(
+        info["kubeletVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("swiftlet-"))
+    );
+    assert!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("containerd://"))
+    );
+    assert_eq!(
+        info["kernelVersion"].as_str(),
+        std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .as_deref()
+            .map(str::trim)
+    );
+}

@@ -230,6 +230,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         health,
         pods: Some(pods.status.clone()),
         annotate: pods.annotate.clone(),
+        node: Some(pods.node.clone()),
     };
     let summary = server::summary_provider(&config, &pods, &cgroups).await?;
     let kubelet_server = server::start(

@@ -34,8 +34,8 @@ use crate::{
     prober::{ProbeManager, metrics::ProberMetrics},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, ImagesCheck, NodeDescription, PodConfig, PressureCheck,
-        ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
+        ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
+        PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
         client_from_kubeconfig, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
@@ -48,6 +48,8 @@ use crate::{
 /// What the rest of the app needs from the pod half.
 pub struct Pods {
     pub status: Arc<StatusManager>,
+    /// The Node object, for `/node`.
+    pub node: Arc<LocalNode>,
     /// `/pods` annotations of the CPU manager, under the static policy.
     pub annotate: Option<crate::server::http::Annotator>,
     pub evictions: broadcast::Sender<crate::eviction::manager::Decision>,
@@ -334,90 +336,109 @@ pub async fn start(
         });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
+    let node_changed = Arc::new(tokio::sync::Notify::new());
+    let runtime_health = super::runtime_health::RuntimeHealth::default();
+    tasks.spawn({
+        let health = runtime_health.clone();
+        let runtime: Arc<dyn crate::cri::RuntimeService> = runtime.clone();
+        let changed = node_changed.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            health.run(runtime, changed, shutdown).await;
+            Ok(())
+        }
+    });
+    tasks.spawn({
+        // A pressure condition set or cleared is posted at once.
+        let mut conditions = eviction.conditions();
+        let changed = node_changed.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            loop {
+                tokio::select! {
+                    seen = conditions.changed() => {
+                        if seen.is_err() {
+                            break;
+                        }
+                        changed.notify_one();
+                    }
+                    () = shutdown.cancelled() => break,
+                }
+            }
+            // Without an eviction manager nothing changes; a task that ends stops the agent.
+            shutdown.cancelled().await;
+            Ok(())
+        }
+    });
+    // Upstream's image list cache is refreshed every 30 s too.
+    let images_seen = Arc::new(Mutex::new(Vec::new()));
+    tasks.spawn({
+        let images = runtime.clone();
+        let seen = images_seen.clone();
+        let changed = node_changed.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(30));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    () = shutdown.cancelled() => return Ok(()),
+                }
+                match crate::cri::ImageService::list_images(images.as_ref(), None).await {
+                    Ok(list) => {
+                        let listed = crate::sources::node_images(&list, crate::sources::MAX_IMAGES);
+                        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                        if *seen != listed {
+                            *seen = listed;
+                            changed.notify_one();
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "cannot list the node's images"),
+                }
+            }
+        }
+    });
+    let images: ImagesCheck = {
+        let seen = images_seen.clone();
+        Arc::new(move || seen.lock().unwrap_or_else(|p| p.into_inner()).clone())
+    };
+    let readiness: ReadinessCheck = {
+        let pleg = pleg.clone();
+        Arc::new(move || {
+            // Upstream's order: the runtime's problems, then the PLEG's.
+            let mut problems: Vec<String> = runtime_health.problem().into_iter().collect();
+            if let PlegHealth::Unhealthy(why) = pleg.health() {
+                problems.push(format!("PLEG is not healthy: {why}"));
+            }
+            (!problems.is_empty()).then(|| problems.join(", "))
+        })
+    };
+    let pressure: PressureCheck = {
+        let conditions = eviction.conditions();
+        Arc::new(move || {
+            conditions
+                .borrow()
+                .iter()
+                .map(|c| c.as_str().to_owned())
+                .collect()
+        })
+    };
+    let description = describe_node(config, &node, runtime_version);
+    // The Node object as the API server would get it, served locally too (`/node`).
+    let local_node = Arc::new(LocalNode::new(
+        config.node_name.clone(),
+        description.clone(),
+        readiness.clone(),
+        pressure.clone(),
+        images.clone(),
+        Arc::new(SystemTime::now) as WallClock,
+    ));
     if let Some(kubeconfig) = &config.kubeconfig {
         let client = client_from_kubeconfig(kubeconfig)
             .await
             .map_err(Error::ApiServer)?;
-        let node_changed = Arc::new(tokio::sync::Notify::new());
-        let runtime_health = super::runtime_health::RuntimeHealth::default();
-        tasks.spawn({
-            let health = runtime_health.clone();
-            let runtime: Arc<dyn crate::cri::RuntimeService> = runtime.clone();
-            let changed = node_changed.clone();
-            let shutdown = shutdown.clone();
-            async move {
-                health.run(runtime, changed, shutdown).await;
-                Ok(())
-            }
-        });
-        tasks.spawn({
-            // A pressure condition set or cleared is posted at once.
-            let mut conditions = eviction.conditions();
-            let changed = node_changed.clone();
-            let shutdown = shutdown.clone();
-            async move {
-                loop {
-                    tokio::select! {
-                        seen = conditions.changed() => {
-                            if seen.is_err() {
-                                break;
-                            }
-                            changed.notify_one();
-                        }
-                        () = shutdown.cancelled() => break,
-                    }
-                }
-                // Without an eviction manager nothing changes; a task that ends stops the agent.
-                shutdown.cancelled().await;
-                Ok(())
-            }
-        });
-        // Upstream's image list cache is refreshed every 30 s too.
-        let images_seen = Arc::new(Mutex::new(Vec::new()));
-        tasks.spawn({
-            let images = runtime.clone();
-            let seen = images_seen.clone();
-            let changed = node_changed.clone();
-            let shutdown = shutdown.clone();
-            async move {
-                let mut tick = tokio::time::interval(Duration::from_secs(30));
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        () = shutdown.cancelled() => return Ok(()),
-                    }
-                    match crate::cri::ImageService::list_images(images.as_ref(), None).await {
-                        Ok(list) => {
-                            let listed =
-                                crate::sources::node_images(&list, crate::sources::MAX_IMAGES);
-                            let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-                            if *seen != listed {
-                                *seen = listed;
-                                changed.notify_one();
-                            }
-                        }
-                        Err(e) => tracing::warn!(error = %e, "cannot list the node's images"),
-                    }
-                }
-            }
-        });
-        let images: ImagesCheck = {
-            let seen = images_seen.clone();
-            Arc::new(move || seen.lock().unwrap_or_else(|p| p.into_inner()).clone())
-        };
         volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
-        let readiness: ReadinessCheck = {
-            let pleg = pleg.clone();
-            Arc::new(move || {
-                // Upstream's order: the runtime's problems, then the PLEG's.
-                let mut problems: Vec<String> = runtime_health.problem().into_iter().collect();
-                if let PlegHealth::Unhealthy(why) = pleg.health() {
-                    problems.push(format!("PLEG is not healthy: {why}"));
-                }
-                (!problems.is_empty()).then(|| problems.join(", "))
-            })
-        };
         let source = ApiServerSource {
             client,
             options: ApiServerOptions::new(
@@ -425,19 +446,10 @@ pub async fn start(
                 config.node_status_update_frequency,
                 config.node_lease_duration_seconds,
             ),
-            node: describe_node(config, &node, runtime_version),
+            node: description,
             status: status.clone(),
             readiness,
-            pressure: {
-                let conditions = eviction.conditions();
-                Arc::new(move || {
-                    conditions
-                        .borrow()
-                        .iter()
-                        .map(|c| c.as_str().to_owned())
-                        .collect()
-                }) as PressureCheck
-            },
+            pressure,
             node_changed,
             images,
             pods: pod_config.channel(Source::Api),
@@ -492,6 +504,7 @@ pub async fn start(
     Ok(Pods {
         logs: super::housekeeping::logs_state(status.clone(), runtime.clone()),
         status,
+        node: local_node,
         annotate,
         evictions: eviction.decision_sender(),
         runtime,

@@ -38,6 +38,7 @@ fn app(mode: AuthorizationMode, reviewer: Option<OneSubresource>) -> Router {
             health: Health::default(),
             pods: None,
             annotate: None,
+            node: None,
         },
         summary: None,
         streaming: None,

@@ -95,6 +95,8 @@ pub struct HttpState {
     /// Annotations `/pods` adds to a pod, by pod UID (the CPU manager's assignments and what the
     /// scheduler audit saw on them).
     pub annotate: Option<Annotator>,
+    /// The Node object the agent would report, for `/node` (absent when it runs no pods).
+    pub node: Option<Arc<crate::sources::LocalNode>>,
 }
 
 /// Extra annotations for the pod with this UID.
@@ -105,6 +107,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .route("/pods", get(pods))
+        .route("/node", get(node))
         .with_state(state)
 }
 
@@ -140,6 +143,22 @@ async fn pods(State(state): State<HttpState>) -> impl IntoResponse {
         [("content-type", "application/json")],
         list.to_string(),
     )
+}
+
+/// The Node object as the agent would post it to the API server (swiftlet's own endpoint: a
+/// standalone node has no API server to read it from).
+async fn node(State(state): State<HttpState>) -> impl IntoResponse {
+    let Some(local) = &state.node else {
+        return (
+            StatusCode::NOT_FOUND,
+            "this agent runs no pods\n".to_owned(),
+        )
+            .into_response();
+    };
+    match serde_json::to_string(&local.object()) {
+        Ok(body) => (StatusCode::OK, [("content-type", "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 async fn healthz(State(state): State<HttpState>) -> impl IntoResponse {

@@ -31,8 +31,8 @@ use k8s_openapi::api::core::v1::Pod;
 
 pub use apiserver::{
     ApiServerOptions, ApiServerSource, Error as ApiServerError, ImagesCheck, KUBELET_VERSION,
-    MAX_IMAGES, NODE_LEASE_NAMESPACE, NodeDescription, PressureCheck, ReadinessCheck, WallClock,
-    client_from_kubeconfig, go_arch, node_images, os_image,
+    LocalNode, MAX_IMAGES, NODE_LEASE_NAMESPACE, NodeDescription, PressureCheck, ReadinessCheck,
+    WallClock, client_from_kubeconfig, go_arch, node_images, os_image,
 };
 pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
 pub use merge::{Clock, PodStorage};

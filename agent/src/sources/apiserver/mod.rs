@@ -14,6 +14,7 @@
 //! going: a node agent outlives API-server outages.
 
 mod lease;
+mod local_node;
 mod node;
 mod node_object;
 mod pods;
@@ -37,6 +38,7 @@ use tokio_util::sync::CancellationToken;
 use super::SourceSender;
 use crate::status::StatusManager;
 
+pub use local_node::LocalNode;
 pub use node_object::{
     KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
 };
