@@ -222,8 +222,12 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         &endpoint,
         "--root-dir",
         &dir.join("root").display().to_string(),
-        // As every test agent: no image GC (this machine's disk is above its threshold and no
-        // registry could bring an image back), the sandbox image named, pod logs of its own.
+        // As every test agent: memory thresholds only (the kubelet's disk thresholds put this
+        // machine under DiskPressure, whose reclaim removes every unused image, busybox
+        // included, and no registry could bring it back), no image GC, the sandbox image named,
+        // pod logs of its own.
+        "--eviction-hard",
+        "memory.available<100Mi",
         "--image-gc-high-threshold",
         "100",
         "--pod-infra-container-image",
