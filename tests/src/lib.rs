@@ -80,6 +80,20 @@ pub fn default_image_gc_args(extra: &[impl AsRef<str>]) -> Vec<&'static str> {
     vec!["--image-gc-high-threshold", "100"]
 }
 
+/// Container GC for agents under test, unless the test sets its own minimum age: only dead
+/// containers older than a day, i.e. none. Test agents share one containerd, and to an agent
+/// every pod it does not know is gone: its collector would remove the dead containers (and with
+/// them the statuses) of pods other tests' agents run at the same time.
+pub fn default_container_gc_args(extra: &[impl AsRef<str>]) -> Vec<&'static str> {
+    if extra
+        .iter()
+        .any(|a| a.as_ref().starts_with("--minimum-container-ttl-duration"))
+    {
+        return Vec::new();
+    }
+    vec!["--minimum-container-ttl-duration", "24h"]
+}
+
 /// The scripted helper process (see `src/bin/swiftlet-testproc.rs`).
 pub fn testproc() -> PathBuf {
     sibling_binary("swiftlet-testproc")

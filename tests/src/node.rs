@@ -117,6 +117,7 @@ impl Node {
                     "localhost/swiftlet/pause:latest",
                 ])
                 .args(crate::default_image_gc_args(&self.extra_args))
+                .args(crate::default_container_gc_args(&self.extra_args))
                 // Its own pod log directory: the container GC removes those of pods it does not
                 // run, and agents of other test runs may share this machine.
                 .arg("--pod-logs-dir")

@@ -230,6 +230,8 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         "memory.available<100Mi",
         "--image-gc-high-threshold",
         "100",
+        "--minimum-container-ttl-duration",
+        "24h",
         "--pod-infra-container-image",
         "localhost/swiftlet/pause:latest",
         "--pod-logs-dir",

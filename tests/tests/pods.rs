@@ -643,7 +643,7 @@ fn a_container_over_its_memory_limit_is_oom_killed() {
     node.write_manifest("hog.yaml", &hog);
     let pod = node.wait_pod("hog", "Failed", |p| status::phase(p) == "Failed");
     let (reason, code) = status::terminated(status::container(&pod, "main")).unwrap_or_default();
-    assert_eq!(reason, "OOMKilled", "exit code {code}");
+    assert_eq!(reason, "OOMKilled", "exit code {code}: {:#?}", pod.status);
 }
 
 #[test]

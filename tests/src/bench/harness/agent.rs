@@ -92,13 +92,15 @@ impl Agent {
             .args(["--node-name", NODE_NAME])
             // As the test agents: the sandbox image named for image GC (containerd 1.6 does not
             // pin it), image GC off unless asked for (this machine's disk is above its default
-            // threshold and no registry could bring an image back), and pod logs of its own
-            // (container GC removes the log directories of pods it does not run).
+            // threshold and no registry could bring an image back), no container GC of young
+            // containers (the benchmarks' agents run side by side on one containerd), and pod
+            // logs of its own (container GC removes the log directories of pods it does not run).
             .args([
                 "--pod-infra-container-image",
                 "localhost/swiftlet/pause:latest",
             ])
             .args(crate::default_image_gc_args(&options.extra_args))
+            .args(crate::default_container_gc_args(&options.extra_args))
             .arg("--pod-logs-dir")
             .arg(options.work_dir.join("pods"))
             .args(&options.extra_args)
