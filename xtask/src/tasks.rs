@@ -41,9 +41,11 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
         // A development machine's disk is often fuller than the kubelet's default disk
         // thresholds (nodefs 10 %, imagefs 15 % free) allow: the examples would be turned away
         // under DiskPressure. The quick start keeps the memory threshold and lowers the disk ones.
+        // Image GC too: over its 85 % it would remove the local busybox before the examples
+        // start, and the private containerd has no registry to bring it back.
         println!(
-            "xtask: run: eviction thresholds for a development machine: {DEV_EVICTION_HARD} \
-             (pass your own arguments to run with the kubelet's defaults)"
+            "xtask: run: eviction thresholds for a development machine: {DEV_EVICTION_HARD}, \
+             image GC off (pass your own arguments to run with the kubelet's defaults)"
         );
         vec![
             "run".to_owned(),
@@ -51,6 +53,8 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
             sh::root().join("examples").display().to_string(),
             "--eviction-hard".to_owned(),
             DEV_EVICTION_HARD.to_owned(),
+            "--image-gc-high-threshold".to_owned(),
+            "100".to_owned(),
         ]
     } else {
         args.to_vec()
