@@ -164,10 +164,21 @@ mod tests {
             sleep: Some(SleepAction { seconds: 5 }),
             ..Default::default()
         };
-        let began = tokio::time::Instant::now();
-        assert_eq!(run(&fake, &sleep, &pod(), &app(), "c1", None).await, Ok(()));
-        // Paused time: the hook waited its 5 s of virtual time.
-        assert!(began.elapsed() >= std::time::Duration::from_secs(5));
+        // Counted in ticks of a 1 s interval running beside it (paused time): the hook ends only
+        // after its 5 s have gone by.
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        let (p, c) = (pod(), app());
+        let hook = run(&fake, &sleep, &p, &c, "c1", None);
+        tokio::pin!(hook);
+        let mut ticks = 0;
+        let done = loop {
+            tokio::select! {
+                done = &mut hook => break done,
+                _ = tick.tick() => ticks += 1,
+            }
+        };
+        assert_eq!(done, Ok(()));
+        assert!(ticks >= 5, "the hook ended after {ticks} ticks");
         let empty = LifecycleHandler::default();
         let err = run(&fake, &empty, &pod(), &app(), "c1", None).await;
         assert!(err.is_err_and(|m| m.contains("invalid handler")));
