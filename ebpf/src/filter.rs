@@ -9,6 +9,9 @@ use aya_ebpf::{
 };
 use swiftlet_common::{FILTER_ACTIVE, MAX_WATCHED, PATH_LEN, WatchedCgroup};
 
+// The prefix comparison masks indices with `PATH_LEN - 1`.
+const _: () = assert!(PATH_LEN.is_power_of_two());
+
 #[map]
 static WATCHED: Array<WatchedCgroup> = Array::with_max_entries(MAX_WATCHED, 0);
 
@@ -80,13 +83,18 @@ fn prefix_matches(watched: &WatchedCgroup, path: &[u8; PATH_LEN], len: usize) ->
         // The hierarchy root "/" contains everything.
         return true;
     }
-    for (j, (want, have)) in watched.path.iter().zip(path.iter()).enumerate() {
-        if j >= prefix_len {
-            break;
-        }
-        if want != have {
+    let mut j = 0;
+    while j < prefix_len && j < PATH_LEN {
+        // The index goes through memory and a mask: left to itself the compiler turns this loop
+        // into two pointer walks bounded by a down-counter, a relation the 6.1 verifier cannot
+        // follow ("invalid access to map value ... off=256"); masked, every access is provably
+        // within both arrays on any verifier.
+        // SAFETY: a read of a local.
+        let at = unsafe { core::ptr::read_volatile(&raw const j) } & (PATH_LEN - 1);
+        if watched.path[at] != path[at] {
             return false;
         }
+        j += 1;
     }
     // "/a/b" contains "/a/b" and "/a/b/c", not "/a/bc".
     len == prefix_len || path.get(prefix_len).copied() == Some(b'/')

@@ -13,6 +13,7 @@ mod setup;
 mod sh;
 mod supervise;
 mod tasks;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -46,8 +47,17 @@ enum Task {
         args: Vec<String>,
     },
     /// The whole suite: formatting, clippy, unit tests and the privileged system tests, the
-    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT).
+    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), then the kernel
+    /// matrix (`vm-test`).
     Test,
+    /// The kernel matrix: the eBPF programs' tests on Debian's 6.1 and 6.12 cloud kernels in
+    /// qemu VMs (pure cgroup v2) and on this machine's kernel, with a report per kernel.
+    /// Kernels and consoles are kept under target/vm-test/.
+    VmTest {
+        /// 6.1, 6.12, host or all (the default); repeatable.
+        #[arg(long = "kernel", value_name = "KERNEL")]
+        kernels: Vec<String>,
+    },
     /// The private containerd that `run` and `test` use: its own config, root, sockets and CNI
     /// network under target/swiftlet-state/containerd, with the local images
     /// localhost/swiftlet/{busybox,pause}:latest imported (built into target/images/).
@@ -69,6 +79,7 @@ fn main() {
         Task::Build { release } => tasks::build(release),
         Task::Run { release, args } => tasks::run(release, &args),
         Task::Test => tasks::test(),
+        Task::VmTest { kernels } => vm::parse_kernels(&kernels).and_then(|k| vm::run(&k)),
         Task::Containerd { action } => containerd::command(action),
         Task::Bench { which } => bench::run(which),
     };

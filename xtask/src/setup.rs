@@ -45,6 +45,17 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
         "compiling the pause program of the local sandbox image",
     ),
     (
+        "qemu-system-x86",
+        "qemu-system-x86_64",
+        "booting the kernel matrix's kernels (`cargo xtask vm-test`)",
+    ),
+    ("cpio", "cpio", "packing the kernel matrix's initramfs"),
+    (
+        "binutils",
+        "objcopy",
+        "stripping the test binaries that go into the kernel matrix's initramfs",
+    ),
+    (
         "libc6-dev",
         "/usr/include/signal.h",
         "the C headers and static libc that `gcc -static` links the pause program with",

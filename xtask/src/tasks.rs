@@ -163,7 +163,7 @@ pub fn test() -> anyhow::Result<()> {
         println!(
             "xtask: NOTE: not root, so the privileged system tests will skip (each says so), and \
              so will those needing the private containerd; run `sudo -E cargo xtask test` to \
-             include them"
+             include them (and the kernel matrix, `cargo xtask vm-test`)"
         );
         sh::run(&mut cargo_test)?;
         println!("xtask: all tests passed");
@@ -197,6 +197,9 @@ pub fn test() -> anyhow::Result<()> {
         Ok(())
     };
     both(tested, stopped)?;
+    // The host's own kernel-event tests ran above; the matrix adds the LTS kernels (and reports
+    // the host beside them).
+    crate::vm::run(&crate::vm::parse_kernels(&[])?)?;
     println!("xtask: all tests passed");
     Ok(())
 }

@@ -39,6 +39,16 @@ pub enum Error {
         "ring buffer size {bytes} is not a power of two multiple of the page size ({page} bytes)"
     )]
     RingSize { bytes: u32, page: u64 },
+    #[error("this kernel lacks {feature}, which swiftlet's programs need (Linux {since} or newer)")]
+    KernelFeature {
+        feature: &'static str,
+        since: &'static str,
+    },
+    #[error("probing the kernel for {feature}: {reason}")]
+    FeatureProbe {
+        feature: &'static str,
+        reason: String,
+    },
     #[error("loading the eBPF object: {0}")]
     Load(#[source] aya::EbpfError),
     #[error("eBPF program `{program}`: {source}")]
@@ -107,6 +117,16 @@ impl Error {
             }
             Error::Load(_) | Error::Program { .. } => {
                 "run as root on Linux 6.1 or newer; the verifier's log above says what it rejected"
+                    .into()
+            }
+            Error::KernelFeature { .. } => {
+                "swiftlet is tested on Linux 6.1, 6.12 and 6.18 (see the README's kernel table); \
+                 boot a newer kernel"
+                    .into()
+            }
+            Error::FeatureProbe { .. } => {
+                "run as root; the probe loads a two-instruction program, which only fails like \
+                 this under a security module or seccomp policy that forbids bpf()"
                     .into()
             }
             Error::Missing { .. } => "rebuild with `cargo xtask build`".into(),

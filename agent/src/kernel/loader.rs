@@ -64,11 +64,13 @@ pub struct LoadInfo {
     /// Whether the exit tracepoint has `group_dead` (6.16+) or the program falls back to
     /// `signal->live`.
     pub exit_group_dead_field: bool,
-    /// Whether `oom:mark_victim` carries memory figures (6.8+).
+    /// Whether `oom:mark_victim` carries memory figures (6.8+, and backported: Debian's 6.1).
     pub oom_memory_fields: bool,
     /// The memory-pressure sources whose tracepoint is attached (all three on 6.1+ kernels; a
     /// missing one was warned about at load).
     pub pressure_sources: Vec<PressureSource>,
+    /// Every program attached, by name.
+    pub programs: Vec<&'static str>,
     pub config: ProgramConfig,
     pub ring_bytes: u32,
 }
@@ -123,6 +125,7 @@ impl KernelEvents {
         }
 
         check_privileges()?;
+        super::features::require(super::features::EVENT_PROGRAMS)?;
         let task = TaskLayout::from_btf_file(&options.btf)?;
         tracefs::ensure_mounted(&options.tracefs)?;
         let mut config = program_config(&options.tracefs, &task)?;
@@ -159,12 +162,18 @@ impl KernelEvents {
             attach(&mut ebpf, program, category, name)?;
         }
         let pressure_sources = attach_pressure(&mut ebpf);
+        let programs = names::PROGRAMS
+            .iter()
+            .map(|(program, _, _)| *program)
+            .chain(pressure_sources.iter().map(|s| s.program().0))
+            .collect();
         let info = LoadInfo {
             layout,
             cgroup2_root,
             exit_group_dead_field: config.exit_group_dead != FIELD_ABSENT,
             oom_memory_fields: config.oom_total_vm != FIELD_ABSENT,
             pressure_sources,
+            programs,
             config,
             ring_bytes: options.ring_bytes,
         };

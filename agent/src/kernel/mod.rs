@@ -11,9 +11,12 @@
 //! container state changes (kubelet `pkg/kubelet/pleg`).
 
 mod btf;
+#[cfg(feature = "kernel-canary")]
+pub mod canary;
 mod counters;
 mod error;
 pub mod event;
+pub mod features;
 pub mod filter;
 mod loader;
 pub mod sched;

@@ -129,6 +129,9 @@ impl SchedAudit {
     /// offsets it needs from the kernel's BTF (`btf`).
     pub fn load(btf: &Path) -> Result<SchedAudit, Error> {
         check_privileges()?;
+        // The audit loads the whole object: every map of the event programs is created too.
+        super::features::require(super::features::EVENT_PROGRAMS)?;
+        super::features::require(super::features::SCHED_AUDIT)?;
         let layout = SchedLayout::from_btf_file(btf)?;
         let config = sched_config(&layout);
         let possible_cpus = aya::util::nr_cpus()
