@@ -59,10 +59,14 @@ fn open(path: &Path) -> Result<Btf, Error> {
             path: path.to_owned(),
         });
     }
-    Btf::from_file(path).map_err(|e| Error::Btf {
+    let failed = |reason: String| Error::Btf {
         path: path.to_owned(),
-        reason: e.to_string(),
-    })
+        reason,
+    };
+    // Read whole, then parsed: from the file, btf-rs seeks for every type (a syscall each,
+    // tens of thousands, which cost seconds in the kernel matrix's emulated VMs).
+    let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+    Btf::from_bytes(&bytes).map_err(|e| failed(e.to_string()))
 }
 
 /// Byte offset of `member` in `struct strukt`, looking through anonymous structs and unions.
