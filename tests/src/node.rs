@@ -271,8 +271,22 @@ impl Node {
     }
 }
 
+/// How many of the agent's last log lines a failed test prints.
+const LOG_TAIL_ON_PANIC: usize = 200;
+
 impl Drop for Node {
     fn drop(&mut self) {
+        // A test that failed after its waits succeeded (an assertion on what it waited for)
+        // would otherwise show nothing of the agent's side.
+        if std::thread::panicking() {
+            let log = self.log_lines();
+            let tail = &log[log.len().saturating_sub(LOG_TAIL_ON_PANIC)..];
+            eprintln!(
+                "the agent's ({}) last log lines before the failure:\n{}",
+                self.name,
+                tail.join("\n")
+            );
+        }
         // Removing every manifest lets the agent stop and remove its pods before it goes.
         if let Ok(entries) = std::fs::read_dir(&self.manifests) {
             for entry in entries.flatten() {

@@ -10,7 +10,10 @@
 //! the kernel saw the exit, and a refresh costs several CRI round trips to a runtime busy with
 //! that very exit. So the exit of a container's init is reported at once: the pod's last status
 //! from CRI, with the dead container's state, exit code (or 128 + signal), reason and finish time
-//! from the kernel's exit event, is cached and the `ContainerDied` sent. The refresh follows,
+//! from the kernel's exit event, is cached and the `ContainerDied` sent. It is cached as old as
+//! the status it amends (a pod worker must not take it for newer than what it did since, such as
+//! creating the very container that died), and not at all when that status does not show the
+//! container yet (it died before any refresh saw it: the refresh reports it). The refresh follows,
 //! and follow-up refreshes run until CRI shows the exit; a disagreement on the exit code is
 //! counted and logged, and CRI's word is kept. Starts, OOM kills and deaths known only from an
 //! emptied cgroup wait for the refresh.
@@ -37,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     Health, Pleg, PodCache,
     index::{ContainerCgroup, ContainerIndex, is_empty_cgroup, is_runtime_bootstrap},
-    relist::{Expect, RelistPleg},
+    relist::{Expect, RelistPleg, Source},
 };
 use crate::{
     container::PodUid,
@@ -196,10 +199,14 @@ impl KernelExits {
     }
 
     /// Puts the kernel's account of each exit the runtime does not show yet into `status`, and
-    /// forgets those it shows (counting the exit codes it disagrees on).
+    /// forgets those the runtime's own status (`source`) shows (counting the exit codes it
+    /// disagrees on). A cached status showing an exit may show the kernel's account put in
+    /// before: that confirms nothing, and forgetting the exit on it would let the runtime's next
+    /// status, still behind, show the dead container running again.
     fn amend(
         &mut self,
         status: &mut crate::container::PodStatus,
+        source: Source,
         disagreements: &prometheus::IntCounter,
     ) {
         use crate::container::ContainerState;
@@ -208,6 +215,9 @@ impl KernelExits {
                 continue;
             };
             if c.state == ContainerState::Exited {
+                if source == Source::Cache {
+                    continue;
+                }
                 if c.exit_code != Some(exit.exit_code) {
                     disagreements.inc();
                     tracing::warn!(container = c.id.id, kernel = exit.exit_code, runtime = ?c.exit_code, "the runtime reports another exit code than the kernel did; keeping the runtime's");
@@ -257,11 +267,12 @@ impl EbpfPleg {
             let disagreements = metrics.exit_disagreements.clone();
             // containerd may not have seen the OOM kill when it reports the exit; the kernel has.
             let oom_killed = oom_killed.clone();
-            relist.set_amender(Arc::new(move |status| {
-                exits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .amend(status, &disagreements);
+            relist.set_amender(Arc::new(move |status, source| {
+                exits.lock().unwrap_or_else(|p| p.into_inner()).amend(
+                    status,
+                    source,
+                    &disagreements,
+                );
                 let killed = oom_killed.lock().unwrap_or_else(|p| p.into_inner());
                 for c in &mut status.containers {
                     if c.state == crate::container::ContainerState::Exited
@@ -392,7 +403,7 @@ impl EbpfPleg {
             // An exit the kernel gave an account of is reported now, from the cached status;
             // the refresh below brings the runtime's view of the rest of the pod.
             if expect == Expect::Stopped && self.exits_lock().contains(&container) {
-                self.relist.report_from_cache(&uid, event.ts_ns);
+                self.relist.report_from_cache(&uid, &container, event.ts_ns);
             }
             let pleg = self.clone();
             let ts = event.ts_ns;

@@ -50,57 +50,103 @@ impl RuntimeView for ScriptedRuntime {
                 states[0]
             }
         };
-        // Pods it is asked about by uid alone are the "web" pod of "default".
-        let (name, namespace) = if name.is_empty() {
-            ("web", "default")
-        } else {
-            (name, namespace)
-        };
-        let mut status = PodStatus::empty(uid.clone(), name, namespace);
-        status.sandboxes.push(SandboxStatus {
-            id: "sb".into(),
-            state: SandboxState::Ready,
-            created_at: SystemTime::UNIX_EPOCH,
-            attempt: 0,
-            ips: vec![],
-            host_network: true,
-            labels: Default::default(),
-            annotations: Default::default(),
-        });
-        status.containers.push(ContainerStatus {
-            id: ContainerId::new("containerd", "c1"),
-            name: "main".into(),
-            state,
-            created_at: None,
-            started_at: None,
-            finished_at: None,
-            exit_code: (state == ContainerState::Exited).then_some(3),
-            reason: String::new(),
-            message: String::new(),
-            image: String::new(),
-            image_ref: String::new(),
-            restart_count: 0,
-            hash: 0,
-            sandbox_id: "sb".into(),
-            labels: Default::default(),
-            annotations: Default::default(),
-        });
-        Ok(status)
+        Ok(pod_status(
+            uid,
+            name,
+            namespace,
+            vec![container("c1", state)],
+        ))
     }
 }
 
-struct Fixture {
+/// A runtime whose pod shows the containers the test puts in it.
+#[derive(Default)]
+struct SettableRuntime {
+    containers: StdMutex<Vec<ContainerStatus>>,
+}
+
+#[tonic::async_trait]
+impl RuntimeView for SettableRuntime {
+    async fn list_pods(&self) -> Result<Vec<RunningPod>, RuntimeViewError> {
+        Ok(Vec::new())
+    }
+
+    async fn pod_status(
+        &self,
+        uid: &PodUid,
+        name: &str,
+        namespace: &str,
+    ) -> Result<PodStatus, RuntimeViewError> {
+        let containers = self.containers.lock().expect("lock").clone();
+        Ok(pod_status(uid, name, namespace, containers))
+    }
+}
+
+/// A status of pod `uid` with one ready sandbox and `containers`; pods asked about by uid alone
+/// are the "web" pod of "default".
+fn pod_status(
+    uid: &PodUid,
+    name: &str,
+    namespace: &str,
+    containers: Vec<ContainerStatus>,
+) -> PodStatus {
+    let (name, namespace) = if name.is_empty() {
+        ("web", "default")
+    } else {
+        (name, namespace)
+    };
+    let mut status = PodStatus::empty(uid.clone(), name, namespace);
+    status.sandboxes.push(SandboxStatus {
+        id: "sb".into(),
+        state: SandboxState::Ready,
+        created_at: SystemTime::UNIX_EPOCH,
+        attempt: 0,
+        ips: vec![],
+        host_network: true,
+        labels: Default::default(),
+        annotations: Default::default(),
+    });
+    status.containers = containers;
+    status
+}
+
+/// Container `id` of the "main" container in `state` (exit code 3 once exited).
+fn container(id: &str, state: ContainerState) -> ContainerStatus {
+    ContainerStatus {
+        id: ContainerId::new("containerd", id),
+        name: "main".into(),
+        state,
+        created_at: None,
+        started_at: None,
+        finished_at: None,
+        exit_code: (state == ContainerState::Exited).then_some(3),
+        reason: String::new(),
+        message: String::new(),
+        image: String::new(),
+        image_ref: String::new(),
+        restart_count: 0,
+        hash: 0,
+        sandbox_id: "sb".into(),
+        labels: Default::default(),
+        annotations: Default::default(),
+    }
+}
+
+struct Fixture<R = ScriptedRuntime> {
     pleg: Arc<EbpfPleg>,
-    runtime: Arc<ScriptedRuntime>,
+    runtime: Arc<R>,
     events: mpsc::Receiver<PodLifecycleEvent>,
     metrics: EbpfPlegMetrics,
 }
 
 fn fixture(states: Vec<ContainerState>) -> Fixture {
-    let runtime = Arc::new(ScriptedRuntime {
+    fixture_over(Arc::new(ScriptedRuntime {
         states: StdMutex::new(states),
         calls: StdMutex::new(0),
-    });
+    }))
+}
+
+fn fixture_over<R: RuntimeView>(runtime: Arc<R>) -> Fixture<R> {
     let registry = Registry::new();
     let (relist, events) = RelistPleg::new(
         runtime.clone(),
@@ -348,7 +394,7 @@ async fn an_oom_series_lives_as_long_as_the_pod_in_the_runtime() {
 
 /// Starts container c1 of pod u1 (cgroup 10, init pid 100) and returns once its start is
 /// reported.
-async fn started(f: &mut Fixture) {
+async fn started<R>(f: &mut Fixture<R>) {
     f.pleg.handle(&mkdir(10, "/kubepods/besteffort/podu1/c1"));
     f.pleg.handle(&exec(10, 100));
     let e = next_event(&mut f.events).await;
@@ -367,7 +413,7 @@ async fn next_death(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> PodLifecycleE
 }
 
 /// Waits (bounded) until the runtime has confirmed every exit the kernel reported.
-async fn confirmed(f: &Fixture) {
+async fn confirmed<R>(f: &Fixture<R>) {
     for _ in 0..1000 {
         if f.pleg.exits_lock().by_container.is_empty() {
             return;
@@ -471,4 +517,84 @@ fn unconfirmed_exits_are_bounded_and_go_with_their_pod() {
     assert_eq!(exits.by_container.len(), 1);
     assert_eq!(exits.order.len(), 1);
     assert!(exits.contains("b1"));
+}
+
+#[tokio::test]
+async fn an_exit_reported_from_the_cache_is_no_newer_than_the_status_it_amends() {
+    let uid = PodUid::from("u1");
+    let runtime = Arc::new(SettableRuntime::default());
+    *runtime.containers.lock().expect("lock") = vec![container("c1", ContainerState::Running)];
+    let mut f = fixture_over(runtime);
+    started(&mut f).await;
+    *f.runtime.containers.lock().expect("lock") = vec![container("c1", ContainerState::Exited)];
+    f.pleg.handle(&exit(10, 100));
+    next_death(&mut f.events).await;
+    confirmed(&f).await;
+    // A pod worker restarts the container: c2 is created and started, and its sync ends.
+    *f.runtime.containers.lock().expect("lock") = vec![
+        container("c1", ContainerState::Exited),
+        container("c2", ContainerState::Exited),
+    ];
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let synced_at = SystemTime::now();
+    // c2 dies at once, before any refresh has shown it: the kernel's account of its exit has
+    // no cached status showing c2 to go into (the refreshes its exec and exit cause run only
+    // once this test awaits).
+    f.pleg.handle(&mkdir(11, "/kubepods/besteffort/podu1/c2"));
+    f.pleg.handle(&exec(11, 100));
+    f.pleg.handle(&exit(11, 100));
+    // What the worker's next sync reads: a status newer than its sync shows what it created.
+    let cached = f
+        .pleg
+        .cache()
+        .get_newer_than(&uid, synced_at, Duration::from_secs(10))
+        .await;
+    assert!(cached.timestamp > synced_at);
+    let ids: Vec<String> = cached
+        .status
+        .expect("a status")
+        .containers
+        .iter()
+        .map(|c| c.id.id.clone())
+        .collect();
+    assert_eq!(ids, ["c1", "c2"]);
+}
+
+#[tokio::test]
+async fn an_exit_reported_from_the_cache_keeps_the_cached_status_time() {
+    let uid = PodUid::from("u1");
+    let mut f = fixture(vec![ContainerState::Running]);
+    started(&mut f).await;
+    let before = f.pleg.cache().get(&uid).timestamp;
+    f.pleg.handle(&exit(10, 100));
+    let died = f.events.try_recv().expect("ContainerDied at once");
+    assert_eq!(died.kind, EventType::ContainerDied);
+    let cached = f.pleg.cache().get(&uid);
+    assert_eq!(cached.timestamp, before);
+    assert_eq!(
+        cached.status.expect("cached").containers[0].state,
+        ContainerState::Exited
+    );
+}
+
+#[tokio::test]
+async fn an_exit_reported_again_from_the_cache_stays_until_the_runtime_shows_it() {
+    let uid = PodUid::from("u1");
+    // The runtime is slow to show the exit: it reports the container running throughout.
+    let mut f = fixture(vec![ContainerState::Running]);
+    started(&mut f).await;
+    f.pleg.handle(&exit(10, 100));
+    assert_eq!(
+        next_death(&mut f.events).await.kind,
+        EventType::ContainerDied
+    );
+    // Reported from the cache again (a refresh amended the cached status with the kernel's
+    // account before the exit event was handled): the cache's exit is the kernel's, no
+    // confirmation.
+    assert!(f.pleg.relist.report_from_cache(&uid, "c1", 3));
+    assert!(f.pleg.exits_lock().contains("c1"));
+    // So the runtime's next status, still behind, does not bring the dead container back.
+    f.pleg.relist.relist_pod(&uid).await;
+    let cached = f.pleg.cache().get(&uid).status.expect("cached");
+    assert_eq!(cached.containers[0].state, ContainerState::Exited);
 }

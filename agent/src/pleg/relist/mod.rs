@@ -192,7 +192,17 @@ pub struct RelistPleg {
 pub type GoneHook = Arc<dyn Fn(&PodUid) + Send + Sync>;
 
 /// See [`RelistPleg::set_amender`].
-pub type StatusAmender = Arc<dyn Fn(&mut PodStatus) + Send + Sync>;
+pub type StatusAmender = Arc<dyn Fn(&mut PodStatus, Source) + Send + Sync>;
+
+/// Whose account a status being applied is, for the amender.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The runtime's, just fetched: an exit it shows is the runtime's own.
+    Runtime,
+    /// The cache's, amended before: an exit it shows may be the kernel's account, which the
+    /// runtime has not confirmed.
+    Cache,
+}
 
 /// What a targeted refresh waits to see (the runtime learns of an exit a little after the
 /// kernel does).
@@ -457,7 +467,8 @@ impl RelistPleg {
         *lock(&self.observer) = Some(observer);
     }
 
-    /// Applies `amend` to every status before it is cached.
+    /// Applies `amend` to every status before it is cached, telling it where the status came
+    /// from.
     pub fn set_amender(&self, amend: StatusAmender) {
         *lock(&self.amend) = Some(amend);
     }
@@ -503,7 +514,7 @@ impl RelistPleg {
     ) -> Option<PodStatus> {
         let observed = SystemTime::now();
         match self.runtime.pod_status(uid, name, namespace).await {
-            Ok(status) => Some(self.apply(uid, status, observed, kernel_ts_ns)),
+            Ok(status) => Some(self.apply(uid, status, Source::Runtime, observed, kernel_ts_ns)),
             Err(error) => {
                 tracing::warn!(pod = %uid, %error, "PLEG: cannot get pod status; will retry");
                 self.cache.set_error(uid, error.to_string(), observed);
@@ -513,30 +524,47 @@ impl RelistPleg {
         }
     }
 
-    /// Reports what the kernel saw of a pod the cache already has a runtime status of, at once:
-    /// that status with the amender's kernel facts (an exit) becomes the pod's, and what changed
-    /// is sent. The runtime is not asked: the refresh that follows does. `false` when there is no
-    /// cached status to start from.
-    pub fn report_from_cache(&self, uid: &PodUid, kernel_ts_ns: u64) -> bool {
-        let Some(status) = self.cache.get(uid).status else {
+    /// Reports what the kernel saw of container `container_id` of a pod the cache already has a
+    /// runtime status of, at once: that status with the amender's kernel facts (an exit) becomes
+    /// the pod's, and what changed is sent. The runtime is not asked: the refresh that follows
+    /// does. `false` when there is no cached status showing the container to start from.
+    ///
+    /// The status keeps the time the cached one was observed: only the exit is newer than that.
+    /// Stamped now, it would pass for newer than a pod worker's last sync, and a worker that has
+    /// since created a container the cache has not seen yet would decide on a pod without it
+    /// (a restarted container that died at once read as the previous one, still in back-off).
+    pub fn report_from_cache(&self, uid: &PodUid, container_id: &str, kernel_ts_ns: u64) -> bool {
+        let cached = self.cache.get(uid);
+        let Some(status) = cached.status else {
             return false;
         };
-        self.apply(uid, status, SystemTime::now(), Some(kernel_ts_ns));
+        if !status.containers.iter().any(|c| c.id.id == container_id) {
+            return false;
+        }
+        self.apply(
+            uid,
+            status,
+            Source::Cache,
+            cached.timestamp,
+            Some(kernel_ts_ns),
+        );
         true
     }
 
-    /// Makes `status` (observed at `observed`) the pod's: amended, compared with the last record
-    /// of the pod, cached, and its changes sent as events carrying their container's status.
+    /// Makes `status` (from `source`, observed at `observed`) the pod's: amended, compared with
+    /// the last record of the pod, cached, and its changes sent as events carrying their
+    /// container's status.
     fn apply(
         &self,
         uid: &PodUid,
         mut status: PodStatus,
+        source: Source,
         observed: SystemTime,
         kernel_ts_ns: Option<u64>,
     ) -> PodStatus {
         let amend = lock(&self.amend).clone();
         if let Some(amend) = amend {
-            amend(&mut status);
+            amend(&mut status, source);
         }
         let running = running_pod_of(&status);
         let (mut events, gone) = {
