@@ -92,8 +92,14 @@ fn container_fields_win_over_the_pods() {
         }),
         ..Default::default()
     };
-    // (container's context, user, group, SELinux level) as CRI gets them.
-    let cases: Vec<(Option<SecurityContext>, Option<i64>, Option<i64>, &str)> = vec![
+    /// The container's context, then the user, group and SELinux level CRI gets.
+    type Case = (
+        Option<SecurityContext>,
+        Option<i64>,
+        Option<i64>,
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
         (None, Some(1), Some(2), "s0:c1"),
         (
             Some(SecurityContext {
@@ -350,14 +356,15 @@ fn seccomp_container_over_pod_over_the_kubelet_default() {
         seccomp_profile: Some(s),
         ..Default::default()
     };
-    // (pod, container, seccompDefault) -> (type, localhost ref)
-    let cases: Vec<(
+    /// Pod, container, `seccompDefault`, then the profile type and reference CRI gets.
+    type Case = (
         Option<PodSecurityContext>,
         Option<SecurityContext>,
         bool,
         ProfileType,
-        &str,
-    )> = vec![
+        &'static str,
+    );
+    let cases: Vec<Case> = vec![
         (None, None, false, ProfileType::Unconfined, ""),
         (None, None, true, ProfileType::RuntimeDefault, ""),
         (
