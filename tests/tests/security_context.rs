@@ -1,9 +1,9 @@
 //! The securityContext over the real container runtime and kernel: what each container's own
 //! `/proc/self/status` and mounts say (capabilities, no_new_privs, seccomp, uid, masked and
-//! read-only `/proc` paths, sysctls), `runAsNonRoot` against the image's user, and the pods
-//! admission turns away because this node cannot enforce what they ask for (unsafe sysctls, user
-//! namespaces on containerd 1.6, AppArmor on a host without it). Needs root and the private
-//! containerd.
+//! read-only `/proc` paths, sysctls, a Localhost seccomp profile), `runAsNonRoot` against the
+//! image's user, and the pods admission turns away because this node cannot enforce what they
+//! ask for (unsafe sysctls, user namespaces on containerd 1.6, AppArmor on a host without it).
+//! Needs root and the private containerd.
 #![expect(
     clippy::expect_used,
     reason = "helpers of tests: a failed step fails the test"
@@ -349,9 +349,9 @@ fn admission_refuses_what_this_node_cannot_enforce() {
 }
 
 #[test]
-fn allowed_unsafe_sysctls_and_seccomp_default_come_from_the_flags() {
+fn allowed_unsafe_sysctls_seccomp_default_and_localhost_profiles() {
     let Some(node) = Node::for_test(
-        "allowed_unsafe_sysctls_and_seccomp_default_come_from_the_flags",
+        "allowed_unsafe_sysctls_seccomp_default_and_localhost_profiles",
         "secctx-flags",
         &[
             "--allowed-unsafe-sysctls",
@@ -387,6 +387,34 @@ fn allowed_unsafe_sysctls_and_seccomp_default_come_from_the_flags() {
             &[printing("main", "cat /proc/self/status", "")],
         ),
     );
+    // A Localhost profile from <rootDir>/seccomp that refuses mkdir, and one that tries to
+    // climb out of that directory.
+    let profiles = node.dir().join("root/seccomp/profiles");
+    std::fs::create_dir_all(&profiles).expect("mkdir seccomp");
+    std::fs::write(
+        profiles.join("no-mkdir.json"),
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["mkdir","mkdirat"],"action":"SCMP_ACT_ERRNO"}]}"#,
+    )
+    .expect("write profile");
+    let localhost = |name: &str, profile: &str| {
+        pod(
+            name,
+            "",
+            &[printing(
+                "main",
+                "mkdir /tmp/made 2>&1; cat /proc/self/status",
+                &format!(
+                    "      securityContext:\n        seccompProfile:\n          type: Localhost\n          localhostProfile: {profile}\n"
+                ),
+            )],
+        )
+    };
+    node.write_manifest(
+        "localhost.yaml",
+        &localhost("localhost", "profiles/no-mkdir.json"),
+    );
+    node.write_manifest("escape.yaml", &localhost("escape", "../../../etc/passwd"));
+
     let msgmax = output(&node, "msgmax", "main");
     assert_eq!(msgmax.first().map(|l| l.trim()), Some("12345"));
     // The node's own value is untouched: the sysctl is the pod's IPC namespace's.
@@ -395,6 +423,22 @@ fn allowed_unsafe_sysctls_and_seccomp_default_come_from_the_flags() {
     // --seccomp-default: no profile asked for, the runtime's default applied.
     assert_eq!(field(&msgmax, "Seccomp"), "2");
     assert_eq!(field(&output(&node, "unconfined", "main"), "Seccomp"), "0");
+    let confined = output(&node, "localhost", "main");
+    assert_eq!(field(&confined, "Seccomp"), "2");
+    assert!(
+        confined
+            .first()
+            .is_some_and(|l| l.contains("Operation not permitted")),
+        "the profile did not refuse mkdir: {confined:?}"
+    );
+    let pod = node.wait_pod("escape", "CreateContainerConfigError", |p| {
+        status::waiting_reason(status::container(p, "main")).as_deref()
+            == Some("CreateContainerConfigError")
+    });
+    let message = status::container(&pod, "main")
+        .and_then(|c| c.state.as_ref()?.waiting.as_ref()?.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("must not contain '..'"), "{message}");
     assert_eq!(
         rejected(&node, "sem").0,
         "SysctlForbidden",
