@@ -31,6 +31,7 @@ pub mod mounts;
 mod sandbox;
 pub mod sandbox_config;
 pub mod security_context;
+pub mod security_profiles;
 pub mod spec;
 pub mod userns;
 

@@ -1,6 +1,6 @@
 use super::*;
 use k8s_openapi::{
-    api::core::v1::{Capabilities, PodSpec, SELinuxOptions},
+    api::core::v1::{AppArmorProfile, Capabilities, PodSpec, SELinuxOptions, SeccompProfile},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 
