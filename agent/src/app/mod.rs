@@ -47,6 +47,10 @@ pub enum Error {
     Cgroups(String),
     #[error("CPU manager: {0}")]
     CpuManager(String),
+    #[error("user namespaces: {0}")]
+    UserNamespaces(#[source] crate::kuberuntime::userns::UsernsError),
+    #[error("allowedUnsafeSysctls: {0}")]
+    Sysctls(#[source] crate::kubelet::sysctl::PatternError),
     #[error("API server: {0}")]
     ApiServer(#[source] crate::sources::ApiServerError),
     #[error("metrics: {0}")]
@@ -114,6 +118,12 @@ impl Error {
             Error::ServerAddress { .. } => {
                 Some("pick a free port with --port, or --port 0 to disable the kubelet server".into())
             }
+            Error::UserNamespaces(_) => Some(
+                "the checkpoint of the pods' user-namespace ranges is unreadable: drain the node, \
+                 remove the file and start again"
+                    .into(),
+            ),
+            Error::Sysctls(_) => Some("see the README's configuration table".into()),
             Error::Metrics(_) | Error::Stopped { .. } => None,
         }
     }

@@ -20,10 +20,20 @@ use crate::{
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
     kernel::StreamItem,
     kubelet::{
-        Kubelet, admission::NodeCapacity, metrics::KubeletMetrics, pod_manager::PodManager,
-        sync_loop, syncer::KubeletSyncer,
+        Kubelet,
+        admission::NodeCapacity,
+        metrics::KubeletMetrics,
+        pod_manager::PodManager,
+        security_admission::{AppArmorHost, SecurityAdmission},
+        sync_loop,
+        syncer::KubeletSyncer,
+        sysctl::{Allowlist, parse_kernel_release},
     },
-    kuberuntime::manager::{KubeRuntimeManager, RuntimeManagerConfig},
+    kuberuntime::{
+        manager::{KubeRuntimeManager, RuntimeManagerConfig},
+        security_context::SecurityOptions,
+        userns::UsernsManager,
+    },
     metrics::Metrics,
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PublishedEvent,
@@ -153,6 +163,26 @@ pub async fn start(
         "connected to the container runtime"
     );
 
+    // The runtime's features decide admission from the first pod on: asked once now, then kept
+    // current by the runtime health check.
+    let features = match runtime.status().await {
+        Ok(status) => Some(crate::cri::convert::runtime_features(&status)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the runtime's features yet (CRI Status)");
+            None
+        }
+    };
+    tracing::info!(
+        supplemental_groups_policy = features
+            .as_ref()
+            .is_some_and(|f| f.supplemental_groups_policy),
+        user_namespaces = features
+            .as_ref()
+            .is_some_and(|f| f.handler_supports_user_namespaces("")),
+        "the container runtime's features"
+    );
+    let (features_tx, features) = tokio::sync::watch::channel(features);
+
     if !node.has_cap_sys_resource {
         tracing::info!(
             "no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0"
@@ -174,6 +204,7 @@ pub async fn start(
             host_dns: node.dns.clone(),
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
+            security: SecurityOptions::new(&config.root_dir, config.security.seccomp_default),
         },
     );
     if let Some(cpus) = &cpu_manager {
@@ -181,6 +212,9 @@ pub async fn start(
     }
     let volumes = volume_manager(config, &node, metrics, tasks, shutdown)?;
     manager = manager.with_mounts(volumes.clone());
+    let userns =
+        UsernsManager::load(&config.root_dir, features.clone()).map_err(Error::UserNamespaces)?;
+    manager = manager.with_userns(Arc::new(userns));
     let manager = Arc::new(manager);
     let period = match &source {
         PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
@@ -292,6 +326,7 @@ pub async fn start(
                 memory_bytes,
             }
         },
+        security_admission(config, features.clone())?,
     ));
 
     let annotate = cpu_manager.clone().map(|cpus| {
@@ -344,7 +379,7 @@ pub async fn start(
         let changed = node_changed.clone();
         let shutdown = shutdown.clone();
         async move {
-            health.run(runtime, changed, shutdown).await;
+            health.run(runtime, changed, features_tx, shutdown).await;
             Ok(())
         }
     });
@@ -508,6 +543,33 @@ pub async fn start(
         annotate,
         evictions: eviction.decision_sender(),
         runtime,
+    })
+}
+
+/// Admission's security checks: the safe sysctls of the running kernel plus
+/// `allowedUnsafeSysctls`, whether the host has AppArmor, the runtime's features.
+fn security_admission(
+    config: &Config,
+    features: tokio::sync::watch::Receiver<Option<crate::container::RuntimeFeatures>>,
+) -> Result<SecurityAdmission, Error> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok();
+    let release = release.as_deref().and_then(parse_kernel_release);
+    if release.is_none() {
+        tracing::warn!(
+            "cannot read the kernel release: only the sysctls every kernel namespaces are safe"
+        );
+    }
+    let sysctls =
+        Allowlist::new(release, &config.security.allowed_unsafe_sysctls).map_err(Error::Sysctls)?;
+    let apparmor = AppArmorHost::detect();
+    if let AppArmorHost::Unavailable(why) = &apparmor {
+        tracing::info!("{why}: pods that need an AppArmor profile will be refused");
+    }
+    Ok(SecurityAdmission {
+        sysctls,
+        apparmor,
+        features,
+        runtime_handler: String::new(),
     })
 }
 

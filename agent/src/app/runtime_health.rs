@@ -1,6 +1,7 @@
 //! The container runtime's health for the node's Ready condition (upstream `updateRuntimeUp` and
 //! `runtimeState`): CRI `Status` every 5 s; the node is not ready while the runtime or its network
-//! says it is not, or when no answer came for 30 s.
+//! says it is not, or when no answer came for 30 s. Each answer also refreshes the runtime's
+//! features (handlers with user namespaces, `supplementalGroupsPolicy`) that admission reads.
 
 use std::{
     sync::{Arc, Mutex},
@@ -10,7 +11,7 @@ use std::{
 use k8s_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 
-use crate::cri::RuntimeService;
+use crate::{container::RuntimeFeatures, cri::RuntimeService};
 
 /// Upstream checks the runtime this often.
 const PERIOD: Duration = Duration::from_secs(5);
@@ -81,11 +82,12 @@ impl RuntimeHealth {
     }
 
     /// Asks the runtime every period until `shutdown`; `changed` is notified when the problem
-    /// changes.
+    /// changes, `features` gets the runtime's features when they change.
     pub async fn run(
         self,
         runtime: Arc<dyn RuntimeService>,
         changed: Arc<tokio::sync::Notify>,
+        features: tokio::sync::watch::Sender<Option<RuntimeFeatures>>,
         shutdown: CancellationToken,
     ) {
         let mut tick = tokio::time::interval(PERIOD);
@@ -97,7 +99,18 @@ impl RuntimeHealth {
             }
             let before = self.problem();
             match runtime.status().await {
-                Ok(status) => self.observe(&status, Instant::now()),
+                Ok(status) => {
+                    self.observe(&status, Instant::now());
+                    let now = crate::cri::convert::runtime_features(&status);
+                    features.send_if_modified(|known| {
+                        let changed = known.as_ref() != Some(&now);
+                        if changed {
+                            tracing::info!(features = ?now, "the container runtime's features changed");
+                            *known = Some(now);
+                        }
+                        changed
+                    });
+                }
                 Err(e) => tracing::warn!(error = %e, "container runtime sanity check failed"),
             }
             if self.problem() != before {

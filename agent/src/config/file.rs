@@ -90,6 +90,8 @@ pub struct FileConfig {
     pub image_gc_low_threshold_percent: Option<i64>,
     #[serde(rename = "imageMinimumGCAge")]
     pub image_minimum_gc_age: Option<String>,
+    pub seccomp_default: Option<bool>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
 
     // swiftlet's own.
     pub node_name: Option<String>,

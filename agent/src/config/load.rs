@@ -31,6 +31,7 @@ use super::{
     file::FileConfig,
     housekeeping::{self, GcConfig, LogsConfig},
     reserved::{self, Reserved},
+    security::{self, SecurityConfig},
     server::{self, ServerConfig},
     types::{CgroupDriver, Cidr, PlegMode},
 };
@@ -93,6 +94,8 @@ pub struct Config {
     pub logs: LogsConfig,
     /// Container and image garbage collection (`housekeeping.rs`).
     pub gc: GcConfig,
+    /// `seccompDefault` and `allowedUnsafeSysctls` (`security.rs`).
+    pub security: SecurityConfig,
 }
 
 /// Built-in defaults (the kubelet's where it has one).
@@ -346,6 +349,7 @@ impl Config {
         let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
         let server = server::resolve(&r, args, file, &root_dir)?;
         let (logs, gc) = housekeeping::resolve(&r, args, file)?;
+        let security = security::resolve(&r, args, file)?;
 
         Ok(Config {
             file: match file_origin {
@@ -383,6 +387,7 @@ impl Config {
             server,
             logs,
             gc,
+            security,
         })
     }
 }

@@ -1070,3 +1070,55 @@ fn kubelet_server_errors_name_the_field() {
     let message = err("authentication:\n  oidc: {}\n", &[]);
     assert!(message.contains("oidc"), "{message}");
 }
+
+#[test]
+fn security_settings_from_file_and_flags() {
+    let config = Config::load_with(&run_args(&[]), &host).expect("loads");
+    assert_eq!(config.security, SecurityConfig::default());
+    assert!(!config.security.seccomp_default);
+    let (_dir, loaded) = load(
+        "seccompDefault: true\nallowedUnsafeSysctls: [\"kernel.msg*\", net.core.somaxconn]\n",
+        &[],
+    );
+    let config = loaded.expect("loads");
+    assert!(config.security.seccomp_default);
+    assert_eq!(
+        config.security.allowed_unsafe_sysctls,
+        vec!["kernel.msg*".to_owned(), "net.core.somaxconn".to_owned()]
+    );
+    // The flags replace the file's.
+    let (_dir, loaded) = load(
+        "seccompDefault: true\nallowedUnsafeSysctls: [\"kernel.msg*\"]\n",
+        &[
+            "--seccomp-default=false",
+            "--allowed-unsafe-sysctls",
+            "kernel.sem,fs.mqueue.*",
+        ],
+    );
+    let config = loaded.expect("loads");
+    assert!(!config.security.seccomp_default);
+    assert_eq!(
+        config.security.allowed_unsafe_sysctls,
+        vec!["kernel.sem".to_owned(), "fs.mqueue.*".to_owned()]
+    );
+    let config = Config::load_with(&run_args(&["--seccomp-default"]), &host).expect("loads");
+    assert!(config.security.seccomp_default);
+}
+
+#[test]
+fn bad_unsafe_sysctls_name_the_field_and_value() {
+    assert_eq!(
+        err("allowedUnsafeSysctls: [vm.swappiness]\n", &[]),
+        "config file DIR/swiftlet.yaml: field `allowedUnsafeSysctls`: invalid sysctl \
+         \"vm.swappiness\": the sysctls \"vm.swappiness\" are not known to be namespaced"
+    );
+    let flag = err("", &["--allowed-unsafe-sysctls", "kernel.*msg"]);
+    assert!(
+        flag.starts_with(
+            "flag --allowed-unsafe-sysctls: field `allowedUnsafeSysctls`: invalid sysctl \
+             \"kernel.*msg\": sysctl \"kernel.*msg\" must have at most 253 characters"
+        ),
+        "{flag}"
+    );
+    assert!(err("seccompDefault: maybe\n", &[]).contains("seccompDefault"));
+}

@@ -15,6 +15,7 @@ mod file;
 mod housekeeping;
 mod load;
 mod reserved;
+mod security;
 mod server;
 mod types;
 
@@ -32,6 +33,7 @@ pub use file::FileConfig;
 pub use housekeeping::{GcConfig, LogsConfig};
 pub use load::{Config, defaults};
 pub use reserved::{Reserved, ReservedResources};
+pub use security::SecurityConfig;
 pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig, TlsVersion};
 pub use types::{CgroupDriver, Cidr, PlegMode};
 
@@ -298,6 +300,15 @@ pub struct RunArgs {
     /// Images first seen less than this ago are not collected (`imageMinimumGCAge`).
     #[arg(long, value_name = "DURATION")]
     pub minimum_image_ttl_duration: Option<GoDuration>,
+    /// Give containers that ask for no seccomp profile the runtime's default (`seccompDefault`,
+    /// default false: none, as upstream).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    pub seccomp_default: Option<bool>,
+    /// Unsafe sysctls pods may set beyond the safe set (`allowedUnsafeSysctls`), comma-separated
+    /// names or `prefix*` patterns of namespaced sysctls, e.g. `kernel.msg*,net.core.somaxconn`.
+    /// Repeatable; replaces the file's.
+    #[arg(long, value_name = "LIST")]
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// The runtime's sandbox image, which image GC never removes (default
     /// `registry.k8s.io/pause:3.10`; empty for none). The runtime's own setting decides which
     /// image sandboxes use.

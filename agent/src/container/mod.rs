@@ -5,10 +5,12 @@
 //!
 //! Not here: the desired state (that is the `v1.Pod` spec) or any CRI type.
 
+mod features;
 mod labels;
 
 use std::{collections::BTreeMap, fmt, time::SystemTime};
 
+pub use features::{RuntimeFeatures, RuntimeHandler};
 pub use labels::*;
 
 /// A pod's UID (`metadata.uid`).

@@ -25,7 +25,7 @@ use super::{Result, RuntimeService};
 use crate::container::{
     ANNOTATION_CONTAINER_HASH, ANNOTATION_RESTART_COUNT, ContainerId, ContainerState,
     ContainerStatus, LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
-    PodStatus, PodUid, RunningPod, SandboxState, SandboxStatus,
+    PodStatus, PodUid, RunningPod, RuntimeFeatures, RuntimeHandler, SandboxState, SandboxStatus,
 };
 
 /// The pods the runtime has, grouped by pod UID, the pod with the newest sandbox first (so a
@@ -331,6 +331,29 @@ pub fn restart_count(annotations: &HashMap<String, String>) -> u32 {
         .get(ANNOTATION_RESTART_COUNT)
         .and_then(|v| v.parse().ok())
         .unwrap_or(0)
+}
+
+/// The runtime's features from its `Status` answer (upstream `toKubeRuntimeStatus`); a runtime
+/// too old to report them (containerd 1.6) supports none.
+pub fn runtime_features(status: &cri::StatusResponse) -> RuntimeFeatures {
+    RuntimeFeatures {
+        supplemental_groups_policy: status
+            .features
+            .as_ref()
+            .is_some_and(|f| f.supplemental_groups_policy),
+        handlers: status
+            .runtime_handlers
+            .iter()
+            .map(|h| RuntimeHandler {
+                name: h.name.clone(),
+                user_namespaces: h.features.as_ref().is_some_and(|f| f.user_namespaces),
+                recursive_read_only_mounts: h
+                    .features
+                    .as_ref()
+                    .is_some_and(|f| f.recursive_read_only_mounts),
+            })
+            .collect(),
+    }
 }
 
 /// The spec container's name: the kubelet's label, else the CRI metadata name (which the

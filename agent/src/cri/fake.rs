@@ -12,7 +12,9 @@
 //! IP goes); statuses of an unknown id are `NotFound`; a stop with a grace period ends the
 //! process by SIGTERM (143), without one by SIGKILL (137). Time is a logical clock that ticks
 //! 1 ms per change, so creation order is strict and tests are deterministic. Images are
-//! matched by the exact name used.
+//! matched by the exact name used (`ImageStatus` also by id, as containerd resolves it); an image
+//! runs as root unless `set_image_user` says otherwise. `Status` reports no runtime handlers or
+//! features (as containerd 1.6) unless `set_features` sets them.
 //! Not modelled: processes, networking beyond one IP per pod-network sandbox, logs (except that
 //! `ReopenContainerLog` creates the log file, as the runtime would).
 
@@ -71,6 +73,9 @@ struct State {
     exec_results: HashMap<String, cri::ExecSyncResponse>,
     runtime_ready: bool,
     network_ready: bool,
+    /// What `Status` reports beyond the conditions (none, as containerd 1.6, unless set).
+    runtime_handlers: Vec<cri::RuntimeHandler>,
+    features: Option<cri::RuntimeFeatures>,
     failures: Vec<ScriptedFailure>,
     calls: Vec<Call>,
 }
@@ -145,6 +150,8 @@ impl FakeRuntime {
                 exec_results: HashMap::new(),
                 runtime_ready: true,
                 network_ready: true,
+                runtime_handlers: Vec::new(),
+                features: None,
                 failures: Vec::new(),
                 calls: Vec::new(),
             }),
@@ -276,6 +283,27 @@ impl FakeRuntime {
         let mut state = self.lock();
         state.runtime_ready = runtime_ready;
         state.network_ready = network_ready;
+    }
+
+    /// What `Status` reports as the runtime's handlers and features (a CRI v1.30+ runtime).
+    pub fn set_features(
+        &self,
+        handlers: Vec<cri::RuntimeHandler>,
+        features: Option<cri::RuntimeFeatures>,
+    ) {
+        let mut state = self.lock();
+        state.runtime_handlers = handlers;
+        state.features = features;
+    }
+
+    /// The user image `name` runs as, as `ImageStatus` reports it (adds the image if absent).
+    pub fn set_image_user(&self, name: &str, uid: Option<i64>, username: &str) {
+        let mut state = self.lock();
+        image::insert(&mut state, name);
+        if let Some(image) = state.images.get_mut(name) {
+            image.uid = uid.map(|value| cri::Int64Value { value });
+            image.username = username.to_owned();
+        }
     }
 
     /// Moves the logical clock forward (e.g. to age an exited container).

@@ -17,7 +17,10 @@ pub struct NodeCapacity {
 /// Why a pod was not admitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
-    /// `OutOfpods`, `OutOfcpu`, `OutOfmemory`, `NodeName`, `UnexpectedAdmissionError`.
+    /// `OutOfpods`, `OutOfcpu`, `OutOfmemory`, `NodeName`, `UnexpectedAdmissionError`; the
+    /// eviction manager's `Evicted`; `SysctlForbidden`, `AppArmor`,
+    /// `SupplementalGroupsPolicyNotSupported`, `UserNamespacesNotSupported`
+    /// (`security_admission.rs`).
     pub reason: String,
     pub message: String,
 }

@@ -5,8 +5,10 @@
 pub mod admission;
 pub mod metrics;
 pub mod pod_manager;
+pub mod security_admission;
 pub mod sync_loop;
 pub mod syncer;
+pub mod sysctl;
 
 use std::{
     collections::{BTreeSet, HashSet},
@@ -21,6 +23,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 use self::{
     admission::{NodeCapacity, admit},
     pod_manager::PodManager,
+    security_admission::SecurityAdmission,
 };
 use crate::{
     cm::{cpumanager::CpuManager, pod_cgroups::PodCgroups},
@@ -48,6 +51,8 @@ pub struct Kubelet {
     pub runtime: Arc<KubeRuntimeManager>,
     pub cgroups: Arc<PodCgroups>,
     pub capacity: NodeCapacity,
+    /// Sysctls, AppArmor, supplemental groups and user namespaces the node can (not) enforce.
+    security: SecurityAdmission,
     /// Pods admission turned away: they keep their Failed status and never get a worker.
     rejected: Mutex<HashSet<PodUid>>,
     /// The eviction manager's node conditions, once it runs: admission turns pods away under
@@ -74,6 +79,7 @@ impl Kubelet {
         runtime: Arc<KubeRuntimeManager>,
         cgroups: Arc<PodCgroups>,
         capacity: NodeCapacity,
+        security: SecurityAdmission,
     ) -> Kubelet {
         Kubelet {
             node_name,
@@ -84,6 +90,7 @@ impl Kubelet {
             runtime,
             cgroups,
             capacity,
+            security,
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
             cpu_manager: OnceLock::new(),
@@ -123,6 +130,7 @@ impl Kubelet {
             let conditions = pressure.borrow().clone();
             crate::eviction::admission::admit(pod, &conditions)?;
         }
+        self.security.admit(pod)?;
         // Last: allocating is the only check with a side effect.
         if let Some(cpus) = self.cpu_manager.get() {
             cpus.admit(pod).map_err(|e| admission::Rejection {
@@ -479,6 +487,12 @@ impl Kubelet {
                     || phases.get(uid).is_some_and(|p| *p != WorkerPhase::Finished)
             });
         }
+        // Upstream `CleanupOrphanedPodUsernsAllocations`: ranges of pods nobody wants and the
+        // runtime no longer has.
+        let in_runtime: HashSet<PodUid> = self.cache.pods().into_iter().collect();
+        self.runtime.release_user_namespaces(|uid| {
+            desired_uids.contains(uid) || in_runtime.contains(uid) || phases.contains_key(uid)
+        });
         self.runtime.gc(SystemTime::now());
     }
 }

@@ -1,14 +1,20 @@
 //! The CRI config of one container (upstream `generateContainerConfig` and
 //! `generateLinuxContainerResources`): image, command and args expanded, environment, labels and
 //! annotations that tie it to its pod, log path, resources (CPU shares/quota, memory limit,
-//! oom_score_adj) and security context.
+//! oom_score_adj) and security context (`security_context.rs`).
 
 use std::collections::HashMap;
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 
-use super::env::{self, EnvContext, EnvError};
+use super::{
+    env::{self, EnvContext, EnvError},
+    security_context::{
+        ImageUser, SecurityContextError, SecurityOptions, container_security_context,
+        namespace_options, verify_run_as_non_root,
+    },
+};
 use crate::{
     cm::quantity,
     container::{
@@ -54,6 +60,11 @@ pub struct ContainerParams<'a> {
     pub env: EnvContext<'a>,
     /// The value to write, already clamped for an unprivileged agent.
     pub oom_score_adj: i64,
+    /// Who the image runs as (CRI `ImageStatus`).
+    pub image_user: &'a ImageUser,
+    pub security: &'a SecurityOptions,
+    /// The pod's user namespace, as its sandbox got it.
+    pub userns: Option<cri::UserNamespace>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +73,8 @@ pub enum ConfigError {
     Env(#[from] EnvError),
     #[error("container {container}: resources: {reason}")]
     Resources { container: String, reason: String },
+    #[error(transparent)]
+    Security(#[from] SecurityContextError),
 }
 
 pub fn container_config(
@@ -69,6 +82,7 @@ pub fn container_config(
     container: &Container,
     params: &ContainerParams<'_>,
 ) -> Result<cri::ContainerConfig, ConfigError> {
+    verify_run_as_non_root(pod, container, params.image_user)?;
     let env = env::environment(pod, container, &params.env)?;
     let (command, args) = env::expand_command(container, &env);
     let meta = &pod.metadata;
@@ -116,20 +130,13 @@ pub fn container_config(
         ANNOTATION_CONTAINER_TYPE.to_owned(),
         params.kind.as_str().to_owned(),
     );
-    let security = container.security_context.clone().unwrap_or_default();
-    let pod_security = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.security_context.clone())
-        .unwrap_or_default();
-    let run_as_user = security.run_as_user.or(pod_security.run_as_user);
-    let run_as_group = security.run_as_group.or(pod_security.run_as_group);
-    let host_pid = pod.spec.as_ref().and_then(|s| s.host_pid).unwrap_or(false);
-    let share_pid = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.share_process_namespace)
-        .unwrap_or(false);
+    let security_context = container_security_context(
+        pod,
+        container,
+        params.image_user,
+        namespace_options(pod, params.userns.clone()),
+        params.security,
+    )?;
     Ok(cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: container.name.clone(),
@@ -155,38 +162,7 @@ pub fn container_config(
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(linux_resources(container, params.oom_score_adj)?),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                privileged: security.privileged.unwrap_or(false),
-                readonly_rootfs: security.read_only_root_filesystem.unwrap_or(false),
-                run_as_user: run_as_user.map(|value| cri::Int64Value { value }),
-                run_as_group: run_as_group.map(|value| cri::Int64Value { value }),
-                namespace_options: Some(cri::NamespaceOption {
-                    network: if pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.host_network)
-                        .unwrap_or(false)
-                    {
-                        cri::NamespaceMode::Node as i32
-                    } else {
-                        cri::NamespaceMode::Pod as i32
-                    },
-                    pid: if host_pid {
-                        cri::NamespaceMode::Node as i32
-                    } else if share_pid {
-                        cri::NamespaceMode::Pod as i32
-                    } else {
-                        cri::NamespaceMode::Container as i32
-                    },
-                    ipc: if pod.spec.as_ref().and_then(|s| s.host_ipc).unwrap_or(false) {
-                        cri::NamespaceMode::Node as i32
-                    } else {
-                        cri::NamespaceMode::Pod as i32
-                    },
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            security_context: Some(security_context),
         }),
         ..Default::default()
     })
@@ -351,12 +327,16 @@ mod tests {
             }]),
             ..Default::default()
         };
+        let security = SecurityOptions::new(std::path::Path::new("/var/lib/swiftlet"), false);
         let params = ContainerParams {
             kind: ContainerKind::Regular,
             restart_count: 3,
             image_ref: "sha256:abc",
             env: EnvContext::default(),
             oom_score_adj: 1000,
+            image_user: &ImageUser::Uid(0),
+            security: &security,
+            userns: None,
         };
         let c = container_config(&pod, &container, &params).expect("config");
         assert_eq!(c.args, vec!["echo me".to_owned()]);

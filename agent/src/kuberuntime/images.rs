@@ -11,7 +11,10 @@ use std::{
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Container;
 
-use super::backoff::{ImageBackoffKey, ImagePullBackoff};
+use super::{
+    backoff::{ImageBackoffKey, ImagePullBackoff},
+    security_context::ImageUser,
+};
 use crate::{
     container::PodUid,
     cri::ImageService,
@@ -141,6 +144,19 @@ impl ImagePuller {
                 ))
             }
         }
+    }
+
+    /// The user the image runs as (upstream `getImageUser`), asked of the runtime by the
+    /// reference the container is created from.
+    pub async fn image_user(&self, image_ref: &str) -> Result<ImageUser, crate::cri::Error> {
+        let status = self
+            .images
+            .image_status(cri::ImageSpec {
+                image: image_ref.to_owned(),
+                ..Default::default()
+            })
+            .await?;
+        Ok(ImageUser::of(status.as_ref()))
     }
 
     /// Drops back-off entries nobody needs any more.

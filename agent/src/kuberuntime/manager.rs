@@ -27,6 +27,8 @@ use super::{
     lifecycle::{ContainerLifecycle, NoLifecycle},
     mounts::{ContainerMounts, NoMounts},
     sandbox_config::{SandboxParams, sandbox_config},
+    security_context::SecurityOptions,
+    userns::UsernsManager,
 };
 use crate::{
     cm::qos,
@@ -51,6 +53,8 @@ pub struct RuntimeManagerConfig {
     /// The node's IP, for hostNetwork pods and the downward API.
     pub host_ip: Option<String>,
     pub runtime_handler: String,
+    /// Seccomp profiles' root and `seccompDefault`.
+    pub security: SecurityOptions,
 }
 
 /// Why a sync did not complete; the worker logs it and retries after its back-off.
@@ -75,6 +79,10 @@ pub enum SyncError {
         #[source]
         source: crate::cri::Error,
     },
+    /// Upstream `CreatePodSandboxConfigError`-like: the pod's spec cannot become a sandbox config
+    /// (an unknown `supplementalGroupsPolicy`, user namespaces the runtime lacks).
+    #[error("generating the sandbox config of {pod}: {reason}")]
+    SandboxConfig { pod: String, reason: String },
     #[error("{pod}: container {container}: {failure}")]
     Start {
         pod: String,
@@ -104,6 +112,7 @@ pub struct KubeRuntimeManager {
     oom_clamp_logged: AtomicBool,
     lifecycle: Arc<dyn ContainerLifecycle>,
     mounts: Arc<dyn ContainerMounts>,
+    userns: Arc<UsernsManager>,
 }
 
 fn full_name(pod: &Pod) -> String {
@@ -132,7 +141,14 @@ impl KubeRuntimeManager {
             oom_clamp_logged: AtomicBool::new(false),
             lifecycle: Arc::new(NoLifecycle),
             mounts: Arc::new(NoMounts),
+            userns: Arc::new(UsernsManager::host_only()),
         }
+    }
+
+    /// Gives `hostUsers: false` pods their user namespace from `userns`.
+    pub fn with_userns(mut self, userns: Arc<UsernsManager>) -> Self {
+        self.userns = userns;
+        self
     }
 
     /// Calls `lifecycle` around every container creation (the resource managers' hooks).
@@ -207,13 +223,33 @@ impl KubeRuntimeManager {
         {
             return outcome;
         }
-        let mut params = SandboxParams {
+        let userns = match self.userns.mappings(pod, &self.config.runtime_handler) {
+            Ok(userns) => userns,
+            Err(e) => {
+                outcome.errors.push(SyncError::SandboxConfig {
+                    pod: full_name(pod),
+                    reason: e.to_string(),
+                });
+                return outcome;
+            }
+        };
+        let params = SandboxParams {
             attempt: actions.attempt,
             cgroup_parent,
             log_root: &self.config.log_root,
             host_dns: self.config.host_dns.clone(),
+            userns: userns.clone(),
         };
-        let sandbox_cfg = sandbox_config(pod, &params);
+        let sandbox_cfg = match sandbox_config(pod, &params) {
+            Ok(config) => config,
+            Err(e) => {
+                outcome.errors.push(SyncError::SandboxConfig {
+                    pod: full_name(pod),
+                    reason: e.to_string(),
+                });
+                return outcome;
+            }
+        };
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
             if let Err(e) = std::fs::create_dir_all(&sandbox_cfg.log_directory) {
                 tracing::warn!(dir = sandbox_cfg.log_directory, error = %e, "cannot create the pod log directory");
@@ -245,7 +281,6 @@ impl KubeRuntimeManager {
             };
             (id, ips)
         } else {
-            params.attempt = actions.attempt;
             let Some(id) = actions.sandbox_id.clone() else {
                 return outcome;
             };
@@ -369,6 +404,24 @@ impl KubeRuntimeManager {
                 return false;
             }
         };
+        // Upstream `getImageUser`: runAsNonRoot is checked against it, and it is the user when
+        // the pod names none.
+        let image_user = match self.images.image_user(&image_ref).await {
+            Ok(user) => user,
+            Err(e) => {
+                self.fail(
+                    &uid,
+                    container,
+                    StartFailure::new(
+                        StartFailureReason::CreateContainerConfigError,
+                        e.to_string(),
+                    ),
+                    pod,
+                    outcome,
+                );
+                return false;
+            }
+        };
         let restart_count = status
             .latest(&container.name)
             .map_or(0, |latest| latest.restart_count + 1);
@@ -385,6 +438,15 @@ impl KubeRuntimeManager {
                 node_memory_bytes: i64::try_from(self.config.memory_capacity).unwrap_or(i64::MAX),
             },
             oom_score_adj,
+            image_user: &image_user,
+            security: &self.config.security,
+            // Every container shares its sandbox's user namespace.
+            userns: sandbox_cfg
+                .linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.namespace_options.as_ref())
+                .and_then(|n| n.userns_options.clone()),
         };
         let built = container_config(pod, container, &params)
             .map_err(|e| e.to_string())
@@ -664,6 +726,11 @@ impl KubeRuntimeManager {
             .retain(|k| k.pod_uid != status.uid);
         self.reasons().remove_pod(&status.uid);
         Ok(())
+    }
+
+    /// Frees the user-namespace ranges of pods `keep` rejects.
+    pub fn release_user_namespaces(&self, keep: impl Fn(&PodUid) -> bool) {
+        self.userns.retain(keep);
     }
 
     /// Housekeeping of the back-offs.

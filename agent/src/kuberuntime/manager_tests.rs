@@ -72,6 +72,10 @@ fn manager(fake: &Arc<FakeRuntime>) -> (KubeRuntimeManager, Arc<Mutex<ReasonCach
             host_dns: None,
             host_ip: Some("10.0.0.1".into()),
             runtime_handler: String::new(),
+            security: crate::kuberuntime::security_context::SecurityOptions::new(
+                std::path::Path::new("/var/lib/swiftlet"),
+                false,
+            ),
         },
     );
     let clock_source = fake.clone();

@@ -4,7 +4,8 @@
 //! Everything here is pure: no I/O, no clock; the pod workers call it and carry the plan out
 //! through the CRI.
 //!
-//! Also the translation of a pod into CRI configs (`sandbox_config`, `container_config`, `env`)
+//! Also the translation of a pod into CRI configs (`sandbox_config`, `container_config`, `env`,
+//! `security_context`, with the pods' user namespaces from `userns`)
 //! and, over the CRI, carrying a plan out (`manager`, `images`), and collecting what the runtime
 //! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
 //!
@@ -23,11 +24,16 @@ mod init;
 pub mod lifecycle;
 pub mod manager;
 #[cfg(test)]
+mod manager_security_tests;
+#[cfg(test)]
 mod manager_tests;
 pub mod mounts;
 mod sandbox;
 pub mod sandbox_config;
+pub mod security_context;
+pub mod security_profiles;
 pub mod spec;
+pub mod userns;
 
 #[cfg(test)]
 pub(crate) mod fixtures;

@@ -1,11 +1,13 @@
 //! The CRI sandbox of a pod (upstream `kuberuntime_sandbox.go` `generatePodSandboxConfig`): its
-//! metadata and labels, hostname, log directory, DNS, host ports, cgroup parent and namespaces.
+//! metadata and labels, hostname, log directory, DNS, host ports, cgroup parent, namespaces,
+//! sysctls and the sandbox's security context (`security_context.rs`).
 
 use std::{collections::HashMap, path::Path};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::security_context::{SecurityContextError, namespace_options, sandbox_security_context};
 use crate::container::{LABEL_MANAGED, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID};
 
 /// What the sandbox config needs besides the pod.
@@ -18,6 +20,8 @@ pub struct SandboxParams<'a> {
     pub log_root: &'a Path,
     /// The node's resolv.conf, for `dnsPolicy: Default` (and ClusterFirst without cluster DNS).
     pub host_dns: Option<cri::DnsConfig>,
+    /// The pod's user namespace (`hostUsers`), as the user-namespace manager chose it.
+    pub userns: Option<cri::UserNamespace>,
 }
 
 /// `/var/log/pods/<namespace>_<name>_<uid>` (upstream `BuildPodLogsDirectory`).
@@ -57,7 +61,10 @@ pub fn host_network(pod: &Pod) -> bool {
         .unwrap_or(false)
 }
 
-pub fn sandbox_config(pod: &Pod, params: &SandboxParams<'_>) -> cri::PodSandboxConfig {
+pub fn sandbox_config(
+    pod: &Pod,
+    params: &SandboxParams<'_>,
+) -> Result<cri::PodSandboxConfig, SecurityContextError> {
     let meta = &pod.metadata;
     let spec = pod.spec.clone().unwrap_or_default();
     let host_network = spec.host_network.unwrap_or(false);
@@ -69,13 +76,6 @@ pub fn sandbox_config(pod: &Pod, params: &SandboxParams<'_>) -> cri::PodSandboxC
             .clone()
             .or_else(|| meta.name.clone())
             .unwrap_or_default()
-    };
-    let namespace_mode = |host: Option<bool>| {
-        if host.unwrap_or(false) {
-            cri::NamespaceMode::Node as i32
-        } else {
-            cri::NamespaceMode::Pod as i32
-        }
     };
     let port_mappings = spec
         .containers
@@ -112,7 +112,9 @@ pub fn sandbox_config(pod: &Pod, params: &SandboxParams<'_>) -> cri::PodSandboxC
         // upstream does.
         _ => params.host_dns.clone(),
     };
-    cri::PodSandboxConfig {
+    let security_context =
+        sandbox_security_context(pod, namespace_options(pod, params.userns.clone()))?;
+    Ok(cri::PodSandboxConfig {
         metadata: Some(cri::PodSandboxMetadata {
             name: meta.name.clone().unwrap_or_default(),
             uid: meta.uid.clone().unwrap_or_default(),
@@ -134,21 +136,7 @@ pub fn sandbox_config(pod: &Pod, params: &SandboxParams<'_>) -> cri::PodSandboxC
             .collect(),
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: params.cgroup_parent.to_owned(),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(cri::NamespaceOption {
-                    network: namespace_mode(spec.host_network),
-                    pid: if spec.host_pid.unwrap_or(false) {
-                        cri::NamespaceMode::Node as i32
-                    } else if spec.share_process_namespace.unwrap_or(false) {
-                        cri::NamespaceMode::Pod as i32
-                    } else {
-                        cri::NamespaceMode::Container as i32
-                    },
-                    ipc: namespace_mode(spec.host_ipc),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
+            security_context: Some(security_context),
             sysctls: spec
                 .security_context
                 .and_then(|s| s.sysctls)
@@ -159,7 +147,7 @@ pub fn sandbox_config(pod: &Pod, params: &SandboxParams<'_>) -> cri::PodSandboxC
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// Reads a resolv.conf into the CRI's DNS config (nameserver, search, options lines).
@@ -217,13 +205,14 @@ mod tests {
             host_dns: Some(parse_resolv_conf(
                 "nameserver 10.0.0.2\nsearch a b\noptions ndots:2",
             )),
+            userns: None,
         }
     }
 
     #[test]
     fn a_pod_network_sandbox_has_hostname_ports_labels_and_cgroup() {
         let root = Path::new("/var/log/pods");
-        let c = sandbox_config(&pod(false), &params(root));
+        let c = sandbox_config(&pod(false), &params(root)).expect("config");
         let meta = c.metadata.clone().unwrap_or_default();
         assert_eq!(
             (meta.name.as_str(), meta.namespace.as_str(), meta.attempt),
@@ -251,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_host_network_sandbox_has_no_hostname() {
-        let c = sandbox_config(&pod(true), &params(Path::new("/x")));
+        let c = sandbox_config(&pod(true), &params(Path::new("/x"))).expect("config");
         assert_eq!(c.hostname, "");
         let ns = c
             .linux

@@ -143,3 +143,36 @@ fn image_id_is_preferred_and_unknown_states_are_unknown() {
     );
     assert_eq!(to_sandbox_state(7), SandboxState::NotReady);
 }
+
+#[test]
+fn runtime_features_from_status() {
+    // containerd 1.6 answers without features or handlers.
+    assert_eq!(
+        runtime_features(&cri::StatusResponse::default()),
+        RuntimeFeatures::default()
+    );
+    let status = cri::StatusResponse {
+        runtime_handlers: vec![
+            cri::RuntimeHandler {
+                name: String::new(),
+                features: Some(cri::RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: true,
+                }),
+            },
+            cri::RuntimeHandler {
+                name: "runsc".into(),
+                features: None,
+            },
+        ],
+        features: Some(cri::RuntimeFeatures {
+            supplemental_groups_policy: true,
+        }),
+        ..Default::default()
+    };
+    let features = runtime_features(&status);
+    assert!(features.supplemental_groups_policy);
+    assert!(features.handler_supports_user_namespaces(""));
+    assert!(!features.handler_supports_user_namespaces("runsc"));
+    assert_eq!(features.handlers.len(), 2);
+}

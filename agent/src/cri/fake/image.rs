@@ -54,7 +54,12 @@ impl ImageService for FakeRuntime {
         let state = self.begin(Call::ImageStatus {
             image: image.image.clone(),
         })?;
-        Ok(state.images.get(&image.image).cloned())
+        // By the name it was pulled under, or by its id, as containerd resolves it.
+        Ok(state
+            .images
+            .get(&image.image)
+            .or_else(|| state.images.values().find(|i| i.id == image.image))
+            .cloned())
     }
 
     async fn pull_image(

@@ -50,6 +50,8 @@ impl RuntimeService for FakeRuntime {
                     condition("NetworkReady", state.network_ready),
                 ],
             }),
+            runtime_handlers: state.runtime_handlers.clone(),
+            features: state.features,
             ..Default::default()
         })
     }
