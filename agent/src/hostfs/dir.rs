@@ -60,6 +60,8 @@ pub struct Stat {
     pub gid: u32,
     pub dev: u64,
     pub ino: u64,
+    /// 512-byte blocks allocated.
+    pub blocks: u64,
 }
 
 impl From<FileStat> for Stat {
@@ -77,6 +79,7 @@ impl From<FileStat> for Stat {
             gid: st.st_gid,
             dev: st.st_dev,
             ino: st.st_ino,
+            blocks: u64::try_from(st.st_blocks).unwrap_or(0),
         }
     }
 }
@@ -97,8 +100,8 @@ impl Dir {
     /// Opens the directory at `path`, refusing a symbolic link as its last component. The
     /// components before it are the node's own (the configured root dir and its parents).
     pub fn open(path: &Path) -> Result<Dir> {
-        let fd = nix::fcntl::open(path, DIR_FLAGS, Mode::empty())
-            .map_err(errno("opening", path))?;
+        let fd =
+            nix::fcntl::open(path, DIR_FLAGS, Mode::empty()).map_err(errno("opening", path))?;
         Ok(Dir {
             fd,
             path: path.to_owned(),
@@ -138,6 +141,26 @@ impl Dir {
         }
     }
 
+    /// Opens directory `path` following links on the way, as a pod's hostPath is resolved
+    /// (upstream `EvalSymlinks`): resolved once, then used only through the descriptor.
+    pub fn open_resolved(path: &Path) -> Result<Dir> {
+        let fd = nix::fcntl::open(
+            path,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(errno("opening", path))?;
+        Ok(Dir {
+            fd,
+            path: path.to_owned(),
+        })
+    }
+
+    /// A directory descriptor opened elsewhere, with its path for messages.
+    pub fn from_fd(fd: OwnedFd, path: PathBuf) -> Dir {
+        Dir { fd, path }
+    }
+
     /// Opens child directory `name`: not a link, and on the same mount as this one (a mount
     /// point below is refused with [`Error::MountPoint`]).
     pub fn open_dir(&self, name: &OsStr) -> Result<Dir> {
@@ -149,6 +172,46 @@ impl Dir {
     pub fn open_dir_crossing(&self, name: &OsStr) -> Result<Dir> {
         check_component(name)?;
         self.open_path(Path::new(name), true)
+    }
+
+    /// Opens regular file `relative` below this directory for reading: no link anywhere on the
+    /// way, no mount crossed.
+    pub fn open_file(&self, relative: &Path) -> Result<std::fs::File> {
+        let path = self.path.join(relative);
+        if relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_)))
+        {
+            return Err(Error::BadComponent {
+                name: relative.to_string_lossy().into_owned(),
+            });
+        }
+        let fd = openat2(
+            self.fd.as_fd(),
+            relative,
+            OpenHow::new()
+                .flags(OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+                .resolve(
+                    ResolveFlag::RESOLVE_BENEATH
+                        | ResolveFlag::RESOLVE_NO_SYMLINKS
+                        | ResolveFlag::RESOLVE_NO_XDEV,
+                ),
+        )
+        .map_err(errno("opening", &path))?;
+        let file = std::fs::File::from(fd);
+        match file.metadata() {
+            Ok(m) if m.is_file() => Ok(file),
+            Ok(_) => Err(Error::Io {
+                op: "opening",
+                path,
+                source: std::io::Error::other("not a regular file"),
+            }),
+            Err(source) => Err(Error::Io {
+                op: "inspecting",
+                path,
+                source,
+            }),
+        }
     }
 
     /// Opens `name` with `O_PATH | O_NOFOLLOW`: a handle on whatever it is (a link stays a link),
@@ -245,11 +308,7 @@ impl Dir {
         let fd = openat(
             self.fd.as_fd(),
             name,
-            OFlag::O_WRONLY
-                | OFlag::O_CREAT
-                | OFlag::O_EXCL
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_CLOEXEC,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_retain(mode & 0o777),
         )
         .map_err(errno("creating", &path))?;

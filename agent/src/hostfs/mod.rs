@@ -67,7 +67,10 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// An error of `op` on `path` from a nix call.
-pub(crate) fn errno(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(nix::Error) -> Error {
+pub(crate) fn errno(
+    op: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(nix::Error) -> Error {
     let path = path.into();
     move |e| match e {
         nix::Error::ELOOP => Error::Symlink { path },

@@ -21,6 +21,7 @@ mod host_path;
 mod manager;
 mod metrics;
 pub mod mount;
+mod ownership;
 mod paths;
 mod projected;
 mod spec;
