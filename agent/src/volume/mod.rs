@@ -39,5 +39,5 @@ pub use manager::{
     default_wait_budget, wait_steps,
 };
 pub use metrics::VolumeMetrics;
-pub use paths::{Plugin, PodDirs};
+pub use paths::{DIR_MODE, Plugin, PodDirs};
 pub use spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes};

@@ -564,3 +564,109 @@ async fn a_token_is_requested_bound_to_the_pod() {
     let ((), token) = tokio::join!(server, objects.token(&spec));
     assert_eq!(token.as_deref(), Ok("eyJhbGciOi"));
 }
+
+/// upstream's secret plugin with an fsGroup: read from the API server (the scripted transport),
+/// written on a real tmpfs below a real root, owned by the group with read bits and setgid.
+#[tokio::test]
+async fn an_fs_group_owns_a_secret_volumes_files() {
+    use crate::sources::apiserver::fake_api::fake_api;
+    use http::Method;
+    use k8s_openapi::api::core::v1::{KeyToPath, PodSecurityContext, SecretVolumeSource};
+    use serde_json::json;
+    use std::os::unix::fs::MetadataExt as _;
+
+    if !nix::unistd::geteuid().is_root() {
+        #[expect(clippy::print_stderr, reason = "a skipped test says why")]
+        {
+            eprintln!("skipped: a secret volume is a tmpfs, and chown to a group needs root");
+        }
+        return;
+    }
+    let (client, mut api) = fake_api();
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    manager.set_object_source(Arc::new(KubeObjects(client)));
+    let mut p = (*pod(
+        vec![Volume {
+            name: "creds".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("db".into()),
+                default_mode: Some(0o400),
+                items: Some(vec![
+                    KeyToPath {
+                        key: "password".into(),
+                        path: "password".into(),
+                        mode: None,
+                    },
+                    KeyToPath {
+                        key: "cert".into(),
+                        path: "tls/cert".into(),
+                        mode: Some(0o644),
+                    },
+                ]),
+                optional: None,
+            }),
+            ..Default::default()
+        }],
+        vec![mount("creds", "/creds")],
+    ))
+    .clone();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.security_context = Some(PodSecurityContext {
+            fs_group: Some(3000),
+            ..Default::default()
+        });
+    }
+    let p = Arc::new(p);
+    manager.add_pod(p.clone()).expect("supported");
+    let server = async {
+        api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/db")
+            .await
+            .reply(
+                200,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "db", "namespace": "prod"},
+                    "data": {"password": "aHVudGVyMg==", "cert": "Y2VydA=="},
+                }),
+            );
+    };
+    tokio::join!(server, manager.reconcile());
+    let volume = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~secret/creds");
+    let uid = PodUid::from("uid-1");
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_eq!(
+            manager.mounted_volumes(&uid).keys().collect::<Vec<_>>(),
+            vec!["creds"]
+        );
+        let meta = |p: &str| std::fs::metadata(volume.join(p)).expect("stat");
+        let password = meta("password");
+        assert_eq!(
+            std::fs::read_to_string(volume.join("password")).expect("read"),
+            "hunter2"
+        );
+        // 0400 + the group's read (upstream roMask); 0644 keeps what it has.
+        assert_eq!((password.gid(), password.mode() & 0o7777), (3000, 0o440));
+        let cert = meta("tls/cert");
+        assert_eq!((cert.gid(), cert.mode() & 0o7777), (3000, 0o644));
+        // Directories: the group, its read and search bits, and setgid.
+        let tls = meta("tls");
+        assert_eq!((tls.gid(), tls.mode() & 0o7777), (3000, 0o2755));
+        let top = meta(".");
+        assert_eq!(top.gid(), 3000);
+        assert_eq!(top.mode() & 0o2550, 0o2550);
+        // Only root and its group reach it from the node: the pod's directories are 0750.
+        let pod_dir = std::fs::metadata(root.path().join("pods/uid-1")).expect("stat");
+        assert_eq!(pod_dir.mode() & 0o777, 0o750);
+    }));
+    // Torn down whatever the checks said: the tmpfs must not outlive the test.
+    manager.remove_pod(&uid);
+    manager.reconcile().await;
+    assert!(!volume.exists(), "torn down");
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
+}
