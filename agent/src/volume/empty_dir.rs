@@ -60,7 +60,13 @@ pub fn set_up(
     mounts: &[MountInfo],
 ) -> Result<Dir> {
     let name = OsStr::new(name);
-    let dir = parent.create_dir(name, DEFAULT_PERM, true)?;
+    // An existing volume may be a mount point already (its tmpfs): opened crossing onto it,
+    // never through a link.
+    let dir = match parent.create_dir(name, DEFAULT_PERM, false) {
+        Ok(dir) => dir,
+        Err(e) if e.errno() == Some(nix::Error::EEXIST) => parent.open_dir_crossing(name)?,
+        Err(e) => return Err(e.into()),
+    };
     let path = parent.child_path(name);
     let dir = if medium == Medium::Memory
         && mount::mounted_at(mounts, &path).as_deref() != Some("tmpfs")

@@ -670,3 +670,59 @@ async fn an_fs_group_owns_a_secret_volumes_files() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// A downwardAPI volume is a tmpfs written again when the pod's labels change: the second write
+/// opens the volume that is now a mount point.
+#[tokio::test]
+async fn a_downward_api_volume_on_its_tmpfs_is_rewritten_when_labels_change() {
+    use k8s_openapi::api::core::v1::{
+        DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector,
+    };
+    if !nix::unistd::geteuid().is_root() {
+        #[expect(clippy::print_stderr, reason = "a skipped test says why")]
+        {
+            eprintln!("skipped: a downwardAPI volume is a tmpfs, mounting one needs root");
+        }
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let labelled = |round: &str| {
+        let mut p = (*pod(
+            vec![Volume {
+                name: "info".into(),
+                downward_api: Some(DownwardAPIVolumeSource {
+                    items: Some(vec![DownwardAPIVolumeFile {
+                        path: "labels".into(),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.labels".into(),
+                            api_version: None,
+                        }),
+                        ..Default::default()
+                    }]),
+                    default_mode: None,
+                }),
+                ..Default::default()
+            }],
+            vec![mount("info", "/info")],
+        ))
+        .clone();
+        p.metadata.labels = Some([("round".to_owned(), round.to_owned())].into());
+        Arc::new(p)
+    };
+    let volume = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~downward-api/info");
+    manager.add_pod(labelled("1")).expect("supported");
+    manager.reconcile().await;
+    let first = std::fs::read_to_string(volume.join("labels"));
+    manager.add_pod(labelled("2")).expect("supported");
+    manager.reconcile().await;
+    let second = std::fs::read_to_string(volume.join("labels"));
+    let uid = PodUid::from("uid-1");
+    manager.remove_pod(&uid);
+    manager.reconcile().await;
+    assert!(!volume.exists(), "torn down");
+    assert_eq!(first.expect("first write"), "round=\"1\"");
+    assert_eq!(second.expect("second write"), "round=\"2\"");
+}
