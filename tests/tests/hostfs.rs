@@ -53,8 +53,8 @@ fn pod_dir(node: &Node, uid: &str) -> PathBuf {
 }
 
 fn mode(path: &Path) -> (u32, u32, u32) {
-    let meta = std::fs::symlink_metadata(path)
-        .unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+    let meta =
+        std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
     (meta.mode() & 0o7777, meta.uid(), meta.gid())
 }
 
@@ -96,8 +96,11 @@ struct Victim {
     dir: PathBuf,
     file: PathBuf,
     inotify: inotify::Inotify,
-    before: Vec<(PathBuf, (u64, u64, i64, i64, u32))>,
+    before: Vec<(PathBuf, Facts)>,
 }
+
+/// (inode, size, mtime, ctime, mode) of a file.
+type Facts = (u64, u64, i64, i64, u32);
 
 impl Victim {
     fn new(at: &Path) -> Victim {
@@ -125,7 +128,7 @@ impl Victim {
     }
 
     /// (inode, size, mtime, ctime, mode) of everything, read with `lstat` (no inotify event).
-    fn snapshot(&self) -> Vec<(PathBuf, (u64, u64, i64, i64, u32))> {
+    fn snapshot(&self) -> Vec<(PathBuf, Facts)> {
         [
             self.dir.clone(),
             self.file.clone(),
@@ -158,7 +161,11 @@ impl Victim {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => panic!("reading inotify: {e}"),
         }
-        assert_eq!(self.snapshot(), self.before, "round {round}: the victim changed");
+        assert_eq!(
+            self.snapshot(),
+            self.before,
+            "round {round}: the victim changed"
+        );
     }
 }
 
@@ -325,7 +332,9 @@ fn an_unprivileged_user_swapping_data_never_reaches_outside_the_volume() {
     while rounds < ROUNDS && Instant::now() < deadline {
         writeln!(to_attacker, "{rounds}").expect("to the attacker");
         let mut line = String::new();
-        from_attacker.read_line(&mut line).expect("from the attacker");
+        from_attacker
+            .read_line(&mut line)
+            .expect("from the attacker");
         assert_eq!(line.trim(), rounds.to_string(), "the attacker's round");
         victim.check(rounds);
         let planted = |name: &str| {
@@ -346,16 +355,16 @@ fn an_unprivileged_user_swapping_data_never_reaches_outside_the_volume() {
     let _ = attacker.wait();
     stop.store(true, Ordering::Relaxed);
     let last_label = editor.join().expect("the editor") - 1;
-    #[expect(clippy::print_stderr, reason = "the attack's figures, for the record")]
-    {
-        eprintln!(
-            "{rounds} rounds, {landed} with a planted link in place, {} payload directories \
-             written by swiftlet meanwhile, {last_label} label edits",
-            payloads.len()
-        );
-    }
+    eprintln!(
+        "{rounds} rounds, {landed} with a planted link in place, {} payload directories \
+         written by swiftlet meanwhile, {last_label} label edits",
+        payloads.len()
+    );
     assert_eq!(rounds, ROUNDS, "rounds done before the deadline");
-    assert!(landed > 0, "no attack ever landed: the test attacked nothing");
+    assert!(
+        landed > 0,
+        "no attack ever landed: the test attacked nothing"
+    );
     // swiftlet rewrote the volume all along (each rewrite is a new payload directory).
     assert!(
         payloads.len() >= 20,
@@ -476,7 +485,9 @@ spec:
             .iter()
             .filter(|l| {
                 l.contains("error syncing pod")
-                    && l.contains("failed to prepare subPath for volumeMount \"work\" of container \"app\"")
+                    && l.contains(
+                        "failed to prepare subPath for volumeMount \"work\" of container \"app\"",
+                    )
             })
             .count();
         assert!(
@@ -487,15 +498,12 @@ spec:
     }
     let seen = std::fs::read_to_string(&seen_file).unwrap_or_default();
     std::fs::write(work.join("stop"), "").expect("stop the swapper");
-    #[expect(clippy::print_stderr, reason = "the attack's figures, for the record")]
-    {
-        eprintln!(
-            "{} swaps to a link to /, {} runs of the app ({:?}), {refused} starts refused",
-            swaps(),
-            runs(),
-            seen.lines().collect::<Vec<_>>()
-        );
-    }
+    eprintln!(
+        "{} swaps to a link to /, {} runs of the app ({:?}), {refused} starts refused",
+        swaps(),
+        runs(),
+        seen.lines().collect::<Vec<_>>()
+    );
     assert!(swaps() >= ROUNDS, "only {} swaps", swaps());
     assert!(
         runs() >= 1 && runs() + refused >= 3,
