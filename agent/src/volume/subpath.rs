@@ -39,8 +39,8 @@ use crate::{
     hostfs::{self, Dir, FileKind, Stat},
 };
 
-/// The mode of the empty file a file subPath is bound on (upstream 0640... the runtime binds
-/// over it, so only root ever sees it).
+/// The mode of the empty file a file subPath is bound on (upstream `prepareSubpathTarget`: 0640).
+/// The bind covers it at once; only root ever sees it bare.
 const FILE_TARGET_MODE: u32 = 0o640;
 /// How many stacked mounts an old target may carry before the replacement gives up.
 const MAX_STACKED: usize = 8;
@@ -337,8 +337,12 @@ pub fn clean(dirs: &PodDirs, uid: &PodUid, volume: &str, mounts: &[MountInfo]) -
     }
     match dirs.open_in_pod(uid, &[VOLUME_SUBPATHS]) {
         Ok(parent) => hostfs::remove_all(&parent, OsStr::new(volume))?,
-        Err(e) if e.is_not_found() => {}
+        Err(e) if e.is_not_found() => return Ok(()),
         Err(e) => return Err(e.into()),
+    }
+    // The last volume's: `volume-subpaths` goes too, as upstream (still used: it stays).
+    if let Ok(pod) = dirs.open_in_pod(uid, &[]) {
+        let _ = pod.remove_empty_dir(OsStr::new(VOLUME_SUBPATHS));
     }
     Ok(())
 }
