@@ -8,6 +8,7 @@ pub mod config;
 pub mod container;
 pub mod cri;
 pub mod eviction;
+pub mod hostfs;
 pub mod kernel;
 pub mod kubelet;
 pub mod kuberuntime;

@@ -25,6 +25,14 @@ fn container(name: &str, command: &str, mounts: &str) -> String {
     manifest::container(name, command, &format!("      volumeMounts:\n{mounts}"))
 }
 
+/// A readiness probe (container level, after `volumeMounts`) passing once `/tmp/checked` exists.
+const READY_WHEN_CHECKED: &str = "      readinessProbe:
+        exec:
+          command: [\"cat\", \"/tmp/checked\"]
+        periodSeconds: 1
+        failureThreshold: 1
+";
+
 fn manifest(name: &str, restart: &str, containers: &[String], volumes: &str) -> String {
     let spec = format!("  restartPolicy: {restart}\n  terminationGracePeriodSeconds: 1\n");
     format!(
@@ -242,6 +250,9 @@ fn read_only_mounts_refuse_writes_and_sub_paths_land_below_the_volume() {
         return;
     };
     let host = node.dir().join("host-data");
+    // The container checks, then says so through its readiness and keeps running: the test
+    // reads the subPath file while the pod runs (after it terminated, the volume's teardown
+    // raced the read: "the subPath file: NotFound").
     node.write_manifest(
         "ro.yaml",
         &manifest(
@@ -251,9 +262,12 @@ fn read_only_mounts_refuse_writes_and_sub_paths_land_below_the_volume() {
                 "app",
                 "if touch /ro/x 2>/dev/null; then exit 4; fi; \
                  echo in-sub > /sub/file || exit 5; \
-                 [ \"$(ls /sub)\" = file ] || exit 6; exit 0",
-                "        - name: data\n          mountPath: /ro\n          readOnly: true\n\
-                 \x20       - name: scratch\n          mountPath: /sub\n          subPath: a/b\n",
+                 [ \"$(ls /sub)\" = file ] || exit 6; touch /tmp/checked; exec sleep 3600",
+                &format!(
+                    "        - name: data\n          mountPath: /ro\n          readOnly: true\n\
+                     \x20       - name: scratch\n          mountPath: /sub\n          subPath: a/b\n\
+                     {READY_WHEN_CHECKED}"
+                ),
             )],
             &format!(
                 "    - name: data\n      hostPath:\n        path: {}\n        type: DirectoryOrCreate\n\
@@ -262,14 +276,13 @@ fn read_only_mounts_refuse_writes_and_sub_paths_land_below_the_volume() {
             ),
         ),
     );
-    let pod = node.wait_pod("ro", "the container done", |p| {
-        status::terminated(status::container(p, "app")).is_some()
+    let pod = node.wait_pod("ro", "the container's checks passed", |p| {
+        status::container(p, "app").is_some_and(|c| c.ready)
+            || status::terminated(status::container(p, "app")).is_some()
     });
     // 4: the read-only mount took a write; 5/6: the subPath mount was wrong.
-    assert_eq!(
-        status::terminated(status::container(&pod, "app")),
-        Some(("Completed".to_owned(), 0))
-    );
+    assert_eq!(status::terminated(status::container(&pod, "app")), None);
+    assert!(status::running(status::container(&pod, "app")));
     assert!(host.is_dir(), "DirectoryOrCreate made the node's directory");
     assert!(!host.join("x").exists());
     let uid = uid_of(&node, "ro");
@@ -277,6 +290,14 @@ fn read_only_mounts_refuse_writes_and_sub_paths_land_below_the_volume() {
     assert_eq!(
         std::fs::read_to_string(scratch.join("a/b/file")).expect("the subPath file"),
         "in-sub\n"
+    );
+    // The runtime was handed the bind below volume-subpaths, not a path into the volume.
+    let bind = pod_dir(&node, &uid).join("volume-subpaths/scratch/app/1");
+    assert!(
+        host_mounts_below(&pod_dir(&node, &uid))
+            .iter()
+            .any(|(point, _, _)| Path::new(point) == bind),
+        "the subPath's bind"
     );
     delete_and_check_gone(&node, "ro.yaml", "ro", &uid);
     assert!(host.is_dir(), "a hostPath outlives its pod");

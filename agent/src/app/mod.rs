@@ -55,6 +55,9 @@ pub enum Error {
     ApiServer(#[source] crate::sources::ApiServerError),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    /// Upstream `setupDataDirs`: the root dir, its `pods` and the pod log directory.
+    #[error("data directories (--root-dir / --pod-logs-dir): {0}")]
+    DataDirs(#[source] crate::hostfs::Error),
     #[error("--grpc-socket {}: {source}", path.display())]
     GrpcSocket {
         path: PathBuf,
@@ -124,6 +127,11 @@ impl Error {
                     .into(),
             ),
             Error::Sysctls(_) => Some("see the README's configuration table".into()),
+            Error::DataDirs(_) => Some(
+                "swiftlet runs as root and owns its root dir: check that --root-dir and \
+                 --pod-logs-dir are directories (not links) on a writable filesystem"
+                    .into(),
+            ),
             Error::Metrics(_) | Error::Stopped { .. } => None,
         }
     }
@@ -354,14 +362,22 @@ fn bind_unix(path: &std::path::Path) -> Result<UnixListener, Error> {
         path: path.to_owned(),
         source,
     };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(err)?;
+    // A missing directory is made root's (0750); one that exists is the admin's and kept as is.
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+        && std::fs::symlink_metadata(parent).is_err()
+    {
+        crate::hostfs::ensure_dir(parent, 0o750).map_err(|e| err(io::Error::other(e)))?;
     }
     // A socket file left by a previous run that no one listens on any more.
     if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
         std::fs::remove_file(path).map_err(err)?;
     }
-    UnixListener::bind(path).map_err(err)
+    let listener = UnixListener::bind(path).map_err(err)?;
+    // Connecting needs write permission: root and its group, whatever the umask.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
+    Ok(listener)
 }
 
 async fn shutdown_signal() {

@@ -582,9 +582,15 @@ fn volume_manager(
     shutdown: &CancellationToken,
 ) -> Result<Arc<VolumeManager>, Error> {
     let (_, allocatable_memory) = allocatable(config, node);
+    // Upstream `setupDataDirs`: the root dir, `pods` and the pod log directory 0750, before any
+    // pod's directory is made below them (wider ones an older agent left are narrowed).
+    let dirs = PodDirs::new(config.root_dir.clone());
+    dirs.setup().map_err(Error::DataDirs)?;
+    crate::hostfs::ensure_dir(&config.logs.pod_logs_dir, crate::volume::DIR_MODE)
+        .map_err(Error::DataDirs)?;
     let volumes = VolumeManager::new(
         VolumeManagerConfig {
-            dirs: PodDirs::new(config.root_dir.clone()),
+            dirs,
             node_allocatable_memory: allocatable_memory,
             node: NodeResources {
                 cpu_millis: node.cpu_millis,

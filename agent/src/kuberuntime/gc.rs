@@ -397,9 +397,14 @@ fn remove_container_logs(log: &Path) {
     }
 }
 
-/// Removes the log directories of pods whose content may go; (removed, failed).
+/// Removes the log directories of pods whose content may go; (removed, failed). Only entries
+/// of `root` itself, through its descriptor: a link is removed as a link, a mount below stops
+/// that directory's removal.
 fn remove_pod_log_dirs(root: &Path, pods: &dyn PodStateProvider) -> (usize, usize) {
     let Ok(entries) = std::fs::read_dir(root) else {
+        return (0, 0);
+    };
+    let Ok(root_dir) = crate::hostfs::Dir::open(root) else {
         return (0, 0);
     };
     let (mut removed, mut failed) = (0, 0);
@@ -408,10 +413,11 @@ fn remove_pod_log_dirs(root: &Path, pods: &dyn PodStateProvider) -> (usize, usiz
         let Some(uid) = pod_uid_of_log_dir(&name) else {
             continue;
         };
-        if !entry.path().is_dir() || !pods.should_pod_content_be_removed(&uid) {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) || !pods.should_pod_content_be_removed(&uid)
+        {
             continue;
         }
-        match std::fs::remove_dir_all(entry.path()) {
+        match crate::hostfs::remove_all(&root_dir, &entry.file_name()) {
             Ok(()) => removed += 1,
             Err(e) => {
                 failed += 1;

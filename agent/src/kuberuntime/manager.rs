@@ -37,6 +37,9 @@ use crate::{
     status::{ReasonCache, StartFailure, StartFailureReason},
 };
 
+/// A pod's log directory (upstream `createPodSandbox`: 0755).
+const POD_LOG_DIR_MODE: u32 = 0o755;
+
 /// Upstream `minimumGracePeriodInSeconds`: a container always gets at least this to stop.
 pub const MINIMUM_GRACE: Duration = Duration::from_secs(2);
 
@@ -251,7 +254,11 @@ impl KubeRuntimeManager {
             }
         };
         let (sandbox_id, pod_ips) = if actions.create_sandbox {
-            if let Err(e) = std::fs::create_dir_all(&sandbox_cfg.log_directory) {
+            // Upstream makes it 0755 (below the 0750 pod log directory).
+            if let Err(e) = crate::hostfs::ensure_dir(
+                std::path::Path::new(&sandbox_cfg.log_directory),
+                POD_LOG_DIR_MODE,
+            ) {
                 tracing::warn!(dir = sandbox_cfg.log_directory, error = %e, "cannot create the pod log directory");
             }
             let id = match self

@@ -274,7 +274,21 @@ fn compress(log: &Path) -> Result<PathBuf, RotateError> {
     let done = PathBuf::from(format!("{}{COMPRESS_SUFFIX}", log.display()));
     let result = (|| {
         let mut input = fs::File::open(log).map_err(io_err("open", log))?;
-        let output = fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+        // Upstream creates the compressed log 0644; set explicitly, the umask does not decide.
+        let output = {
+            use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+            let file = fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o644)
+                .open(&tmp)
+                .map_err(io_err("create", &tmp))?;
+            file.set_permissions(fs::Permissions::from_mode(0o644))
+                .map_err(io_err("create", &tmp))?;
+            file
+        };
         let mut encoder = flate2::write::GzEncoder::new(output, flate2::Compression::default());
         io::copy(&mut input, &mut encoder).map_err(io_err("compress", log))?;
         encoder

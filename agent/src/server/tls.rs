@@ -149,6 +149,20 @@ fn read_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'st
 /// Generates `cert`/`key` unless both exist (a pair from an earlier start is reused as is).
 pub fn ensure_self_signed(cert: &Path, key: &Path, host: &str) -> Result<(), TlsError> {
     if cert.exists() && key.exists() {
+        // A key an older agent left readable by others is narrowed to its owner.
+        use std::os::unix::fs::PermissionsExt as _;
+        if let Ok(meta) = fs::symlink_metadata(key)
+            && meta.is_file()
+            && meta.permissions().mode() & 0o077 != 0
+        {
+            tracing::info!(key = %key.display(), "narrowing the serving key's mode to 0600");
+            fs::set_permissions(key, fs::Permissions::from_mode(0o600)).map_err(|source| {
+                TlsError::Write {
+                    path: key.to_owned(),
+                    source,
+                }
+            })?;
+        }
         return Ok(());
     }
     let (cert_pem, key_pem) = generate_self_signed(host)?;
@@ -158,8 +172,9 @@ pub fn ensure_self_signed(cert: &Path, key: &Path, host: &str) -> Result<(), Tls
             path: path.to_owned(),
             source,
         };
+        // The certificate directory is root's alone (0700), whatever the umask.
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(err)?;
+            crate::hostfs::ensure_dir(dir, 0o700).map_err(|e| err(std::io::Error::other(e)))?;
         }
         // Written aside and renamed in: a crash never leaves half a key to be reused.
         let tmp = path.with_extension("tmp");

@@ -38,7 +38,10 @@ pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
 pub use merge::{Clock, PodStorage};
 pub use pod_config::{MergeStopped, PodConfig, SourceSender, SourcesReady};
 pub use static_pods::{StaticPodOptions, StaticPodSource, is_manifest_name};
-pub use validation::{FieldError, FieldErrorKind, ValidationErrors, validate_static_pod};
+pub use validation::{
+    FieldError, FieldErrorKind, ValidationErrors, is_valid_uid, validate_pod_identity,
+    validate_static_pod,
+};
 
 /// Which source a pod came from (`kubernetes.io/config.source`).
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";

@@ -199,6 +199,27 @@ async fn a_bad_manifest_is_reported_and_others_keep_flowing() {
 }
 
 #[tokio::test]
+async fn a_uid_that_would_climb_out_of_the_pods_directory_is_reported_by_file_and_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write(&dir.path().join("a.yaml"), &manifest("a", "busybox"));
+    let bad = dir.path().join("b.yaml");
+    write(&bad, &manifest_with_uid("b", "busybox", "../../../etc"));
+    let mut h = Harness::start(dir.path());
+    assert_eq!(h.next_names().await, (Op::Add, names(&["a-node-1"])));
+    let problems = h.problems_until(|p| !p.is_empty()).await;
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].file, bad);
+    assert!(
+        problems[0].reason.starts_with(
+            "invalid pod: metadata.uid: Invalid value: \"../../../etc\": must consist of"
+        ),
+        "{}",
+        problems[0].reason
+    );
+    h.stop().await;
+}
+
+#[tokio::test]
 async fn duplicate_names_keep_the_running_pod() {
     let dir = tempfile::tempdir().expect("tempdir");
     let b = dir.path().join("b.yaml");

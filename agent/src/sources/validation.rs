@@ -4,6 +4,12 @@
 //! Upstream: `pkg/apis/core/validation/validation.go` (`ValidatePodCreate`) and
 //! `pkg/api/pod/util.go` (`HasAPIObjectReference`, in `api_references.rs`).
 //!
+//! Also [`validate_pod_identity`]: what names the pod's directories and files on the node (its
+//! UID, name, namespace, container and volume names), checked for every pod, static or from the
+//! API server, before any path is built from it — nothing like `../..` or `/` ever reaches one.
+//! The API server's own validation makes UIDs UUIDs; a static manifest may set any
+//! `metadata.uid`, so upstream's kubelet took it as written.
+//!
 //! Not here: scheduling, security-context or volume-source details the API server also checks.
 
 use std::{collections::HashSet, fmt};
@@ -126,9 +132,99 @@ impl Errors {
     }
 }
 
+/// What a UID may be: it names `<rootDir>/pods/<uid>` and the pod's log directory.
+const UID_DETAIL: &str = "must consist of alphanumeric characters, '-', '_' or '.', start with an alphanumeric character and be at most 128 characters long (it names the pod's directories on the node)";
+const MAX_UID_LEN: usize = 128;
+
+/// Whether `uid` is one path component swiftlet may build paths from.
+pub fn is_valid_uid(uid: &str) -> bool {
+    uid.len() <= MAX_UID_LEN
+        && uid
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Checks what names the pod's paths on the node: `metadata.uid`, `metadata.name`,
+/// `metadata.namespace`, and every container's and volume's name (each a DNS label, as the API
+/// server requires).
+pub fn validate_pod_identity(pod: &Pod) -> Result<(), ValidationErrors> {
+    let mut errs = Errors::default();
+    identity(pod, &mut errs);
+    if let Some(spec) = &pod.spec {
+        let containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, c)| (format!("spec.initContainers[{i}].name"), c.name.as_str()))
+            .chain(
+                spec.containers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (format!("spec.containers[{i}].name"), c.name.as_str())),
+            )
+            .chain(
+                spec.ephemeral_containers
+                    .iter()
+                    .flatten()
+                    .enumerate()
+                    .map(|(i, c)| {
+                        (
+                            format!("spec.ephemeralContainers[{i}].name"),
+                            c.name.as_str(),
+                        )
+                    }),
+            );
+        let volumes = spec
+            .volumes
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, v)| (format!("spec.volumes[{i}].name"), v.name.as_str()));
+        for (field, name) in containers.chain(volumes) {
+            if !is_dns1123_label(name) {
+                errs.invalid(field, name, LABEL_DETAIL);
+            }
+        }
+    }
+    if errs.0.is_empty() {
+        Ok(())
+    } else {
+        Err(ValidationErrors(errs.0))
+    }
+}
+
+/// UID, name and namespace.
+fn identity(pod: &Pod, errs: &mut Errors) {
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    if uid.is_empty() {
+        errs.push("metadata.uid", FieldErrorKind::Required);
+    } else if !is_valid_uid(uid) {
+        errs.invalid("metadata.uid", uid, UID_DETAIL);
+    }
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if name.len() > 253 {
+        errs.invalid("metadata.name", name, "must be no more than 253 characters");
+    } else if !is_dns1123_subdomain(name) {
+        errs.invalid("metadata.name", name, SUBDOMAIN_DETAIL);
+    }
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    if !is_dns1123_label(namespace) {
+        errs.invalid("metadata.namespace", namespace, LABEL_DETAIL);
+    }
+}
+
 /// Validates a defaulted static pod.
 pub fn validate_static_pod(pod: &Pod) -> Result<(), ValidationErrors> {
     let mut errs = Errors::default();
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    if !uid.is_empty() && !is_valid_uid(uid) {
+        errs.invalid("metadata.uid", uid, UID_DETAIL);
+    }
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     if name.len() > 253 {
         errs.invalid("metadata.name", name, "must be no more than 253 characters");

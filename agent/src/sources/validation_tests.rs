@@ -158,3 +158,74 @@ fn resource_names_must_be_known_or_qualified() {
         ]
     );
 }
+
+#[test]
+fn a_uid_that_is_not_one_plain_name_is_refused() {
+    let spec = PodSpec {
+        containers: vec![container("a")],
+        ..PodSpec::default()
+    };
+    for bad in [
+        "../../etc",
+        "/",
+        "a/b",
+        ".hidden",
+        "..",
+        "-x",
+        &"u".repeat(129),
+    ] {
+        let mut p = pod("web", "default", spec.clone());
+        p.metadata.uid = Some(bad.to_owned());
+        let errs = errors(&p);
+        assert_eq!(errs.len(), 1, "{bad}: {errs:?}");
+        assert!(
+            errs[0].starts_with(&format!(
+                "metadata.uid: Invalid value: {bad:?}: must consist of"
+            )),
+            "{errs:?}"
+        );
+        assert!(validate_pod_identity(&p).is_err(), "{bad}");
+    }
+    for good in ["db-uid", "6f1b2c3d-0000-4000-8000-1234567890ab", "a.b_c"] {
+        let mut p = pod("web", "default", spec.clone());
+        p.metadata.uid = Some(good.to_owned());
+        assert_eq!(errors(&p), Vec::<String>::new(), "{good}");
+        assert_eq!(validate_pod_identity(&p), Ok(()), "{good}");
+    }
+}
+
+#[test]
+fn identity_names_every_field_a_path_is_built_from() {
+    let mut p = pod(
+        "web",
+        "default",
+        PodSpec {
+            containers: vec![container("../x")],
+            init_containers: Some(vec![container("ok")]),
+            volumes: Some(vec![Volume {
+                name: "a/b".to_owned(),
+                ..Volume::default()
+            }]),
+            ..PodSpec::default()
+        },
+    );
+    p.metadata.uid = Some("u-1".to_owned());
+    let err = validate_pod_identity(&p)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        err.contains("spec.containers[0].name: Invalid value: \"../x\""),
+        "{err}"
+    );
+    assert!(
+        err.contains("spec.volumes[0].name: Invalid value: \"a/b\""),
+        "{err}"
+    );
+    p.metadata.uid = None;
+    let err = validate_pod_identity(&p)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.starts_with("metadata.uid: Required value"), "{err}");
+}

@@ -3,10 +3,15 @@
 //! set-up volume (with `subPath`, `readOnly` and `mountPropagation`), the pod's managed
 //! `/etc/hosts` when the pod has an IP and no container mount covers it, and a fresh
 //! termination-message file per container instance.
+//!
+//! Files and directories made here have upstream's modes, set explicitly: `etc-hosts` 0644, the
+//! container's directory 0750, its termination-message files 0666 (the container's user, whoever
+//! it is, writes its message through the bind; local accounts cannot reach it through 0750
+//! parents). A subPath is bound by [`subpath::prepare`], never handed over as a path.
 
 use std::{
+    ffi::OsStr,
     fs,
-    os::unix::fs::PermissionsExt,
     sync::atomic::{AtomicU32, Ordering},
     time::SystemTime,
 };
@@ -14,7 +19,7 @@ use std::{
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, HostAlias, Pod};
 
-use super::{Error, Result, VolumeManager, error::io, subpath};
+use super::{Error, Plugin, Result, VolumeManager, error::io, subpath};
 use crate::{
     kuberuntime::{ContainerMounts, MountsError},
     pod_workers::pod_uid,
@@ -53,7 +58,7 @@ impl VolumeManager {
             .unwrap_or(false);
         let mut mounts = Vec::new();
         let mut covers_etc_hosts = false;
-        for m in container.volume_mounts.iter().flatten() {
+        for (index, m) in container.volume_mounts.iter().flatten().enumerate() {
             let volume = volumes.get(&m.name).ok_or_else(|| Error::VolumeNotFound {
                 volume: m.name.clone(),
                 container: container.name.clone(),
@@ -63,13 +68,18 @@ impl VolumeManager {
                 None => m.sub_path.clone().filter(|s| !s.is_empty()),
             };
             let host_path = match sub_path.as_deref() {
-                Some(sub) => subpath::resolve(&m.name, &volume.path, sub).map_err(|e| match e {
-                    Error::Io { .. } => Error::SubPathCreate {
-                        volume: m.name.clone(),
-                        container: container.name.clone(),
+                Some(sub) => subpath::prepare(
+                    self.dirs(),
+                    subpath::SubPath {
+                        uid: &uid,
+                        volume: &m.name,
+                        volume_path: &volume.path,
+                        host_path: volume.plugin == Plugin::HostPath,
+                        container: &container.name,
+                        index,
+                        sub_path: sub,
                     },
-                    other => other,
-                })?,
+                )?,
                 None => volume.path.clone(),
             };
             covers_etc_hosts |= m.mount_path == ETC_HOSTS;
@@ -110,12 +120,12 @@ impl VolumeManager {
             let (hostname, domain) = hostname_and_domain(pod, self.cluster_domain());
             managed_hosts(pod_ips, &hostname, domain.as_deref(), &aliases)
         };
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(io("creating", dir))?;
-        }
-        fs::write(&path, content).map_err(io("writing", &path))?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
-            .map_err(io("setting the mode of", &path))?;
+        // Upstream writes it 0644; replaced whole, never through a link.
+        self.dirs().ensure_in_pod(&uid, &[])?.replace_file(
+            OsStr::new("etc-hosts"),
+            content.as_bytes(),
+            0o644,
+        )?;
         Ok(cri::Mount {
             container_path: ETC_HOSTS.into(),
             host_path: path.to_string_lossy().into_owned(),
@@ -123,7 +133,7 @@ impl VolumeManager {
         })
     }
 
-    /// A new empty, world-writable file for this container instance's termination message.
+    /// A new empty file any user may write, for this container instance's termination message.
     fn termination_message_mount(
         &self,
         pod: &Pod,
@@ -131,8 +141,10 @@ impl VolumeManager {
         container_path: &str,
     ) -> Result<cri::Mount> {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
-        let dir = self.dirs().container(&pod_uid(pod), &container.name);
-        fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        let uid = pod_uid(pod);
+        let dir = self
+            .dirs()
+            .ensure_in_pod(&uid, &["containers", &container.name])?;
         let nanos = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
@@ -141,10 +153,9 @@ impl VolumeManager {
             "{:08x}",
             nanos ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(16)
         );
-        let file = dir.join(name);
-        fs::write(&file, b"").map_err(io("creating", &file))?;
-        fs::set_permissions(&file, fs::Permissions::from_mode(0o666))
-            .map_err(io("setting the mode of", &file))?;
+        // Upstream: created, then chmod 0666 whatever the umask.
+        dir.write_new_file(OsStr::new(&name), b"", 0o666)?;
+        let file = dir.child_path(OsStr::new(&name));
         Ok(cri::Mount {
             container_path: container_path.to_owned(),
             host_path: file.to_string_lossy().into_owned(),

@@ -1,21 +1,27 @@
 //! emptyDir volumes (upstream `pkg/volume/emptydir/empty_dir.go`): a 0777 directory under the
 //! pod's volumes, or a tmpfs mounted there for `medium: Memory`. Set-up is idempotent (an agent
-//! restarted finds its pods' volumes as it left them); tear-down unmounts and removes.
+//! restarted finds its pods' volumes as it left them); tear-down unmounts and removes, through
+//! descriptors: nothing a container left in the volume (links, mounts) is followed or crossed.
+//!
+//! Everyone may write a volume's root, as upstream: containers run as any user. What keeps local
+//! accounts out is the 0750 root-owned directories above it ([`super::paths::DIR_MODE`]).
 //!
 //! Not here: `sizeLimit` of a disk emptyDir. Upstream enforces it through the eviction manager
 //! (or project quotas); swiftlet measures the usage ([`disk_usage`]) and leaves eviction to it.
 
-use std::{os::unix::fs::PermissionsExt, path::Path};
+use std::{ffi::OsStr, os::fd::AsFd, path::Path};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     Result,
-    error::io,
     mount::{self, MountInfo},
     spec::Medium,
 };
-use crate::cm::pod_cgroups::PodLimits;
+use crate::{
+    cm::pod_cgroups::PodLimits,
+    hostfs::{self, Dir},
+};
 
 /// Upstream `defaultPerm`: every container user may write.
 const DEFAULT_PERM: u32 = 0o777;
@@ -43,47 +49,85 @@ pub fn memory_size(node_allocatable: i64, size_limit: Option<i64>, pod: &Pod) ->
     size
 }
 
-/// Makes `dir` ready: the directory, and for memory a tmpfs of `size` bytes on it unless one is
-/// there already.
-pub fn set_up(dir: &Path, medium: Medium, size: i64, mounts: &[MountInfo]) -> Result<()> {
-    std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
-    if medium == Medium::Memory && mount::mounted_at(mounts, dir).as_deref() != Some("tmpfs") {
-        mount::mount_tmpfs(dir, &mount::tmpfs_options(Some(size)))?;
-    }
+/// Makes volume `name` in `parent` ready and opens it: the directory, and for memory a tmpfs of
+/// `size` bytes on it unless one is there already. Its permission bits become 0777; special bits
+/// are kept (a tmpfs root's sticky bit, as upstream, which only compares the permission bits).
+pub fn set_up(
+    parent: &Dir,
+    name: &str,
+    medium: Medium,
+    size: i64,
+    mounts: &[MountInfo],
+) -> Result<Dir> {
+    let name = OsStr::new(name);
+    // An existing volume may be a mount point already (its tmpfs): opened crossing onto it,
+    // never through a link.
+    let dir = match parent.create_dir(name, DEFAULT_PERM, false) {
+        Ok(dir) => dir,
+        Err(e) if e.errno() == Some(nix::Error::EEXIST) => parent.open_dir_crossing(name)?,
+        Err(e) => return Err(e.into()),
+    };
+    let path = parent.child_path(name);
+    let dir = if medium == Medium::Memory
+        && mount::mounted_at(mounts, &path).as_deref() != Some("tmpfs")
+    {
+        // Mounted on the directory just opened (its `/proc/self/fd` path), not on a path.
+        mount::mount_tmpfs_on(
+            &hostfs::proc_fd_path(dir.as_fd()),
+            &path,
+            &mount::tmpfs_options(Some(size)),
+        )?;
+        parent.open_dir_crossing(name)?
+    } else if medium == Medium::Memory {
+        parent.open_dir_crossing(name)?
+    } else {
+        dir
+    };
     // After the mount: the tmpfs root is what containers see. Set explicitly, the umask does not
     // apply (upstream `setupDir` chmods for the same reason).
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DEFAULT_PERM))
-        .map_err(io("setting the mode of", dir))?;
-    Ok(())
+    let mode = dir.stat()?.mode;
+    if mode & 0o777 != DEFAULT_PERM {
+        dir.set_mode((mode & 0o7000) | DEFAULT_PERM)?;
+    }
+    Ok(dir)
 }
 
-/// Unmounts whatever is mounted at or below `dir` and removes it.
-pub fn tear_down(dir: &Path, mounts: &[MountInfo]) -> Result<()> {
-    for point in mount::mounts_below(mounts, dir) {
+/// Unmounts whatever is mounted at or below volume `name` in `parent` (deepest first) and
+/// removes it without following a link or crossing a mount.
+pub fn tear_down(parent: &Dir, name: &str, mounts: &[MountInfo]) -> Result<()> {
+    let path = parent.child_path(OsStr::new(name));
+    for point in mount::mounts_below(mounts, &path) {
         mount::unmount(&point)?;
     }
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io("removing", dir)(e)),
-    }
+    hostfs::remove_all(parent, OsStr::new(name))?;
+    Ok(())
 }
 
 /// Bytes used by the files below `dir` (upstream's `du` metrics provider counts blocks; this
 /// counts allocated blocks too, so sparse files count as what they take).
 pub fn disk_usage(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut total = 0;
-    let mut stack = vec![dir.to_owned()];
-    while let Some(path) = stack.pop() {
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+    // Through descriptors: a link a container swapped in is counted as a link, never walked,
+    // and a mount below is not the volume's.
+    let Ok(top) = Dir::open(dir) else {
+        return 0;
+    };
+    let mut total = top.stat().map(|s| s.blocks * 512).unwrap_or(0);
+    let mut stack = vec![top];
+    while let Some(current) = stack.pop() {
+        let Ok(names) = current.entries(usize::MAX) else {
             continue;
         };
-        total += meta.blocks() * 512;
-        if meta.is_dir()
-            && let Ok(entries) = std::fs::read_dir(&path)
-        {
-            stack.extend(entries.flatten().map(|e| e.path()));
+        for name in names {
+            let Ok(Some(stat)) = current.stat_at(&name) else {
+                continue;
+            };
+            total += stat.blocks * 512;
+            if stat.kind == hostfs::FileKind::Directory
+                && stack.len() < hostfs::MAX_OPEN_DEPTH
+                && let Ok(child) = current.open_dir(&name)
+            {
+                stack.push(child);
+            }
         }
     }
     total
@@ -145,18 +189,25 @@ mod tests {
 
     #[test]
     fn a_disk_empty_dir_is_a_world_writable_dir_and_goes_away() {
+        use std::os::unix::fs::PermissionsExt as _;
         let root = tempfile::tempdir().expect("tempdir");
-        let dir = root.path().join("volumes/kubernetes.io~empty-dir/cache");
-        set_up(&dir, Medium::Disk, 0, &[]).expect("set up");
+        let parent = Dir::open(root.path()).expect("open");
+        let dir = root.path().join("cache");
+        set_up(&parent, "cache", Medium::Disk, 0, &[]).expect("set up");
         let mode = std::fs::metadata(&dir).expect("stat").permissions().mode();
         assert_eq!(mode & 0o7777, 0o777);
         std::fs::write(dir.join("f"), vec![1u8; 8192]).expect("write");
         assert!(disk_usage(&dir) >= 8192);
         // Idempotent.
-        set_up(&dir, Medium::Disk, 0, &[]).expect("set up again");
+        set_up(&parent, "cache", Medium::Disk, 0, &[]).expect("set up again");
         assert!(dir.join("f").exists());
-        tear_down(&dir, &[]).expect("tear down");
+        // A link a container left in it goes as a link.
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::write(outside.path().join("victim"), "keep").expect("write");
+        std::os::unix::fs::symlink(outside.path(), dir.join("out")).expect("symlink");
+        tear_down(&parent, "cache", &[]).expect("tear down");
         assert!(!dir.exists());
-        tear_down(&dir, &[]).expect("tear down what is gone");
+        assert!(outside.path().join("victim").exists());
+        tear_down(&parent, "cache", &[]).expect("tear down what is gone");
     }
 }

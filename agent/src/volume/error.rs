@@ -28,6 +28,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// Anything done through the node's filesystem with [`crate::hostfs`].
+    #[error(transparent)]
+    HostFs(#[from] crate::hostfs::Error),
     #[error("{op} {path}: {source}")]
     Mount {
         op: &'static str,
@@ -52,8 +55,8 @@ pub enum Error {
     SubPathBacksteps { sub_path: String },
     #[error("missing value for {names}")]
     SubPathExprMissing { names: String },
-    #[error("subPath `{sub_path}` of volume {volume:?} resolves outside the volume")]
-    SubPathEscapes { sub_path: String, volume: String },
+    #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
+    SubPathPrepare { volume: String, container: String },
     #[error(
         "failed to create subPath directory for volumeMount {volume:?} of container {container:?}"
     )]

@@ -37,12 +37,15 @@ pub fn check_type(path: &str, kind: &str) -> Result<()> {
         "FileOrCreate" | "File" => {
             if kind == "FileOrCreate" && fs::symlink_metadata(p).is_err() {
                 // As upstream, the parent must exist.
-                OpenOptions::new()
+                let file = OpenOptions::new()
                     .create(true)
                     .append(true)
                     .mode(0o644)
                     .open(p)
                     .map_err(io("creating", p))?;
+                // The umask does not decide.
+                file.set_permissions(fs::Permissions::from_mode(0o644))
+                    .map_err(io("setting the mode of", p))?;
                 return Ok(());
             }
             file_type()

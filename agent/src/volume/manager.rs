@@ -25,10 +25,13 @@ use super::{
     downward_api, empty_dir, host_path,
     metrics::VolumeMetrics,
     mount::{self, MountInfo},
+    ownership::{self, FsGroup},
     paths::{Plugin, PodDirs},
     projected::{self, Want},
     spec::{Medium, Source, VolumeSpec, pod_volumes},
+    subpath,
 };
+use crate::hostfs::Dir;
 
 /// The objects read for this pass, by (pod, volume).
 type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
@@ -247,14 +250,7 @@ impl VolumeManager {
         };
         for (uid, name, volume) in unwanted {
             let started = std::time::Instant::now();
-            let done = match volume.plugin {
-                Plugin::HostPath => Ok(()),
-                Plugin::EmptyDir
-                | Plugin::DownwardApi
-                | Plugin::ConfigMap
-                | Plugin::Secret
-                | Plugin::Projected => empty_dir::tear_down(&volume.path, &mounts),
-            };
+            let done = self.tear_down(&uid, &name, &volume, &mounts);
             self.metrics.operation(
                 "volume_unmount",
                 volume.plugin,
@@ -359,6 +355,30 @@ impl VolumeManager {
         self.metrics.totals(&desired, &actual);
     }
 
+    /// Tears volume `name` of pod `uid` down: its subPath binds first (upstream
+    /// `CleanSubPaths`), then its directory (hostPath: nothing of the node's).
+    fn tear_down(
+        &self,
+        uid: &PodUid,
+        name: &str,
+        volume: &MountedVolume,
+        mounts: &[MountInfo],
+    ) -> Result<()> {
+        subpath::clean(&self.config.dirs, uid, name, mounts)?;
+        if volume.plugin == Plugin::HostPath {
+            return Ok(());
+        }
+        match self
+            .config
+            .dirs
+            .open_in_pod(uid, &["volumes", &volume.plugin.dir_name()])
+        {
+            Ok(parent) => empty_dir::tear_down(&parent, name, mounts),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn set_up(
         &self,
         uid: &PodUid,
@@ -371,14 +391,40 @@ impl VolumeManager {
         let dir = self.config.dirs.volume(uid, plugin, &volume.name);
         let memory =
             |limit| empty_dir::memory_size(self.config.node_allocatable_memory, limit, pod);
+        let fs_group = FsGroup::of(pod);
+        let mounted = |size_limit| MountedVolume {
+            plugin,
+            path: dir.clone(),
+            size_limit,
+        };
+        // downwardAPI, configMap, secret and projected: files on a tmpfs, written atomically,
+        // fsGroup applied to the new payload (read-only bits) before it becomes visible.
+        let write_files = |payload: &super::atomic_writer::Payload| -> Result<()> {
+            let parent = self.config.dirs.plugin_dir(uid, plugin)?;
+            let root =
+                empty_dir::set_up(&parent, &volume.name, Medium::Memory, memory(None), mounts)?;
+            let perms = |volume_root: &Dir, payload_dir: &Dir| -> Result<()> {
+                if let Some(group) = fs_group {
+                    ownership::change_below(payload_dir, group.gid, true)?;
+                    ownership::change_dir(payload_dir, group.gid, true)?;
+                    ownership::change_dir(volume_root, group.gid, true)?;
+                }
+                Ok(())
+            };
+            super::atomic_writer::write(&root, payload, SystemTime::now(), &perms)?;
+            Ok(())
+        };
         match &volume.source {
             Source::EmptyDir { medium, size_limit } => {
-                empty_dir::set_up(&dir, *medium, memory(*size_limit), mounts)?;
-                Ok(MountedVolume {
-                    plugin,
-                    path: dir,
-                    size_limit: (*medium == Medium::Disk).then_some(*size_limit).flatten(),
-                })
+                let parent = self.config.dirs.plugin_dir(uid, plugin)?;
+                let root =
+                    empty_dir::set_up(&parent, &volume.name, *medium, memory(*size_limit), mounts)?;
+                if let Some(group) = fs_group {
+                    ownership::set_volume_ownership(&root, group, false)?;
+                }
+                Ok(mounted(
+                    (*medium == Medium::Disk).then_some(*size_limit).flatten(),
+                ))
             }
             Source::HostPath { path, kind } => {
                 host_path::check_type(path, kind)?;
@@ -392,7 +438,6 @@ impl VolumeManager {
                 items,
                 default_mode,
             } => {
-                // As upstream, on a memory-backed emptyDir.
                 let payload = downward_api::payload(
                     &volume.name,
                     pod,
@@ -400,13 +445,8 @@ impl VolumeManager {
                     *default_mode,
                     self.config.node,
                 )?;
-                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
-                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
-                Ok(MountedVolume {
-                    plugin,
-                    path: dir,
-                    size_limit: None,
-                })
+                write_files(&payload)?;
+                Ok(mounted(None))
             }
             Source::Projected {
                 sources,
@@ -423,14 +463,10 @@ impl VolumeManager {
                     found,
                     *default_mode,
                     self.config.node,
+                    fs_group.is_some(),
                 )?;
-                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
-                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
-                Ok(MountedVolume {
-                    plugin,
-                    path: dir,
-                    size_limit: None,
-                })
+                write_files(&payload)?;
+                Ok(mounted(None))
             }
             Source::Object {
                 kind,
@@ -456,13 +492,8 @@ impl VolumeManager {
                     *default_mode,
                     *optional,
                 )?;
-                empty_dir::set_up(&dir, Medium::Memory, memory(None), mounts)?;
-                super::atomic_writer::write(&dir, &payload, SystemTime::now())?;
-                Ok(MountedVolume {
-                    plugin,
-                    path: dir,
-                    size_limit: None,
-                })
+                write_files(&payload)?;
+                Ok(mounted(None))
             }
         }
     }
@@ -472,6 +503,11 @@ impl VolumeManager {
     pub fn add_pod(&self, pod: Arc<Pod>) -> Result<()> {
         let volumes = pod_volumes(&pod)?;
         let uid = pod_uid(&pod);
+        // The sources validated both; the paths built from them do not depend on it.
+        crate::hostfs::check_component(std::ffi::OsStr::new(&uid.0))?;
+        for v in &volumes {
+            crate::hostfs::check_component(std::ffi::OsStr::new(&v.name))?;
+        }
         // A pod without volumes gives the reconciler nothing to do.
         let kick = !volumes.is_empty();
         self.state()
@@ -602,6 +638,7 @@ impl VolumeManager {
                 return Ok(());
             }
         }
+        crate::hostfs::check_component(std::ffi::OsStr::new(&uid.0))?;
         let dir = self.config.dirs.pod(uid);
         if std::fs::symlink_metadata(&dir).is_err() {
             return Ok(());
@@ -609,16 +646,11 @@ impl VolumeManager {
         for point in mount::mounts_below(&mount::mounts()?, &dir) {
             mount::unmount(&point)?;
         }
-        // Never remove below a mount that is still there (it could be the node's data).
-        let left = mount::mounts_below(&mount::mounts()?, &dir);
-        if let Some(point) = left.first() {
-            return Err(Error::Mount {
-                op: "still mounted:",
-                path: point.clone(),
-                source: nix::Error::EBUSY,
-            });
-        }
-        std::fs::remove_dir_all(&dir).map_err(super::error::io("removing", &dir))
+        // Through descriptors below `<rootDir>/pods`: a link is removed as a link, and a mount
+        // still there (it could be the node's data) stops the removal by name.
+        let pods = Dir::open(&self.config.dirs.pods())?;
+        crate::hostfs::remove_all(&pods, std::ffi::OsStr::new(&uid.0))?;
+        Ok(())
     }
 
     /// Housekeeping: removes the directories of pods `keep` does not name.

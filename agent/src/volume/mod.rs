@@ -4,11 +4,13 @@
 //! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`), configMap and secret files
 //! read from the API server (`api_objects.rs`), projected volumes with service account tokens
 //! (`projected.rs`), all written by `atomic_writer.rs` — the node's mounts (`mount.rs`), the pod directory layout
-//! (`paths.rs`), and each container's CRI mounts with `subPath` (`container_mounts.rs`,
-//! `subpath.rs`).
+//! (`paths.rs`), `fsGroup` ownership (`ownership.rs`), and each container's CRI mounts with
+//! `subPath` bound from a descriptor (`container_mounts.rs`, `subpath.rs`). Everything below a
+//! volume is touched through [`crate::hostfs`]: no link a container left is followed, no mount
+//! crossed.
 //!
 //! Not here: refreshing tokens and objects after set-up, PVCs, attach/detach
-//! and CSI, fsGroup ownership, SELinux relabelling, and eviction for `sizeLimit` of disk
+//! and CSI, SELinux relabelling, and eviction for `sizeLimit` of disk
 //! emptyDirs (usage is measured, [`VolumeManager::empty_dir_usage`]).
 
 mod api_objects;
@@ -21,6 +23,7 @@ mod host_path;
 mod manager;
 mod metrics;
 pub mod mount;
+mod ownership;
 mod paths;
 mod projected;
 mod spec;
@@ -38,5 +41,5 @@ pub use manager::{
     default_wait_budget, wait_steps,
 };
 pub use metrics::VolumeMetrics;
-pub use paths::{Plugin, PodDirs};
+pub use paths::{DIR_MODE, Plugin, PodDirs};
 pub use spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes};

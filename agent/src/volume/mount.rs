@@ -87,21 +87,42 @@ pub fn tmpfs_options(size: Option<i64>) -> String {
     }
 }
 
-/// Mounts a tmpfs at `dir` with `options`.
-pub fn mount_tmpfs(dir: &Path, options: &str) -> Result<()> {
+/// Mounts a tmpfs with `options` on `target` (a directory's `/proc/self/fd` path), which is
+/// `path` (for messages).
+pub fn mount_tmpfs_on(target: &Path, path: &Path, options: &str) -> Result<()> {
     let data = (!options.is_empty()).then_some(options);
-    nix::mount::mount(Some("tmpfs"), dir, Some("tmpfs"), MsFlags::empty(), data).map_err(|source| {
-        Error::Mount {
+    nix::mount::mount(Some("tmpfs"), target, Some("tmpfs"), MsFlags::empty(), data).map_err(
+        |source| Error::Mount {
             op: "mounting a tmpfs at",
-            path: dir.to_owned(),
+            path: path.to_owned(),
             source,
-        }
+        },
+    )
+}
+
+/// Binds `source` on `target`, both `/proc/self/fd` paths of descriptors opened safely, so the
+/// mount holds exactly the objects opened, whatever changed along their paths since (upstream
+/// `doBindSubPath`). `path` is the target, for messages.
+pub fn bind(source: &Path, target: &Path, path: &Path) -> Result<()> {
+    nix::mount::mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|source| Error::Mount {
+        op: "bind-mounting a subPath at",
+        path: path.to_owned(),
+        source,
     })
 }
 
-/// Unmounts `dir`; a path that is not mounted (EINVAL) or gone (ENOENT) is fine.
+/// Unmounts `dir`; a path that is not mounted (EINVAL) or gone (ENOENT) is fine. Its last
+/// component is not followed if a link (`UMOUNT_NOFOLLOW`); the ones before are swiftlet's own
+/// directories for every mount swiftlet makes.
 pub fn unmount(dir: &Path) -> Result<()> {
-    match nix::mount::umount2(dir, MntFlags::empty()) {
+    match nix::mount::umount2(dir, MntFlags::UMOUNT_NOFOLLOW) {
         Ok(()) | Err(nix::Error::EINVAL | nix::Error::ENOENT) => Ok(()),
         Err(source) => Err(Error::Mount {
             op: "unmounting",

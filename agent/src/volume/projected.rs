@@ -70,6 +70,7 @@ pub fn payload(
     fetched: &[Fetch],
     default_mode: i32,
     node: NodeResources,
+    fs_group: bool,
 ) -> Result<Payload> {
     let mut out = Payload::new();
     for (i, source) in sources.iter().enumerate() {
@@ -127,11 +128,18 @@ pub fn payload(
                     });
                 }
             };
+            // Upstream: with an fsGroup the token is 0600, and the ownership change makes it
+            // 0640 for the group; without, the volume's default mode.
+            let mode = if fs_group {
+                0o600
+            } else {
+                u32::try_from(default_mode & 0o777).unwrap_or(0o644)
+            };
             out.insert(
                 t.path.clone(),
                 FileProjection {
                     data: token.into_bytes(),
-                    mode: u32::try_from(default_mode & 0o777).unwrap_or(0o644),
+                    mode,
                 },
             );
         } else {
@@ -246,6 +254,7 @@ mod tests {
             &fetched,
             0o644,
             NodeResources::default(),
+            false,
         )
         .expect("payload");
         assert_eq!(
@@ -253,7 +262,21 @@ mod tests {
             vec!["ca.crt", "namespace", "token"]
         );
         assert_eq!(files["token"].data, b"eyJhbGciOi");
+        assert_eq!(files["token"].mode, 0o644);
         assert_eq!(files["namespace"].data, b"prod");
+        // With an fsGroup the token is the owner's alone until the group is given read.
+        let grouped = payload(
+            "kube-api-access-x",
+            &pod(),
+            &kube_api_access(),
+            &fetched,
+            0o644,
+            NodeResources::default(),
+            true,
+        )
+        .expect("payload");
+        assert_eq!(grouped["token"].mode, 0o600);
+        assert_eq!(grouped["ca.crt"].mode, 0o644);
     }
 
     #[test]
@@ -266,6 +289,7 @@ mod tests {
             &fetched,
             0o644,
             NodeResources::default(),
+            false,
         )
         .err()
         .map(|e| e.to_string());

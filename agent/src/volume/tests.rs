@@ -97,27 +97,34 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
     let host = tempfile::tempdir().expect("tempdir");
     let manager = manager(root.path());
     let host_dir = host.path().to_string_lossy().into_owned();
+    // subPaths are bind mounts: only as root.
+    let binds = nix::unistd::geteuid().is_root();
+    let mut mounts = vec![
+        mount("cache", "/cache"),
+        VolumeMount {
+            read_only: Some(true),
+            mount_propagation: Some("HostToContainer".into()),
+            ..mount("data", "/data")
+        },
+    ];
+    if binds {
+        mounts.push(VolumeMount {
+            sub_path: Some("logs/app".into()),
+            ..mount("cache", "/logs")
+        });
+        mounts.push(VolumeMount {
+            sub_path_expr: Some("by-pod/$(POD_NAME)".into()),
+            ..mount("cache", "/mine")
+        });
+    } else {
+        eprintln!("subPath part skipped: bind mounts need root");
+    }
     let p = pod(
         vec![
             empty_dir("cache"),
             host_path("data", &host_dir, "Directory"),
         ],
-        vec![
-            mount("cache", "/cache"),
-            VolumeMount {
-                sub_path: Some("logs/app".into()),
-                ..mount("cache", "/logs")
-            },
-            VolumeMount {
-                read_only: Some(true),
-                mount_propagation: Some("HostToContainer".into()),
-                ..mount("data", "/data")
-            },
-            VolumeMount {
-                sub_path_expr: Some("by-pod/$(POD_NAME)".into()),
-                ..mount("cache", "/mine")
-            },
-        ],
+        mounts,
     );
     let uid = PodUid::from("uid-1");
     let cancel = CancellationToken::new();
@@ -152,17 +159,48 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
     };
     assert_eq!(by_path("/cache").host_path, cache.to_string_lossy());
     assert!(!by_path("/cache").readonly);
-    let logs = by_path("/logs");
-    assert!(
-        logs.host_path
-            .ends_with("kubernetes.io~empty-dir/cache/logs/app")
-    );
-    assert!(cache.join("logs/app").is_dir());
-    assert!(
-        by_path("/mine")
-            .host_path
-            .ends_with("kubernetes.io~empty-dir/cache/by-pod/web")
-    );
+    let pod_dir = root.path().join("pods/uid-1");
+    if binds {
+        // The runtime gets the bind of what was resolved, not a path into the volume.
+        let logs = by_path("/logs");
+        assert_eq!(
+            logs.host_path,
+            pod_dir
+                .join("volume-subpaths/cache/app/2")
+                .to_string_lossy()
+        );
+        assert!(cache.join("logs/app").is_dir());
+        std::fs::write(std::path::Path::new(&logs.host_path).join("f"), "x").expect("write");
+        assert!(cache.join("logs/app/f").is_file());
+        assert_eq!(
+            by_path("/mine").host_path,
+            pod_dir
+                .join("volume-subpaths/cache/app/3")
+                .to_string_lossy()
+        );
+        assert!(cache.join("by-pod/web").is_dir());
+    }
+    // Every directory of the pod is 0750; the hosts file 0644, the termination-message file
+    // 0666.
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = |p: &std::path::Path| {
+        std::fs::symlink_metadata(p)
+            .expect("stat")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    for dir in [
+        root.path().join("pods"),
+        pod_dir.clone(),
+        pod_dir.join("volumes"),
+        pod_dir.join("volumes/kubernetes.io~empty-dir"),
+        pod_dir.join("containers"),
+        pod_dir.join("containers/app"),
+    ] {
+        assert_eq!(mode(&dir), 0o750, "{}", dir.display());
+    }
+    assert_eq!(mode(&cache), 0o777);
     let data = by_path("/data");
     assert_eq!(data.host_path, host_dir);
     assert!(data.readonly);
@@ -171,6 +209,7 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
         cri::MountPropagation::PropagationHostToContainer as i32
     );
     let hosts = by_path("/etc/hosts");
+    assert_eq!(mode(std::path::Path::new(&hosts.host_path)), 0o644);
     let text = std::fs::read_to_string(&hosts.host_path).expect("hosts");
     assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
     assert!(
@@ -188,6 +227,7 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
         )
     );
     assert!(std::path::Path::new(&log.host_path).is_file());
+    assert_eq!(mode(std::path::Path::new(&log.host_path)), 0o666);
 
     // Terminated: the volumes go, then the pod's directory.
     manager.remove_pod(&uid);
@@ -200,6 +240,7 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
     manager.reconcile().await;
     unmount.await.expect("joined").expect("unmounted");
     assert!(!cache.exists());
+    assert!(!pod_dir.join("volume-subpaths/cache").exists());
     assert!(manager.mounted_volumes(&uid).is_empty());
     manager.remove_pod_dir(&uid).expect("removed");
     assert!(!root.path().join("pods/uid-1").exists());
@@ -519,4 +560,160 @@ async fn a_token_is_requested_bound_to_the_pod() {
     };
     let ((), token) = tokio::join!(server, objects.token(&spec));
     assert_eq!(token.as_deref(), Ok("eyJhbGciOi"));
+}
+
+/// upstream's secret plugin with an fsGroup: read from the API server (the scripted transport),
+/// written on a real tmpfs below a real root, owned by the group with read bits and setgid.
+#[tokio::test]
+async fn an_fs_group_owns_a_secret_volumes_files() {
+    use crate::sources::apiserver::fake_api::fake_api;
+    use http::Method;
+    use k8s_openapi::api::core::v1::{KeyToPath, PodSecurityContext, SecretVolumeSource};
+    use serde_json::json;
+    use std::os::unix::fs::MetadataExt as _;
+
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a secret volume is a tmpfs, and chown to a group needs root");
+        return;
+    }
+    let (client, mut api) = fake_api();
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    manager.set_object_source(Arc::new(KubeObjects(client)));
+    let mut p = (*pod(
+        vec![Volume {
+            name: "creds".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some("db".into()),
+                default_mode: Some(0o400),
+                items: Some(vec![
+                    KeyToPath {
+                        key: "password".into(),
+                        path: "password".into(),
+                        mode: None,
+                    },
+                    KeyToPath {
+                        key: "cert".into(),
+                        path: "tls/cert".into(),
+                        mode: Some(0o644),
+                    },
+                ]),
+                optional: None,
+            }),
+            ..Default::default()
+        }],
+        vec![mount("creds", "/creds")],
+    ))
+    .clone();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.security_context = Some(PodSecurityContext {
+            fs_group: Some(3000),
+            ..Default::default()
+        });
+    }
+    let p = Arc::new(p);
+    manager.add_pod(p.clone()).expect("supported");
+    let server = async {
+        api.expect(Method::GET, "/api/v1/namespaces/prod/secrets/db")
+            .await
+            .reply(
+                200,
+                &json!({
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "db", "namespace": "prod"},
+                    "data": {"password": "aHVudGVyMg==", "cert": "Y2VydA=="},
+                }),
+            );
+    };
+    tokio::join!(server, manager.reconcile());
+    let volume = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~secret/creds");
+    let uid = PodUid::from("uid-1");
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        assert_eq!(
+            manager.mounted_volumes(&uid).keys().collect::<Vec<_>>(),
+            vec!["creds"]
+        );
+        let meta = |p: &str| std::fs::metadata(volume.join(p)).expect("stat");
+        let password = meta("password");
+        assert_eq!(
+            std::fs::read_to_string(volume.join("password")).expect("read"),
+            "hunter2"
+        );
+        // 0400 + the group's read (upstream roMask); 0644 keeps what it has.
+        assert_eq!((password.gid(), password.mode() & 0o7777), (3000, 0o440));
+        let cert = meta("tls/cert");
+        assert_eq!((cert.gid(), cert.mode() & 0o7777), (3000, 0o644));
+        // Directories: the group, its read and search bits, and setgid.
+        let tls = meta("tls");
+        assert_eq!((tls.gid(), tls.mode() & 0o7777), (3000, 0o2755));
+        let top = meta(".");
+        assert_eq!(top.gid(), 3000);
+        assert_eq!(top.mode() & 0o2550, 0o2550);
+        // Only root and its group reach it from the node: the pod's directories are 0750.
+        let pod_dir = std::fs::metadata(root.path().join("pods/uid-1")).expect("stat");
+        assert_eq!(pod_dir.mode() & 0o777, 0o750);
+    }));
+    // Torn down whatever the checks said: the tmpfs must not outlive the test.
+    manager.remove_pod(&uid);
+    manager.reconcile().await;
+    assert!(!volume.exists(), "torn down");
+    if let Err(panic) = checked {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A downwardAPI volume is a tmpfs written again when the pod's labels change: the second write
+/// opens the volume that is now a mount point.
+#[tokio::test]
+async fn a_downward_api_volume_on_its_tmpfs_is_rewritten_when_labels_change() {
+    use k8s_openapi::api::core::v1::{
+        DownwardAPIVolumeFile, DownwardAPIVolumeSource, ObjectFieldSelector,
+    };
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a downwardAPI volume is a tmpfs, mounting one needs root");
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let labelled = |round: &str| {
+        let mut p = (*pod(
+            vec![Volume {
+                name: "info".into(),
+                downward_api: Some(DownwardAPIVolumeSource {
+                    items: Some(vec![DownwardAPIVolumeFile {
+                        path: "labels".into(),
+                        field_ref: Some(ObjectFieldSelector {
+                            field_path: "metadata.labels".into(),
+                            api_version: None,
+                        }),
+                        ..Default::default()
+                    }]),
+                    default_mode: None,
+                }),
+                ..Default::default()
+            }],
+            vec![mount("info", "/info")],
+        ))
+        .clone();
+        p.metadata.labels = Some([("round".to_owned(), round.to_owned())].into());
+        Arc::new(p)
+    };
+    let volume = root
+        .path()
+        .join("pods/uid-1/volumes/kubernetes.io~downward-api/info");
+    manager.add_pod(labelled("1")).expect("supported");
+    manager.reconcile().await;
+    let first = std::fs::read_to_string(volume.join("labels"));
+    manager.add_pod(labelled("2")).expect("supported");
+    manager.reconcile().await;
+    let second = std::fs::read_to_string(volume.join("labels"));
+    let uid = PodUid::from("uid-1");
+    manager.remove_pod(&uid);
+    manager.reconcile().await;
+    assert!(!volume.exists(), "torn down");
+    assert_eq!(first.expect("first write"), "round=\"1\"");
+    assert_eq!(second.expect("second write"), "round=\"2\"");
 }

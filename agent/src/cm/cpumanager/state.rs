@@ -174,12 +174,13 @@ pub fn store(path: &Path, assignments: &Assignments) -> Result<(), StateError> {
     };
     let text = serde_json::to_string(&Checkpoint::of(assignments))
         .map_err(|e| write(std::io::Error::other(e)))?;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(write)?;
-    }
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).map_err(write)?;
-    std::fs::rename(&tmp, path).map_err(write)
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(write(std::io::Error::other("not a file path")));
+    };
+    // Upstream's checkpoint store writes 0600 through a temporary file and a rename.
+    crate::hostfs::ensure_dir(dir, 0o750)
+        .and_then(|dir| dir.replace_file(name, text.as_bytes(), 0o600))
+        .map_err(|e| write(std::io::Error::other(e)))
 }
 
 #[cfg(test)]

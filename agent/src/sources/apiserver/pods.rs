@@ -10,7 +10,11 @@
 //! a partial list (which it would read as removals). Watch errors are logged and retried with
 //! kube-runtime's default backoff (0.8 s doubling to 30 s, jittered); the source never gives up.
 //!
-//! Not here: validating pods (the API server did), the merge, mirror pods.
+//! A pod whose UID, name, namespace, container or volume names could not name a path on the node
+//! (`validate_pod_identity`: the API server never sends one, but the node does not depend on it)
+//! is left out and logged, and the others keep flowing.
+//!
+//! Not here: validating the rest of a pod (the API server did), the merge, mirror pods.
 
 use std::{collections::BTreeMap, pin::pin};
 
@@ -41,9 +45,11 @@ impl PodStore {
                 None
             }
             watcher::Event::InitApply(pod) => {
-                self.listing
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(key(&pod), pod);
+                let listing = self.listing.get_or_insert_with(BTreeMap::new);
+                match checked(pod) {
+                    Ok(pod) => listing.insert(key(&pod), pod),
+                    Err(key) => listing.remove(&key),
+                };
                 None
             }
             watcher::Event::InitDone => {
@@ -51,7 +57,10 @@ impl PodStore {
                 Some(self.snapshot())
             }
             watcher::Event::Apply(pod) => {
-                self.pods.insert(key(&pod), pod);
+                match checked(pod) {
+                    Ok(pod) => self.pods.insert(key(&pod), pod),
+                    Err(key) => self.pods.remove(&key),
+                };
                 Some(self.snapshot())
             }
             watcher::Event::Delete(pod) => {
@@ -63,6 +72,18 @@ impl PodStore {
 
     fn snapshot(&self) -> Vec<Pod> {
         self.pods.values().cloned().collect()
+    }
+}
+
+/// The pod, or its key when its identity could not name a path (said in the log).
+fn checked(pod: Pod) -> Result<Pod, String> {
+    match crate::sources::validate_pod_identity(&pod) {
+        Ok(()) => Ok(pod),
+        Err(errors) => {
+            let key = key(&pod);
+            tracing::error!(pod = key, %errors, "pod from the API server ignored: its identity cannot name its directories on the node");
+            Err(key)
+        }
     }
 }
 

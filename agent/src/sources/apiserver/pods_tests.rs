@@ -167,3 +167,33 @@ fn the_store_sends_complete_sets_only() {
         Some(vec![typed("c")])
     );
 }
+
+#[test]
+fn a_pod_whose_identity_could_name_a_path_outside_its_own_is_left_out() {
+    let typed = |name: &str, uid: &str| -> Pod {
+        serde_json::from_value(pod(name, uid, "1")).expect("pod")
+    };
+    let mut store = PodStore::default();
+    assert_eq!(store.apply(watcher::Event::Init), None);
+    assert_eq!(
+        store.apply(watcher::Event::InitApply(typed("a", "u-a"))),
+        None
+    );
+    assert_eq!(
+        store.apply(watcher::Event::InitApply(typed("b", "../../etc"))),
+        None
+    );
+    assert_eq!(
+        store.apply(watcher::Event::InitDone),
+        Some(vec![typed("a", "u-a")])
+    );
+    // A pod that turns bad goes; the others stay.
+    assert_eq!(
+        store.apply(watcher::Event::Apply(typed("a", "/"))),
+        Some(Vec::new())
+    );
+    assert_eq!(
+        store.apply(watcher::Event::Apply(typed("c", "u-c"))),
+        Some(vec![typed("c", "u-c")])
+    );
+}
