@@ -2,7 +2,8 @@
 //! only checks. Needs: Debian packages (protoc, promtool, and the container runtime with what its
 //! local images are built from), the `rust-src` component (the eBPF programs build `core` for the
 //! BPF target), and `bpf-linker` built against this rustc's own LLVM into `.tools/` (no system
-//! LLVM needed).
+//! LLVM needed); for the fuzz targets, a nightly toolchain (sanitizers and libFuzzer's coverage
+//! instrumentation are unstable) and `cargo-fuzz` into `.tools/`.
 
 use std::{fs, path::Path};
 
@@ -63,11 +64,16 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
 ];
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Works with the nightly 1.97 (2026-05-19) these machines have; newer cargo-fuzz releases may
+/// need a newer nightly.
+pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 pub fn ensure() -> anyhow::Result<()> {
     debian_packages()?;
     rust_src()?;
     bpf_linker()?;
+    nightly()?;
+    cargo_fuzz()?;
     Ok(())
 }
 
@@ -130,6 +136,51 @@ fn rust_src() -> anyhow::Result<()> {
     }
     println!("xtask: setup: adding the rust-src component (the eBPF programs build core from it)");
     sh::run(std::process::Command::new("rustup").args(["component", "add", "rust-src"]))
+}
+
+/// The fuzz build's toolchain (the eBPF programs do not need it: build.rs leaves them out of a
+/// fuzz build).
+fn nightly() -> anyhow::Result<()> {
+    let version =
+        sh::output(std::process::Command::new("rustup").args(["run", "nightly", "rustc", "-V"]));
+    if let Some(v) = version {
+        println!("xtask: setup: nightly toolchain present ({})", v.trim());
+        return Ok(());
+    }
+    println!("xtask: setup: installing the nightly toolchain (the fuzz targets build with it)");
+    sh::run(std::process::Command::new("rustup").args([
+        "toolchain",
+        "install",
+        "nightly",
+        "--profile",
+        "minimal",
+    ]))
+}
+
+/// cargo-fuzz, pinned, into `.tools/bin` (on PATH for every command xtask runs).
+fn cargo_fuzz() -> anyhow::Result<()> {
+    let tools = sh::tools_dir();
+    let binary = tools.join("bin").join("cargo-fuzz");
+    if sh::output(std::process::Command::new(&binary).arg("--version"))
+        .is_some_and(|v| v.split_whitespace().nth(1) == Some(CARGO_FUZZ_VERSION))
+    {
+        println!(
+            "xtask: setup: cargo-fuzz {CARGO_FUZZ_VERSION} present in {}",
+            tools.display()
+        );
+        return Ok(());
+    }
+    println!(
+        "xtask: setup: building cargo-fuzz {CARGO_FUZZ_VERSION} into {} (about a minute)",
+        tools.display()
+    );
+    sh::run(
+        std::process::Command::new("cargo")
+            .args(["install", "cargo-fuzz", "--locked", "--force", "--version"])
+            .arg(CARGO_FUZZ_VERSION)
+            .arg("--root")
+            .arg(&tools),
+    )
 }
 
 /// bpf-linker links against LLVM; it is built against the very libLLVM this rustc ships, so its
