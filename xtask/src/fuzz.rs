@@ -21,7 +21,8 @@ use std::{
     fs,
     os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
     time::Instant,
 };
 
@@ -96,6 +97,7 @@ struct Outcome {
 pub fn run(seconds: u64, names: &[String]) -> anyhow::Result<()> {
     let targets = select(names)?;
     setup::ensure()?;
+    setup::fuzz_tools()?;
     let started = Instant::now();
     sh::run(&mut build_command())?;
     println!(
@@ -136,12 +138,15 @@ fn build_command() -> Command {
     cargo
 }
 
-/// The suite's fuzz build, started in the background at the lowest CPU priority while the tests
-/// run: they leave the CPUs idle much of the time (containers starting, probes and timeouts
-/// waited for), and the build takes only what they leave. Killed with its compilers if dropped
-/// before [`in_suite`] waits for it (a failed test ends the suite first).
+/// The suite's fuzz build (and the install of the fuzz tools a fresh clone lacks), started in
+/// the background at the lowest CPU priority while the tests run: they leave the CPUs idle much
+/// of the time (containers starting, probes and timeouts waited for), and the build takes only
+/// what they leave. Dropped before [`in_suite`] waited for it (a failed test ends the suite
+/// first), it kills the command under way with its compilers and stops.
 pub struct Prebuild {
-    child: Option<Child>,
+    worker: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    /// The process group of the command under way; `None` once cancelled.
+    current: Arc<Mutex<Option<Option<u32>>>>,
     log: PathBuf,
     started: Instant,
 }
@@ -153,29 +158,25 @@ impl Prebuild {
         let log_path = logs.join("build.log");
         let log = fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
-        let build = build_command();
-        let mut nice = Command::new("nice");
-        nice.args(["-n", "19"])
-            .arg(build.get_program())
-            .args(build.get_args())
-            .current_dir(sh::root())
-            .env("PATH", sh::path_with_tools())
-            // Its own process group, so that dropping it kills the compilers too.
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log);
+        let mut steps = setup::fuzz_tool_installs();
+        steps.push(("building the fuzz targets".to_owned(), build_command()));
         println!(
-            "xtask: fuzz: building the fuzz targets in the background at nice 19 while the tests \
-             run: $ {} (output: {})",
-            sh::display(&build),
+            "xtask: fuzz: in the background at nice 19 while the tests run: {} (output: {})",
+            steps
+                .iter()
+                .map(|(what, _)| what.as_str())
+                .collect::<Vec<_>>()
+                .join(", then "),
             log_path.display()
         );
-        let child = nice
-            .spawn()
-            .with_context(|| format!("cannot start {}", sh::display(&build)))?;
+        let current = Arc::new(Mutex::new(Some(None)));
+        let worker = {
+            let current = current.clone();
+            std::thread::spawn(move || run_niced(steps, &log, &current))
+        };
         Ok(Prebuild {
-            child: Some(child),
+            worker: Some(worker),
+            current,
             log: log_path,
             started: Instant::now(),
         })
@@ -184,20 +185,22 @@ impl Prebuild {
     /// Waits for the build; says how long it took and how long the suite waited for it.
     fn finish(mut self) -> anyhow::Result<()> {
         let waiting = Instant::now();
-        let Some(mut child) = self.child.take() else {
-            bail!("the fuzz build was already waited for");
+        let result = match self.worker.take() {
+            Some(worker) => worker
+                .join()
+                .unwrap_or_else(|_| Err(anyhow::anyhow!("the fuzz build's thread panicked"))),
+            None => Err(anyhow::anyhow!("the fuzz build was already waited for")),
         };
-        let status = child.wait().context("waiting for the fuzz build")?;
-        if !status.success() {
+        if let Err(error) = result {
             let text = fs::read_to_string(&self.log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(40).collect();
             for line in tail.iter().rev() {
                 eprintln!("  {line}");
             }
-            bail!(
-                "the fuzz build failed ({status}); its output is in {}",
+            return Err(error.context(format!(
+                "the fuzz build failed; its output is in {}",
                 self.log.display()
-            );
+            )));
         }
         println!(
             "xtask: fuzz: the background build took {:.0} s; the suite waited {:.0} s for it",
@@ -210,14 +213,60 @@ impl Prebuild {
 
 impl Drop for Prebuild {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take()
-            && let Ok(None) = child.try_wait()
-            && let Ok(pid) = i32::try_from(child.id())
-        {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
-            let _ = child.wait();
+        let Some(worker) = self.worker.take() else {
+            return;
+        };
+        let running = match self.current.lock() {
+            Ok(mut current) => current.take().flatten(),
+            Err(_) => None,
+        };
+        if let Some(pgid) = running.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+        let _ = worker.join();
+    }
+}
+
+/// Runs `steps` one after the other at nice 19, each in its own process group (recorded in
+/// `current` so that it can be killed), output to `log`; stops at the first failure or when
+/// cancelled (`current` emptied).
+fn run_niced(
+    steps: Vec<(String, Command)>,
+    log: &fs::File,
+    current: &Mutex<Option<Option<u32>>>,
+) -> anyhow::Result<()> {
+    for (what, command) in steps {
+        let mut nice = Command::new("nice");
+        nice.args(["-n", "19"])
+            .arg(command.get_program())
+            .args(command.get_args())
+            .current_dir(sh::root())
+            .env("PATH", sh::path_with_tools())
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log.try_clone()?);
+        let mut child = {
+            let mut current = current
+                .lock()
+                .map_err(|_| anyhow::anyhow!("the fuzz build's state is poisoned"))?;
+            let Some(slot) = current.as_mut() else {
+                bail!("cancelled");
+            };
+            let child = nice
+                .spawn()
+                .with_context(|| format!("cannot start {}", sh::display(&command)))?;
+            *slot = Some(child.id());
+            child
+        };
+        let status = child
+            .wait()
+            .with_context(|| format!("waiting for {what}"))?;
+        if !status.success() {
+            bail!("{} failed ({status})", sh::display(&command));
         }
     }
+    Ok(())
 }
 
 /// The suite's short run of every target, once its background build is done.

@@ -90,7 +90,7 @@ enum Task {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::ensure(),
+        Task::Setup => setup::ensure().and_then(|()| setup::fuzz_tools()),
         Task::Build { release } => tasks::build(release),
         Task::Run { release, args } => tasks::run(release, &args),
         Task::Test => tasks::test(),
