@@ -9,10 +9,16 @@
 //! Kubernetes types is instantiated in the agent itself: a cold build at opt-level 1 took 32 CPU
 //! minutes here, and release (opt-level 3, one codegen unit per crate) far more. Measured on
 //! k8s-openapi and a Pod decoder alone, coverage-instrumented: opt-level 1 with ASan 174 CPU s,
-//! opt-level 0 with ASan 65 s, opt-level 0 without 47 s. So the targets run unoptimised (slower
-//! per input, which a longer run makes up for), and AddressSanitizer stays for its small price:
-//! the YAML parser under the manifest and config targets (unsafe-libyaml) and the record decoder
-//! (`sys::read_pod`) read through raw pointers.
+//! opt-level 0 with ASan 65 s, opt-level 0 without 47 s; the whole build at opt-level 0 with ASan
+//! took 11 CPU minutes. So the targets run unoptimised (slower per input, which a longer run
+//! makes up for), libFuzzer itself optimised (unoptimised, its own bookkeeping took most of each
+//! run), and AddressSanitizer stays for its small price: the YAML parser under the manifest and
+//! config targets (unsafe-libyaml) and the record decoder (`sys::read_pod`) read through raw
+//! pointers.
+//!
+//! In `cargo xtask test` the build (and the install of the fuzz tools a fresh clone lacks) runs in
+//! the background at nice 19 from the moment the tests are compiled ([`Prebuild`]), and the short
+//! runs come last ([`in_suite`]). Targets run as many at a time as there are CPUs.
 //!
 //! Everything it makes is under `target/fuzz/`: the build, `corpus/<target>/` (grown, kept across
 //! runs), `artifacts/<target>/` (crashing inputs) and `logs/<target>.log` (libFuzzer's output).
@@ -284,7 +290,7 @@ fn run_targets(targets: &[(&'static str, &'static str)], seconds: u64) -> anyhow
         let results: Vec<anyhow::Result<Outcome>> = std::thread::scope(|scope| {
             let running: Vec<_> = batch
                 .iter()
-                .map(|(target, _)| scope.spawn(move || fuzz(target, seconds)))
+                .map(|(target, what)| scope.spawn(move || fuzz(target, what, seconds)))
                 .collect();
             running
                 .into_iter()
@@ -311,7 +317,7 @@ fn binary(target: &str) -> PathBuf {
 }
 
 /// Runs one target for `seconds`, its output kept in a log file.
-fn fuzz(target: &'static str, seconds: u64) -> anyhow::Result<Outcome> {
+fn fuzz(target: &'static str, what: &str, seconds: u64) -> anyhow::Result<Outcome> {
     let out = out_dir();
     let corpus = out.join("corpus").join(target);
     let artifacts = out.join("artifacts").join(target);
@@ -341,7 +347,7 @@ fn fuzz(target: &'static str, seconds: u64) -> anyhow::Result<Outcome> {
         .stdout(log.try_clone()?)
         .stderr(log);
     println!(
-        "xtask: fuzz: {target} for {seconds} s (libFuzzer's output: {})",
+        "xtask: fuzz: {target} ({what}) for {seconds} s; libFuzzer's output: {}",
         log_path.display()
     );
     let status = command
