@@ -8,6 +8,7 @@
 
 mod bench;
 mod containerd;
+mod fuzz;
 mod images;
 mod setup;
 mod sh;
@@ -29,7 +30,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Install what building swiftlet needs (Debian packages, rust-src, bpf-linker); idempotent.
+    /// Install what building swiftlet needs (Debian packages, rust-src, bpf-linker, and for the
+    /// fuzz targets the nightly toolchain and cargo-fuzz); idempotent.
     Setup,
     /// Set up, then build every crate and the eBPF programs.
     Build {
@@ -47,9 +49,22 @@ enum Task {
         args: Vec<String>,
     },
     /// The whole suite: formatting, clippy, unit tests and the privileged system tests, the
-    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), then the kernel
-    /// matrix (`vm-test`).
+    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), the kernel matrix
+    /// (`vm-test`), then a short run of every fuzz target (`fuzz --seconds 20`, built in the
+    /// background while the tests run).
     Test,
+    /// The fuzz targets of tests/fuzz (cargo-fuzz, libFuzzer, AddressSanitizer, the nightly
+    /// toolchain): one build, then each target for N seconds from its seeds and the corpus grown
+    /// so far; prints executions and findings per target and fails on any crash, hang or OOM.
+    /// Corpus, findings and logs are kept under target/fuzz/.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, value_name = "N", default_value_t = fuzz::DEFAULT_SECONDS)]
+        seconds: u64,
+        /// Targets to run (all when none): static_pod_manifest, cri_log_line,
+        /// container_log_read, config_file, kernel_event, http_query.
+        targets: Vec<String>,
+    },
     /// The kernel matrix: the eBPF programs' tests on Debian's 6.1 and 6.12 cloud kernels in
     /// qemu VMs (pure cgroup v2) and on this machine's kernel, with a report per kernel.
     /// Kernels and consoles are kept under target/vm-test/.
@@ -75,10 +90,11 @@ enum Task {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Setup => setup::ensure(),
+        Task::Setup => setup::ensure().and_then(|()| setup::fuzz_tools()),
         Task::Build { release } => tasks::build(release),
         Task::Run { release, args } => tasks::run(release, &args),
         Task::Test => tasks::test(),
+        Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),
         Task::VmTest { kernels } => vm::parse_kernels(&kernels).and_then(|k| vm::run(&k)),
         Task::Containerd { action } => containerd::command(action),
         Task::Bench { which } => bench::run(which),

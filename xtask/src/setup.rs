@@ -2,9 +2,10 @@
 //! only checks. Needs: Debian packages (protoc, promtool, and the container runtime with what its
 //! local images are built from), the `rust-src` component (the eBPF programs build `core` for the
 //! BPF target), and `bpf-linker` built against this rustc's own LLVM into `.tools/` (no system
-//! LLVM needed).
+//! LLVM needed); for the fuzz targets, a nightly toolchain (sanitizers and libFuzzer's coverage
+//! instrumentation are unstable) and `cargo-fuzz` into `.tools/`.
 
-use std::{fs, path::Path};
+use std::{fs, path::Path, process::Command};
 
 use anyhow::{Context as _, bail};
 
@@ -63,11 +64,25 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
 ];
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Works with the nightly 1.97 (2026-05-19) these machines have; newer cargo-fuzz releases may
+/// need a newer nightly.
+pub const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
+/// What building and testing swiftlet needs, but the fuzz tools (see [`fuzz_tools`]).
 pub fn ensure() -> anyhow::Result<()> {
     debian_packages()?;
     rust_src()?;
     bpf_linker()?;
+    Ok(())
+}
+
+/// The fuzz targets' tools, installed here and now (`cargo xtask setup`, `cargo xtask fuzz`);
+/// `cargo xtask test` installs them with its background fuzz build instead.
+pub fn fuzz_tools() -> anyhow::Result<()> {
+    for (what, install) in fuzz_tool_installs() {
+        println!("xtask: setup: {what}");
+        sh::run(&mut { install })?;
+    }
     Ok(())
 }
 
@@ -130,6 +145,50 @@ fn rust_src() -> anyhow::Result<()> {
     }
     println!("xtask: setup: adding the rust-src component (the eBPF programs build core from it)");
     sh::run(std::process::Command::new("rustup").args(["component", "add", "rust-src"]))
+}
+
+/// The commands that install what the fuzz build lacks, each with what it does: the nightly
+/// toolchain (sanitizers and libFuzzer's instrumentation are unstable; the eBPF programs do not
+/// need it, build.rs leaves them out of a fuzz build) and cargo-fuzz, pinned, into `.tools/bin`
+/// (on PATH for every command xtask runs). Empty when both are there.
+pub fn fuzz_tool_installs() -> Vec<(String, Command)> {
+    let mut installs = Vec::new();
+    match sh::output(Command::new("rustup").args(["run", "nightly", "rustc", "-V"])) {
+        Some(v) => println!("xtask: setup: nightly toolchain present ({})", v.trim()),
+        None => {
+            let mut rustup = Command::new("rustup");
+            rustup.args(["toolchain", "install", "nightly", "--profile", "minimal"]);
+            installs.push((
+                "installing the nightly toolchain (the fuzz targets build with it)".to_owned(),
+                rustup,
+            ));
+        }
+    }
+    let tools = sh::tools_dir();
+    let binary = tools.join("bin").join("cargo-fuzz");
+    if sh::output(Command::new(&binary).arg("--version"))
+        .is_some_and(|v| v.split_whitespace().nth(1) == Some(CARGO_FUZZ_VERSION))
+    {
+        println!(
+            "xtask: setup: cargo-fuzz {CARGO_FUZZ_VERSION} present in {}",
+            tools.display()
+        );
+    } else {
+        let mut cargo = Command::new("cargo");
+        cargo
+            .args(["install", "cargo-fuzz", "--locked", "--force", "--version"])
+            .arg(CARGO_FUZZ_VERSION)
+            .arg("--root")
+            .arg(&tools);
+        installs.push((
+            format!(
+                "building cargo-fuzz {CARGO_FUZZ_VERSION} into {} (about a minute)",
+                tools.display()
+            ),
+            cargo,
+        ));
+    }
+    installs
 }
 
 /// bpf-linker links against LLVM; it is built against the very libLLVM this rustc ships, so its

@@ -140,6 +140,15 @@ pub fn exec_as_root(binary: &std::path::Path, args: &[String]) -> anyhow::Result
 pub fn test() -> anyhow::Result<()> {
     setup::ensure()?;
     sh::run(sh::cmd("cargo").args(["fmt", "--all", "--", "--check"]))?;
+    // The fuzz targets are a workspace of their own.
+    sh::run(sh::cmd("cargo").args([
+        "fmt",
+        "--manifest-path",
+        "tests/fuzz/Cargo.toml",
+        "--all",
+        "--",
+        "--check",
+    ]))?;
     sh::run(sh::cmd("cargo").args([
         "clippy",
         "--workspace",
@@ -152,6 +161,16 @@ pub fn test() -> anyhow::Result<()> {
     ]))?;
     clippy_ebpf()?;
     sh::run(sh::cmd("cargo").args(["build", "--bins"]))?;
+    // The tests are compiled first, so that the fuzz build below only takes what running them
+    // leaves of the CPUs.
+    sh::run(sh::cmd("cargo").args([
+        "test",
+        "--workspace",
+        "--exclude",
+        "swiftlet-ebpf",
+        "--no-run",
+    ]))?;
+    let fuzz_build = crate::fuzz::Prebuild::start()?;
     let mut cargo_test = sh::cmd("cargo");
     cargo_test
         .args(["test", "--workspace", "--exclude", "swiftlet-ebpf"])
@@ -166,6 +185,7 @@ pub fn test() -> anyhow::Result<()> {
              include them (and the kernel matrix, `cargo xtask vm-test`)"
         );
         sh::run(&mut cargo_test)?;
+        crate::fuzz::in_suite(fuzz_build)?;
         println!("xtask: all tests passed");
         return Ok(());
     }
@@ -200,6 +220,8 @@ pub fn test() -> anyhow::Result<()> {
     // The host's own kernel-event tests ran above; the matrix adds the LTS kernels (and reports
     // the host beside them).
     crate::vm::run(&crate::vm::parse_kernels(&[])?)?;
+    // Last, so that its build had the tests and the matrix to hide behind.
+    crate::fuzz::in_suite(fuzz_build)?;
     println!("xtask: all tests passed");
     Ok(())
 }
