@@ -3,23 +3,26 @@
 //!
 //! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
 //! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources; `housekeeping.rs`: log rotation
-//! and garbage collection). HTTP serves `/healthz` and `/metrics`, the read-only port `/pods` and
-//! `/stats/summary`, and the kubelet server (`server.rs`, TLS and authenticated) all of these,
-//! `/containerLogs` and container streaming.
+//! and garbage collection). The healthz address serves `/healthz` only; the read-only port
+//! `/healthz`, `/metrics`, `/pods`, `/node` and `/stats/summary`; the kubelet server (`server.rs`,
+//! TLS and authenticated) all of these, `/containerLogs` and container streaming
+//! (`listeners.rs` binds the plain ones and the gRPC socket). First of all the process raises its
+//! open files limit and sets its own oom_score_adj (`process.rs`).
 
 mod cpumanager;
 mod eviction;
 mod housekeeping;
+mod listeners;
 mod node;
 mod pods;
+mod process;
 mod psi;
 mod runtime_health;
 mod server;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
 
-use tokio::{net::UnixListener, sync::broadcast, task::JoinSet};
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio::{sync::broadcast, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -121,7 +124,15 @@ impl Error {
 
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = Config::load(&args)?;
+    let open_files = process::raise_open_files_limit();
+    let oom =
+        process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);
     let metrics = Metrics::new()?;
+    metrics.oom_score_adj(match &oom {
+        process::OomScoreAdj::Set(value) => Some(*value),
+        process::OomScoreAdj::Refused { current, .. } => *current,
+    })?;
+    let max_connections = listeners::per_listener(open_files);
     let health = Health::default();
     let (bus, _) = broadcast::channel(BUS_CAPACITY);
     let shutdown = CancellationToken::new();
@@ -208,23 +219,17 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     )
     .await?;
 
-    let grpc = bind_unix(&config.grpc_socket)?;
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        let service = swiftlet_proto::v1::events_server::EventsServer::new(
+    let grpc = listeners::bind_private_unix(&config.grpc_socket)?;
+    listeners::serve_grpc(
+        grpc,
+        swiftlet_proto::v1::events_server::EventsServer::new(
             EventsService::new(bus, published).with_evictions(pods.evictions.clone()),
-        );
-        async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(UnixListenerStream::new(grpc), shutdown.cancelled())
-                .await
-                .map_err(|e| Error::Stopped {
-                    component: "grpc server",
-                    reason: e.to_string(),
-                })
-        }
-    });
+        ),
+        max_connections,
+        &metrics.server,
+        &mut tasks,
+        &shutdown,
+    );
     let state = HttpState {
         metrics,
         health,
@@ -238,33 +243,41 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         state.clone(),
         &pods,
         summary.clone(),
+        max_connections,
         &mut tasks,
         &shutdown,
     )
     .await?;
     let mut listening = Vec::new();
-    for addr in [config.healthz_address, config.read_only_address]
-        .into_iter()
-        .flatten()
-    {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::HttpAddress { addr, source })?;
-        listening.push(listener.local_addr().unwrap_or(addr));
-        let mut router = crate::server::http::router(state.clone());
-        if Some(addr) == config.read_only_address {
-            router = router.merge(crate::server::stats::router(summary.clone()));
-        }
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-                .map_err(|e| Error::Stopped {
-                    component: "http server",
-                    reason: e.to_string(),
-                })
-        });
+    if let Some(addr) = config.healthz_address {
+        let router = crate::server::http::healthz_router(state.health.clone());
+        let bound = listeners::serve_http(
+            "healthz",
+            addr,
+            router,
+            max_connections,
+            &state.metrics.server,
+            &mut tasks,
+            &shutdown,
+        )
+        .await?;
+        listening.push(bound);
+    }
+    if let Some(addr) = config.read_only_address {
+        listeners::warn_if_exposed(addr);
+        let router = crate::server::http::read_only_router(state.clone())
+            .merge(crate::server::stats::router(summary.clone()));
+        let bound = listeners::serve_http(
+            "read-only",
+            addr,
+            router,
+            max_connections,
+            &state.metrics.server,
+            &mut tasks,
+            &shutdown,
+        )
+        .await?;
+        listening.push(bound);
     }
     tracing::info!(
         node = config.node_name,
@@ -337,21 +350,6 @@ async fn pump(
             }
         }
     }
-}
-
-fn bind_unix(path: &std::path::Path) -> Result<UnixListener, Error> {
-    let err = |source| Error::GrpcSocket {
-        path: path.to_owned(),
-        source,
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(err)?;
-    }
-    // A socket file left by a previous run that no one listens on any more.
-    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
-        std::fs::remove_file(path).map_err(err)?;
-    }
-    UnixListener::bind(path).map_err(err)
 }
 
 async fn shutdown_signal() {

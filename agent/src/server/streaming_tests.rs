@@ -141,6 +141,7 @@ async fn exec_asks_the_runtime_and_proxies_the_upgraded_stream() {
         runtime: Arc::new(FakeRuntime::new()),
         streams: streams.clone(),
         pods: Arc::new(|| vec![running_pod()]),
+        run_timeout: std::time::Duration::from_secs(120),
     }))
     .await;
 
@@ -199,6 +200,7 @@ async fn refusals_before_any_stream() {
         runtime: Arc::new(FakeRuntime::new()),
         streams: streams.clone(),
         pods: Arc::new(|| vec![running_pod()]),
+        run_timeout: std::time::Duration::from_secs(120),
     }))
     .await;
     let upgrade = "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n";
