@@ -70,7 +70,7 @@ pub fn container_config(
     params: &ContainerParams<'_>,
 ) -> Result<cri::ContainerConfig, ConfigError> {
     let env = env::environment(pod, container, &params.env)?;
-    let (command, args) = env::expand_command(container, &env);
+    let (command, args) = env::expand_command(container, &env)?;
     let meta = &pod.metadata;
     let mut labels = HashMap::new();
     labels.insert(

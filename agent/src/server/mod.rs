@@ -14,6 +14,7 @@ pub mod grpc;
 pub mod http;
 pub mod listener;
 pub mod logs;
+pub mod review_cache;
 pub mod stats;
 pub mod stream_proxy;
 pub mod streaming;

@@ -52,6 +52,11 @@ pub enum Error {
     SubPathBacksteps { sub_path: String },
     #[error("missing value for {names}")]
     SubPathExprMissing { names: String },
+    #[error("subPathExpr: {source}")]
+    SubPathExprTooLong {
+        #[source]
+        source: crate::kuberuntime::env::ExpansionTooLong,
+    },
     #[error("subPath `{sub_path}` of volume {volume:?} resolves outside the volume")]
     SubPathEscapes { sub_path: String, volume: String },
     #[error(
