@@ -261,7 +261,7 @@ fn expand_within(
     limit: usize,
 ) -> Result<String, ExpansionTooLong> {
     let mut out = String::with_capacity(input.len().min(limit));
-    let mut push = |out: &mut String, piece: &str| {
+    let push = |out: &mut String, piece: &str| {
         if out.len() + piece.len() > limit {
             return Err(ExpansionTooLong {
                 limit: MAX_EXPANDED_BYTES,
