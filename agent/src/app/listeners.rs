@@ -47,9 +47,7 @@ pub async fn serve_http(
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
 ) -> Result<SocketAddr, Error> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::HttpAddress { addr, source })?;
+    let listener = listener::bind(addr).map_err(|source| Error::HttpAddress { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
     let tracker = Tracker::new(name, max_connections, metrics.clone());
     let shutdown = shutdown.clone();

@@ -126,9 +126,7 @@ pub async fn start(
         logs: Some(pods.logs.clone()),
         auth,
     });
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::ServerAddress { addr, source })?;
+    let listener = listener::bind(addr).map_err(|source| Error::ServerAddress { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
     let shutdown = shutdown.clone();
     let tracker = Tracker::new("kubelet", max_connections, http_metrics);

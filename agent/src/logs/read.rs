@@ -8,17 +8,18 @@
 //! time and its records parsed as a stream (`records.rs`), `tailLines` finds where to start by
 //! reading backwards a chunk at a time (`tail.rs`), and output goes to the client in chunks as
 //! it comes. Lines are the joined records (a `tailLines` count is of whole lines, `sinceTime`
-//! and `timestamps` go by a line's first record); joining is capped: an unfinished line is held
-//! back, so a line written in pieces is served whole, only up to [`LINE_HOLD`] bytes — past that
-//! it streams as it is read. Records that do not parse are skipped (and counted in one log line
-//! per read), as upstream skips them.
+//! and `timestamps` go by a line's first record), but joining never buffers a line: each record
+//! goes out once complete (a long line's partial records too, as upstream streams them), and
+//! only a record still being written is held back, so it is served whole — up to [`LINE_HOLD`]
+//! bytes, past which it streams as it is read. Records that do not parse are skipped (and
+//! counted in one log line per read), as upstream skips them.
 //!
 //! Following polls the file (every [`FollowTiming::poll`]) rather than watching it with inotify:
 //! a poll is one `read` at the end of a file, and it needs no watch descriptors per client.
 //!
 //! Deviation: upstream's `tailLines` counts the file's records (a long line split by the runtime
-//! is several), and upstream streams records without joining them; swiftlet counts and serves
-//! lines as the container wrote them.
+//! is several) and puts a timestamp on each; swiftlet counts lines as the container wrote them,
+//! and stamps a line once.
 
 use std::{
     io::SeekFrom,
@@ -41,7 +42,7 @@ use super::{
 };
 use crate::cri::RuntimeService;
 
-/// The most bytes of an unfinished line held back before it streams out as it comes.
+/// The most bytes of a record still being written held back before it streams out as it comes.
 pub const LINE_HOLD: usize = 64 * 1024;
 /// Output goes to the client in chunks of about this size.
 const FLUSH_AT: usize = 64 * 1024;
@@ -103,7 +104,7 @@ enum Flow {
     Stop,
 }
 
-/// Where lines go: the bytes ready to send, the unfinished line held back (at most
+/// Where lines go: the bytes ready to send, the record still being written held back (at most
 /// [`LINE_HOLD`]), and how many bytes may still go.
 struct Output {
     tx: mpsc::Sender<Bytes>,
@@ -111,13 +112,13 @@ struct Output {
     since: Option<Timestamp>,
     remaining: Option<u64>,
     buf: Vec<u8>,
-    /// `buf[..ready]` can be sent; the rest is the unfinished line.
+    /// `buf[..ready]` can be sent; the rest is a record still being written.
     ready: usize,
     /// Inside a line (its first record was seen, its full record not yet).
     in_line: bool,
     /// The current line passes `since`.
     keep_line: bool,
-    /// The current line was held too long and goes out as it comes.
+    /// The current line had a record held too long: it goes out as it comes.
     streaming: bool,
     /// The current record continues the line in the next one.
     record_partial: bool,
@@ -170,13 +171,14 @@ impl Output {
     }
 
     fn end(&mut self) {
-        if self.record_partial {
-            return;
+        if !self.record_partial {
+            if self.keep_line {
+                self.append(b"\n");
+            }
+            self.in_line = false;
         }
-        if self.keep_line {
-            self.append(b"\n");
-        }
-        self.in_line = false;
+        // A complete record goes out (a line's partial records too, as upstream streams them);
+        // only a record still being written is held back.
         self.ready = self.buf.len();
     }
 

@@ -213,7 +213,8 @@ async fn a_huge_unended_line_streams_in_bounded_chunks_whatever_tail_lines_says(
     append(&c.log, &unended_line(512, 16 * 1024));
     append(&c.log, &unended_line(1, 4 << 20));
     let total = 8 * 1024 * 1024 + (4 << 20);
-    let bound = FLUSH_AT + READ_CHUNK;
+    // What was ready, a record held back, and one chunk read: the most a reader holds.
+    let bound = FLUSH_AT + LINE_HOLD + READ_CHUNK;
     for tail_lines in [None, Some(0), Some(1), Some(u64::MAX)] {
         let options = LogOptions {
             tail_lines,
@@ -260,11 +261,15 @@ async fn many_lines_and_a_huge_tail_read_backwards_in_bounded_chunks() {
             .map(|i| format!("line {i}\n").len())
             .sum::<usize>()
     );
-    assert!(sizes.iter().all(|s| *s <= FLUSH_AT + READ_CHUNK));
+    assert!(
+        sizes
+            .iter()
+            .all(|s| *s <= FLUSH_AT + LINE_HOLD + READ_CHUNK)
+    );
 }
 
 #[tokio::test]
-async fn following_a_line_longer_than_the_hold_streams_it_before_it_ends() {
+async fn following_a_long_line_streams_its_records_before_it_ends() {
     let fake = Arc::new(FakeRuntime::new());
     let c = logging_container(&fake).await;
     let (tx, mut rx) = mpsc::channel::<Bytes>(4);
@@ -279,23 +284,26 @@ async fn following_a_line_longer_than_the_hold_streams_it_before_it_ends() {
             read_logs(&log, &id, &options, fake.as_ref(), tx, FAST).await
         })
     };
-    // Short pieces of a line are held back (served whole once it ends) ...
+    // A line's partial records go out as they are written, before the line ends ...
     append(&c.log, &unended_line(2, 10));
-    // ... but past the hold the line goes out before its end is written.
     append(&c.log, &unended_line(8, 16 * 1024));
+    // ... and a record still being written is held back only up to the hold.
+    append(&c.log, "2024-05-01T10:00:01.5Z stdout P ");
+    append(&c.log, &"y".repeat(LINE_HOLD + 1));
     let mut got = 0usize;
-    while got <= LINE_HOLD {
+    while got <= 20 + 8 * 16 * 1024 + LINE_HOLD {
         let chunk = tokio::time::timeout(Duration::from_secs(30), rx.recv())
             .await
             .expect("the long line came out before it ended")
             .expect("open");
         got += chunk.len();
     }
+    append(&c.log, "\n");
     append(&c.log, &record(2, "stdout", "F", "end"));
     fake.exit_container(&c.id, 0);
     while let Some(chunk) = rx.recv().await {
         got += chunk.len();
     }
-    assert_eq!(got, 20 + 8 * 16 * 1024 + "end\n".len());
+    assert_eq!(got, 20 + 8 * 16 * 1024 + LINE_HOLD + 1 + "end\n".len());
     follower.await.expect("task").expect("read");
 }

@@ -89,7 +89,7 @@ impl RecordParser {
         pieces.clear();
         while !chunk.is_empty() {
             match &mut self.state {
-                State::Content { .. } => match chunk.iter().position(|b| *b == b'\n') {
+                State::Content { .. } => match memchr::memchr(b'\n', chunk) {
                     Some(at) => {
                         if at > 0 {
                             pieces.push(Piece::Content(&chunk[..at]));
@@ -103,7 +103,7 @@ impl RecordParser {
                         chunk = &[];
                     }
                 },
-                State::Skip => match chunk.iter().position(|b| *b == b'\n') {
+                State::Skip => match memchr::memchr(b'\n', chunk) {
                     Some(at) => {
                         self.state = State::Header(Vec::new());
                         chunk = &chunk[at + 1..];

@@ -1,5 +1,5 @@
 //! Metrics of the agent's listeners (healthz, read-only, the kubelet server, the gRPC socket):
-//! connections open now, and how many were accepted, evicted to make room and refused, by
+//! connections open now and the limit, and how many were accepted, evicted to make room and refused, by
 //! listener. The label takes four fixed values.
 
 use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
@@ -7,6 +7,7 @@ use prometheus::{IntCounterVec, IntGaugeVec, Opts, Registry};
 #[derive(Clone)]
 pub struct ServerMetrics {
     pub open: IntGaugeVec,
+    pub limit: IntGaugeVec,
     pub accepted: IntCounterVec,
     pub evicted: IntCounterVec,
     pub refused: IntCounterVec,
@@ -19,6 +20,13 @@ impl ServerMetrics {
             Opts::new(
                 "swiftlet_server_connections",
                 "Connections open now, by listener.",
+            ),
+            &["listener"],
+        )?;
+        let limit = IntGaugeVec::new(
+            Opts::new(
+                "swiftlet_server_connections_limit",
+                "Connections a listener holds at most (from the open files limit), by listener.",
             ),
             &["listener"],
         )?;
@@ -54,12 +62,14 @@ impl ServerMetrics {
             &["listener"],
         )?;
         registry.register(Box::new(open.clone()))?;
+        registry.register(Box::new(limit.clone()))?;
         registry.register(Box::new(accepted.clone()))?;
         registry.register(Box::new(evicted.clone()))?;
         registry.register(Box::new(refused.clone()))?;
         registry.register(Box::new(timed_out.clone()))?;
         Ok(ServerMetrics {
             open,
+            limit,
             accepted,
             evicted,
             refused,

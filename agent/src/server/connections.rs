@@ -146,6 +146,10 @@ impl Tracker {
     /// A tracker for `listener` (the metrics label) allowing `max` connections at once.
     pub fn new(listener: &'static str, max: usize, metrics: ServerMetrics) -> Arc<Tracker> {
         metrics.open.with_label_values(&[listener]).set(0);
+        metrics
+            .limit
+            .with_label_values(&[listener])
+            .set(gauge(max.max(1)));
         for counter in [
             &metrics.accepted,
             &metrics.evicted,

@@ -8,14 +8,17 @@
 //! Upstream: `http.Server` with the kubelet's `ReadTimeout`/`WriteTimeout`/`IdleTimeout`/
 //! `MaxHeaderBytes` (`pkg/kubelet/server/server.go`); the limits are swiftlet's.
 
-use std::{io, sync::Arc, time::Duration};
+use std::{io, net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{Router, extract::Request};
 use hyper_util::{
     rt::{TokioIo, TokioTimer},
     service::TowerToHyperService,
 };
-use tokio::{net::TcpListener, task::JoinSet};
+use tokio::{
+    net::{TcpListener, TcpSocket},
+    task::JoinSet,
+};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
@@ -66,6 +69,28 @@ impl HttpTimeouts {
         write_stall: Duration::from_secs(240),
         max_header_bytes: 64 * 1024,
     };
+}
+
+/// Where the kernel caps listen backlogs; Go's listeners use it as their backlog.
+const SOMAXCONN: &str = "/proc/sys/net/core/somaxconn";
+
+/// Binds a TCP listener on `addr` as Go's `net.Listen` does: `SO_REUSEADDR`, and a backlog of
+/// the kernel's `somaxconn` (tokio's default of 1024 overflows under a flood of connections
+/// sooner, and an overflowing queue drops SYNs: the next client waits a second to retry).
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let backlog = std::fs::read_to_string(SOMAXCONN)
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(4096)
+        .clamp(128, 65_535);
+    socket.listen(backlog)
 }
 
 /// The connections each of `listeners` listeners may hold when the process may open `nofile`
