@@ -35,6 +35,8 @@ const FLOOD: usize = 5_000;
 const HEALTHZ_WITHIN: Duration = Duration::from_secs(1);
 /// The line the logs test prints: 100 MiB without a newline.
 const LINE_BYTES: u64 = 100 * 1024 * 1024;
+/// What containerd keeps of a line that has not ended (its `max_container_log_line_size`).
+const RUNTIME_LINE_BUFFER: u64 = 16 * 1024;
 /// How much the agent's resident memory may grow while serving it (the bound).
 const RSS_GROWTH_LIMIT: u64 = 50 * 1024 * 1024;
 
@@ -400,7 +402,7 @@ fn count_log_bytes(node: &Node, pod: &str, query: &str, want: u64) -> u64 {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
-            Err(e) => panic!("reading the log: {e}"),
+            Err(e) => panic!("reading the log ({query}): {e} after {count} bytes"),
         };
         let mut data = &buf[..n];
         if !in_body {
@@ -447,13 +449,19 @@ fn a_100_mib_line_read_through_container_logs_costs_the_agent_little_memory() {
     // The peak resident memory restarts from the current one (writing 5 to clear_refs).
     std::fs::write(format!("/proc/{pid}/clear_refs"), "5").expect("reset VmHWM");
     let before = memory(pid, "VmRSS");
-    // Followed while the container writes it, then read whole once written.
-    let followed = count_log_bytes(&node, "biglog", "?follow=true", LINE_BYTES);
-    assert_eq!(followed, LINE_BYTES, "the followed log");
+    // containerd writes a line that never ends in records of its 16 KiB buffer, and the last
+    // buffer only once the line ends or the buffer fills: up to that much stays in the runtime.
+    let in_file = LINE_BYTES - RUNTIME_LINE_BUFFER..=LINE_BYTES;
+    // Followed while the container writes it, then read whole once written, then its last line.
+    let followed = count_log_bytes(&node, "biglog", "?follow=true", *in_file.start());
+    assert!(
+        in_file.contains(&followed),
+        "the followed log: {followed} bytes"
+    );
     let read = count_log_bytes(&node, "biglog", "", LINE_BYTES);
-    assert_eq!(read, LINE_BYTES, "the whole log");
+    assert!(in_file.contains(&read), "the whole log: {read} bytes");
     let tailed = count_log_bytes(&node, "biglog", "?tailLines=1&timestamps=true", LINE_BYTES);
-    assert_eq!(tailed, LINE_BYTES, "the last line");
+    assert_eq!(tailed, read, "the last line is the whole unended line");
     let peak = memory(pid, "VmHWM");
     let growth = peak.saturating_sub(before);
     println!(

@@ -3,6 +3,9 @@
 //! socket (mode 0600 in a directory swiftlet makes 0700: its event stream names every process
 //! on the node). Each has a connection limit derived from the descriptors the process may open.
 //!
+//! Every listener runs on a runtime of its own ([`ServerRuntime`]): a flood of connections
+//! queues tasks there, not in front of the probes and pod workers of the main runtime.
+//!
 //! Not here: the kubelet server (`server.rs`), the HTTP accept loop and the connection policy
 //! (`server::listener`, `server::connections`).
 
@@ -36,22 +39,64 @@ const GRPC_WRITE_STALL: Duration = Duration::from_secs(240);
 /// Calls one gRPC connection may have open at once.
 const GRPC_STREAMS_PER_CONNECTION: u32 = 64;
 
-/// Binds `addr` and serves `router` there within `max_connections`, as listener `name`.
-#[expect(clippy::too_many_arguments, reason = "one listener's pieces")]
-pub async fn serve_http(
+/// Where the listeners run: their own runtime, so that a flood of connections costs them and
+/// not the pods' loops (probes, PLEG, pod workers) on the agent's main runtime.
+#[derive(Clone, Debug)]
+pub struct ServerRuntime {
+    pub handle: tokio::runtime::Handle,
+    pub max_connections: usize,
+}
+
+impl ServerRuntime {
+    /// The listeners' runtime (two worker threads) and their connection limit.
+    pub fn new(max_connections: usize) -> io::Result<(OwnedRuntime, ServerRuntime)> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("swiftlet-server")
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        Ok((
+            OwnedRuntime(Some(runtime)),
+            ServerRuntime {
+                handle,
+                max_connections,
+            },
+        ))
+    }
+}
+
+/// A runtime owned from inside another one: dropped, it is shut down in the background (a
+/// runtime may not be dropped, which joins its threads, in an async context).
+pub struct OwnedRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for OwnedRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Binds `addr` and serves `router` there on the server runtime, as listener `name`.
+pub fn serve_http(
     name: &'static str,
     addr: SocketAddr,
     router: Router,
-    max_connections: usize,
+    servers: &ServerRuntime,
     metrics: &ServerMetrics,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
 ) -> Result<SocketAddr, Error> {
-    let listener = listener::bind(addr).map_err(|source| Error::HttpAddress { addr, source })?;
+    let listener = {
+        // Registered with the server runtime's reactor, where it is polled.
+        let _in_servers = servers.handle.enter();
+        listener::bind(addr).map_err(|source| Error::HttpAddress { addr, source })?
+    };
     let bound = listener.local_addr().unwrap_or(addr);
-    let tracker = Tracker::new(name, max_connections, metrics.clone());
+    let tracker = Tracker::new(name, servers.max_connections, metrics.clone());
     let shutdown = shutdown.clone();
-    tasks.spawn(async move {
+    let task = async move {
         listener::serve(
             listener,
             router,
@@ -65,7 +110,8 @@ pub async fn serve_http(
             component: "http server",
             reason: e.to_string(),
         })
-    });
+    };
+    tasks.spawn_on(task, &servers.handle);
     Ok(bound)
 }
 
@@ -143,16 +189,18 @@ pub fn bind_private_unix(path: &Path) -> Result<UnixListener, Error> {
     result.map_err(err)
 }
 
-/// Serves `service` (tonic) on `listener` within `max_connections`: each connection may keep
-/// [`GRPC_STREAMS_PER_CONNECTION`] calls open and is closed after [`GRPC_IDLE`] without one.
+/// Binds the gRPC socket at `path` (as [`bind_private_unix`]) and serves `service` (tonic) there
+/// on the server runtime: each connection may keep [`GRPC_STREAMS_PER_CONNECTION`] calls open
+/// and is closed after [`GRPC_IDLE`] without one.
 pub fn serve_grpc<S>(
-    listener: UnixListener,
+    path: &Path,
     service: S,
-    max_connections: usize,
+    servers: &ServerRuntime,
     metrics: &ServerMetrics,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
-) where
+) -> Result<(), Error>
+where
     S: tower::Service<
             http::Request<tonic::body::Body>,
             Response = http::Response<tonic::body::Body>,
@@ -164,7 +212,11 @@ pub fn serve_grpc<S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let tracker = Tracker::new("grpc", max_connections, metrics.clone());
+    let listener = {
+        let _in_servers = servers.handle.enter();
+        bind_private_unix(path)?
+    };
+    let tracker = Tracker::new("grpc", servers.max_connections, metrics.clone());
     let timeouts = IoTimeouts {
         idle: Some(GRPC_IDLE),
         write_stall: GRPC_WRITE_STALL,
@@ -187,7 +239,7 @@ pub fn serve_grpc<S>(
             }
         });
     let shutdown = shutdown.clone();
-    tasks.spawn(async move {
+    let task = async move {
         tonic::transport::Server::builder()
             .max_concurrent_streams(GRPC_STREAMS_PER_CONNECTION)
             .http2_keepalive_interval(Some(Duration::from_secs(30)))
@@ -200,7 +252,9 @@ pub fn serve_grpc<S>(
                 component: "grpc server",
                 reason: e.to_string(),
             })
-    });
+    };
+    tasks.spawn_on(task, &servers.handle);
+    Ok(())
 }
 
 /// The connection limit of each listener, from the soft open files limit in force.

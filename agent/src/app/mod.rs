@@ -132,7 +132,13 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         process::OomScoreAdj::Set(value) => Some(*value),
         process::OomScoreAdj::Refused { current, .. } => *current,
     })?;
-    let max_connections = listeners::per_listener(open_files);
+    let (server_runtime, servers) =
+        listeners::ServerRuntime::new(listeners::per_listener(open_files)).map_err(|e| {
+            Error::Stopped {
+                component: "server runtime",
+                reason: e.to_string(),
+            }
+        })?;
     let health = Health::default();
     let (bus, _) = broadcast::channel(BUS_CAPACITY);
     let shutdown = CancellationToken::new();
@@ -219,17 +225,16 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     )
     .await?;
 
-    let grpc = listeners::bind_private_unix(&config.grpc_socket)?;
     listeners::serve_grpc(
-        grpc,
+        &config.grpc_socket,
         swiftlet_proto::v1::events_server::EventsServer::new(
             EventsService::new(bus, published).with_evictions(pods.evictions.clone()),
         ),
-        max_connections,
+        &servers,
         &metrics.server,
         &mut tasks,
         &shutdown,
-    );
+    )?;
     let state = HttpState {
         metrics,
         health,
@@ -243,7 +248,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         state.clone(),
         &pods,
         summary.clone(),
-        max_connections,
+        &servers,
         &mut tasks,
         &shutdown,
     )
@@ -255,12 +260,11 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             "healthz",
             addr,
             router,
-            max_connections,
+            &servers,
             &state.metrics.server,
             &mut tasks,
             &shutdown,
-        )
-        .await?;
+        )?;
         listening.push(bound);
     }
     if let Some(addr) = config.read_only_address {
@@ -271,12 +275,11 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             "read-only",
             addr,
             router,
-            max_connections,
+            &servers,
             &state.metrics.server,
             &mut tasks,
             &shutdown,
-        )
-        .await?;
+        )?;
         listening.push(bound);
     }
     tracing::info!(
@@ -316,6 +319,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         tasks.abort_all();
     }
     let _ = std::fs::remove_file(&config.grpc_socket);
+    drop(server_runtime);
     result
 }
 

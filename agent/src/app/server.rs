@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::SystemTime};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, node::NodeFacts, pods::Pods};
+use super::{Error, listeners::ServerRuntime, node::NodeFacts, pods::Pods};
 use crate::{
     cm::{CgroupLayout, pod_cgroups::PodCgroups},
     config::Config,
@@ -57,8 +57,8 @@ pub async fn summary_provider(
     )))
 }
 
-/// Binds and starts the kubelet server when `port` is not 0, within `max_connections`; returns
-/// its address.
+/// Binds and starts the kubelet server on the server runtime when `port` is not 0; returns its
+/// address.
 #[expect(
     clippy::too_many_arguments,
     reason = "the server's pieces, built by `app`"
@@ -68,7 +68,7 @@ pub async fn start(
     http: HttpState,
     pods: &Pods,
     summary: Arc<SummaryProvider>,
-    max_connections: usize,
+    servers: &ServerRuntime,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
 ) -> Result<Option<SocketAddr>, Error> {
@@ -126,12 +126,15 @@ pub async fn start(
         logs: Some(pods.logs.clone()),
         auth,
     });
-    let listener = listener::bind(addr).map_err(|source| Error::ServerAddress { addr, source })?;
+    let listener = {
+        let _in_servers = servers.handle.enter();
+        listener::bind(addr).map_err(|source| Error::ServerAddress { addr, source })?
+    };
     let bound = listener.local_addr().unwrap_or(addr);
     let shutdown = shutdown.clone();
-    let tracker = Tracker::new("kubelet", max_connections, http_metrics);
+    let tracker = Tracker::new("kubelet", servers.max_connections, http_metrics);
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    tasks.spawn(async move {
+    let task = async move {
         listener::serve(
             listener,
             router,
@@ -145,7 +148,8 @@ pub async fn start(
             component: "kubelet server",
             reason: e.to_string(),
         })
-    });
+    };
+    tasks.spawn_on(task, &servers.handle);
     tracing::info!(
         address = %bound,
         authorization = %settings.authorization.mode,

@@ -132,7 +132,7 @@ pub async fn serve(
             }
         };
         let Some(slot) = tracker.admit() else {
-            tracing::debug!(listener = name, %remote, "at the connection limit, every connection busy: refused");
+            tracing::trace!(listener = name, %remote, "at the connection limit, every connection busy: refused");
             continue;
         };
         let io = TrackedIo::new(
@@ -183,7 +183,7 @@ async fn connection(
             let stream = match tokio::time::timeout(timeouts.handshake, acceptor.accept(io)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
-                    tracing::debug!(listener = name, error = %e, "TLS handshake failed");
+                    tracing::trace!(listener = name, error = %e, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
@@ -241,7 +241,7 @@ async fn http<I>(
         if e.is_timeout() {
             tracker.timed_out();
         }
-        tracing::debug!(listener = tracker.listener(), error = %e, "connection ended");
+        tracing::trace!(listener = tracker.listener(), error = %e, "connection ended");
     }
 }
 
