@@ -59,10 +59,6 @@ pub async fn summary_provider(
 
 /// Binds and starts the kubelet server on the server runtime when `port` is not 0; returns its
 /// address.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the server's pieces, built by `app`"
-)]
 pub async fn start(
     config: &Config,
     http: HttpState,

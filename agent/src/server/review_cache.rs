@@ -103,6 +103,10 @@ impl<V: Clone> ReviewCache<V> {
         self.lock().entries.len()
     }
 
+    pub fn is_empty(&self) -> bool {
+        self.lock().entries.is_empty()
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity
     }
