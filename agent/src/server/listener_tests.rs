@@ -113,3 +113,25 @@ async fn a_connection_that_sends_nothing_is_closed_at_the_header_deadline() {
     assert!(closed.1 < Duration::from_secs(20));
     assert_eq!(metrics.timed_out.with_label_values(&["test"]).get(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_headers_past_the_bound_are_refused() {
+    let (port, _tracker, _metrics) = healthz_server(8, HttpTimeouts::LOCAL).await;
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let big = "a".repeat(HttpTimeouts::LOCAL.max_header_bytes);
+        let _ = write!(
+            stream,
+            "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: {big}\r\n\r\n"
+        );
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+    })
+    .await
+    .expect("client");
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+}
