@@ -25,8 +25,9 @@ use super::Error;
 use crate::{
     metrics::ServerMetrics,
     server::{
-        connections::{IoTimeouts, TrackRequests, TrackedIo, Tracker},
+        connections::{IoTimeouts, TrackedIo, Tracker},
         listener::{self, HttpTimeouts},
+        track_requests::TrackRequests,
     },
 };
 

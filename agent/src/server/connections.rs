@@ -1,7 +1,7 @@
 //! How many connections a listener holds, and for how long: every accepted connection takes a
 //! [`Slot`] under its listener's limit, its I/O goes through [`TrackedIo`] (which closes it when
 //! evicted, idle too long or stalled on a client that stopped reading), and every request on it
-//! is counted by [`TrackRequests`] for as long as its response body lives.
+//! is counted by `track_requests::TrackRequests` for as long as its response body lives.
 //!
 //! The policy at the limit: a new connection evicts the oldest one that has not sent a request
 //! yet, else the oldest with no request in flight; only when every connection is busy is the new
@@ -31,7 +31,6 @@ use std::{
     time::Duration,
 };
 
-use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::{
     io::{AsyncRead, AsyncWrite, ReadBuf},
     time::{Instant, Sleep},
@@ -432,86 +431,6 @@ impl<T> tonic::transport::server::Connected for TrackedIo<T> {
 
     fn connect_info(&self) -> ConnHandle {
         self.handle()
-    }
-}
-
-/// The tower layer that counts every request on its connection (found in the request's
-/// extensions as a [`ConnHandle`]) until its response body ends, and pins an upgraded one.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TrackRequests;
-
-impl<S> tower::Layer<S> for TrackRequests {
-    type Service = Tracked<S>;
-
-    fn layer(&self, inner: S) -> Tracked<S> {
-        Tracked(inner)
-    }
-}
-
-#[derive(Clone, Debug)]
-pub struct Tracked<S>(S);
-
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-impl<S, B, R> tower::Service<http::Request<B>> for Tracked<S>
-where
-    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
-    S::Future: Send + 'static,
-{
-    type Response = http::Response<GuardedBody<R>>;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, S::Error>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let guard = request
-            .extensions()
-            .get::<ConnHandle>()
-            .map(|c| c.0.request_started());
-        let response = self.0.call(request);
-        Box::pin(async move {
-            let response = response.await?;
-            if response.status() == http::StatusCode::SWITCHING_PROTOCOLS
-                && let Some(guard) = &guard
-            {
-                guard.pin();
-            }
-            Ok(response.map(|inner| GuardedBody { inner, guard }))
-        })
-    }
-}
-
-/// A response body that keeps its request counted as in flight until it ends or is dropped.
-#[derive(Debug)]
-pub struct GuardedBody<B> {
-    inner: B,
-    guard: Option<RequestGuard>,
-}
-
-impl<B: HttpBody + Unpin> HttpBody for GuardedBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled {
-            self.guard = None;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

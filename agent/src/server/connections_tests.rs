@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::*;
-use crate::metrics::Metrics;
+use crate::{metrics::Metrics, server::track_requests::TrackRequests};
 
 fn tracker(max: usize) -> (Arc<Tracker>, ServerMetrics) {
     let metrics = Metrics::new().expect("metrics").server;

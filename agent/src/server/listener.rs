@@ -25,7 +25,8 @@ use tower::ServiceExt as _;
 
 use super::{
     auth::{PeerUser, UserInfo},
-    connections::{ConnHandle, IoTimeouts, TrackRequests, TrackedIo, Tracker},
+    connections::{ConnHandle, IoTimeouts, TrackedIo, Tracker},
+    track_requests::TrackRequests,
 };
 
 /// Most connections one listener holds, however many descriptors there are (each costs a task

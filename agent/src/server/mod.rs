@@ -4,7 +4,8 @@
 //! (`auth.rs`, with the API server's reviews in `webhook.rs`), the Summary API (`stats/`),
 //! container logs (`logs.rs`) and container access (`streaming.rs`, through `stream_proxy.rs`).
 //! Every listener's connections are bounded (`connections.rs`: a limit, eviction at it, idle and
-//! stall deadlines); the HTTP ones share one accept loop (`listener.rs`). Upstream counterpart:
+//! stall deadlines; `track_requests.rs` tells it which are busy); the HTTP ones share one accept
+//! loop (`listener.rs`). Upstream counterpart:
 //! kubelet `pkg/kubelet/server`; the gRPC API is swiftlet's own.
 
 pub mod auth;
@@ -19,6 +20,7 @@ pub mod stats;
 pub mod stream_proxy;
 pub mod streaming;
 pub mod tls;
+pub mod track_requests;
 pub mod webhook;
 
 pub use grpc::EventsService;
