@@ -1,5 +1,5 @@
-//! A `swiftlet run` under test: its own manifest folder, ports (read-only and kubelet server),
-//! socket and node name, talking to the private containerd; pods read back through its read-only
+//! A `swiftlet run` under test: its own manifest folder, ports (healthz, read-only and kubelet
+//! server), socket and node name, talking to the private containerd; pods read back through its read-only
 //! `/pods`, as a user would.
 //!
 //! Runs that share one containerd must not overlap (each agent stops pods it does not know), so
@@ -24,9 +24,13 @@ pub struct Node {
     pub port: u16,
     /// The kubelet server's (TLS) port; 0 when a test disabled it with `--port 0`.
     pub kubelet_port: u16,
+    /// The healthz port (`/healthz` only); 0 when a test gave its own `--http-address`.
+    pub healthz_port: u16,
     dir: PathBuf,
     endpoint: String,
     pub agent: Option<Running>,
+    /// The agent's log up to "swiftlet is running" (its start-up), of its latest start.
+    pub startup_log: Vec<String>,
     extra_args: Vec<String>,
     _exclusive: MutexGuard<'static, ()>,
 }
@@ -73,9 +77,11 @@ impl Node {
             manifests,
             port: 0,
             kubelet_port: 0,
+            healthz_port: 0,
             dir,
             endpoint: endpoint.to_owned(),
             agent: None,
+            startup_log: Vec::new(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
             _exclusive: exclusive,
         };
@@ -98,6 +104,14 @@ impl Node {
             None => free_port(),
         };
         let own_port = (!port_given).then(|| ["--port".to_owned(), self.kubelet_port.to_string()]);
+        let healthz_given = self.extra_args.iter().any(|a| a == "--http-address");
+        self.healthz_port = if healthz_given { 0 } else { free_port() };
+        let own_healthz = (!healthz_given).then(|| {
+            [
+                "--http-address".to_owned(),
+                format!("127.0.0.1:{}", self.healthz_port),
+            ]
+        });
         let agent = Running::start(
             Command::new(swiftlet_bin())
                 .args(["run", "--node-name", &self.name])
@@ -106,7 +120,7 @@ impl Node {
                 .args(["--runtime-endpoint", &self.endpoint])
                 .args(["--read-only-port", &self.port.to_string()])
                 .args(own_port.iter().flatten())
-                .args(["--http-address", "127.0.0.1:0"])
+                .args(own_healthz.iter().flatten())
                 .arg("--grpc-socket")
                 .arg(self.dir.join("swiftlet.sock"))
                 .arg("--root-dir")
@@ -126,7 +140,7 @@ impl Node {
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
-        agent.wait_stderr("swiftlet is running");
+        self.startup_log = agent.wait_stderr_lines("swiftlet is running");
         self.agent = Some(agent);
     }
 

@@ -35,7 +35,14 @@ impl Running {
 
     /// Waits for a stderr line containing `needle` (e.g. a readiness log line).
     pub fn wait_stderr(&self, needle: &str) -> String {
-        wait_line(&self.stderr, needle, "stderr")
+        wait_line(&self.stderr, needle, "stderr").0
+    }
+
+    /// Waits for a stderr line containing `needle`; every line up to it, that one last.
+    pub fn wait_stderr_lines(&self, needle: &str) -> Vec<String> {
+        let (line, mut seen) = wait_line(&self.stderr, needle, "stderr");
+        seen.push(line);
+        seen
     }
 
     /// Waits for a stdout line matching `want`.
@@ -58,11 +65,12 @@ impl Drop for Running {
     }
 }
 
-fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, what: &str) -> String {
+/// The line containing `needle`, and the lines before it.
+fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, what: &str) -> (String, Vec<String>) {
     let mut seen = Vec::new();
     loop {
         match rx.recv_timeout(EVENT_WAIT) {
-            Ok(line) if line.contains(needle) => return line,
+            Ok(line) if line.contains(needle) => return (line, seen),
             Ok(line) => seen.push(line),
             Err(e) => panic!("no {what} line containing {needle:?} ({e}); saw {seen:#?}"),
         }

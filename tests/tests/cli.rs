@@ -1,5 +1,6 @@
 //! The `swiftlet` binary as a user runs it: `events` (text and JSON, bad input, no privileges,
-//! program logs) and `run` (the gRPC event stream, /metrics checked by promtool, /healthz).
+//! program logs) and `run` (the gRPC event stream, /metrics on the read-only port checked by
+//! promtool, /healthz).
 #![expect(
     clippy::expect_used,
     reason = "helpers of tests: a failed step fails the test"
@@ -206,6 +207,7 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
     let dir = std::env::temp_dir().join(format!("swiftlet-test-run-{}", std::process::id()));
     let socket = dir.join("swiftlet.sock");
     let port = free_port();
+    let read_only_port = free_port();
     let swiftlet = Running::start(Command::new(swiftlet_bin()).args([
         "run",
         "--cgroup",
@@ -215,7 +217,7 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         "--http-address",
         &format!("127.0.0.1:{port}"),
         "--read-only-port",
-        "0",
+        &read_only_port.to_string(),
         "--port",
         "0",
         "--runtime-endpoint",
@@ -264,7 +266,9 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
 
     let (status, health) = http_get(port, "/healthz");
     assert_eq!((status, health.as_str()), (200, "ok\n"));
-    let (status, metrics) = http_get(port, "/metrics");
+    // The healthz address serves /healthz only; metrics are on the read-only port.
+    assert_eq!(http_get(port, "/metrics").0, 404);
+    let (status, metrics) = http_get(read_only_port, "/metrics");
     assert_eq!(status, 200);
     assert!(
         metrics.contains(r#"swiftlet_kernel_events_received_total{kind="exit"} 1"#),

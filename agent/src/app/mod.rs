@@ -3,23 +3,26 @@
 //!
 //! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
 //! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources; `housekeeping.rs`: log rotation
-//! and garbage collection). HTTP serves `/healthz` and `/metrics`, the read-only port `/pods` and
-//! `/stats/summary`, and the kubelet server (`server.rs`, TLS and authenticated) all of these,
-//! `/containerLogs` and container streaming.
+//! and garbage collection). The healthz address serves `/healthz` only; the read-only port
+//! `/healthz`, `/metrics`, `/pods`, `/node` and `/stats/summary`; the kubelet server (`server.rs`,
+//! TLS and authenticated) all of these, `/containerLogs` and container streaming
+//! (`listeners.rs` binds the plain ones and the gRPC socket). First of all the process raises its
+//! open files limit and sets its own oom_score_adj (`process.rs`).
 
 mod cpumanager;
 mod eviction;
 mod housekeeping;
+mod listeners;
 mod node;
 mod pods;
+mod process;
 mod psi;
 mod runtime_health;
 mod server;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
 
-use tokio::{net::UnixListener, sync::broadcast, task::JoinSet};
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio::{sync::broadcast, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -139,7 +142,21 @@ impl Error {
 
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let config = Config::load(&args)?;
+    let open_files = process::raise_open_files_limit();
+    let oom =
+        process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);
     let metrics = Metrics::new()?;
+    metrics.oom_score_adj(match &oom {
+        process::OomScoreAdj::Set(value) => Some(*value),
+        process::OomScoreAdj::Refused { current, .. } => *current,
+    })?;
+    let (server_runtime, servers) =
+        listeners::ServerRuntime::new(listeners::per_listener(open_files)).map_err(|e| {
+            Error::Stopped {
+                component: "server runtime",
+                reason: e.to_string(),
+            }
+        })?;
     let health = Health::default();
     let (bus, _) = broadcast::channel(BUS_CAPACITY);
     let shutdown = CancellationToken::new();
@@ -226,23 +243,16 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     )
     .await?;
 
-    let grpc = bind_unix(&config.grpc_socket)?;
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        let service = swiftlet_proto::v1::events_server::EventsServer::new(
+    listeners::serve_grpc(
+        &config.grpc_socket,
+        swiftlet_proto::v1::events_server::EventsServer::new(
             EventsService::new(bus, published).with_evictions(pods.evictions.clone()),
-        );
-        async move {
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(UnixListenerStream::new(grpc), shutdown.cancelled())
-                .await
-                .map_err(|e| Error::Stopped {
-                    component: "grpc server",
-                    reason: e.to_string(),
-                })
-        }
-    });
+        ),
+        &servers,
+        &metrics.server,
+        &mut tasks,
+        &shutdown,
+    )?;
     let state = HttpState {
         metrics,
         health,
@@ -256,33 +266,39 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         state.clone(),
         &pods,
         summary.clone(),
+        &servers,
         &mut tasks,
         &shutdown,
     )
     .await?;
     let mut listening = Vec::new();
-    for addr in [config.healthz_address, config.read_only_address]
-        .into_iter()
-        .flatten()
-    {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| Error::HttpAddress { addr, source })?;
-        listening.push(listener.local_addr().unwrap_or(addr));
-        let mut router = crate::server::http::router(state.clone());
-        if Some(addr) == config.read_only_address {
-            router = router.merge(crate::server::stats::router(summary.clone()));
-        }
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(shutdown.cancelled_owned())
-                .await
-                .map_err(|e| Error::Stopped {
-                    component: "http server",
-                    reason: e.to_string(),
-                })
-        });
+    if let Some(addr) = config.healthz_address {
+        let router = crate::server::http::healthz_router(state.health.clone());
+        let bound = listeners::serve_http(
+            "healthz",
+            addr,
+            router,
+            &servers,
+            &state.metrics.server,
+            &mut tasks,
+            &shutdown,
+        )?;
+        listening.push(bound);
+    }
+    if let Some(addr) = config.read_only_address {
+        listeners::warn_if_exposed(addr);
+        let router = crate::server::http::read_only_router(state.clone())
+            .merge(crate::server::stats::router(summary.clone()));
+        let bound = listeners::serve_http(
+            "read-only",
+            addr,
+            router,
+            &servers,
+            &state.metrics.server,
+            &mut tasks,
+            &shutdown,
+        )?;
+        listening.push(bound);
     }
     tracing::info!(
         node = config.node_name,
@@ -321,6 +337,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         tasks.abort_all();
     }
     let _ = std::fs::remove_file(&config.grpc_socket);
+    drop(server_runtime);
     result
 }
 
@@ -355,29 +372,6 @@ async fn pump(
             }
         }
     }
-}
-
-fn bind_unix(path: &std::path::Path) -> Result<UnixListener, Error> {
-    let err = |source| Error::GrpcSocket {
-        path: path.to_owned(),
-        source,
-    };
-    // A missing directory is made root's (0750); one that exists is the admin's and kept as is.
-    if let Some(parent) = path.parent()
-        && !parent.as_os_str().is_empty()
-        && std::fs::symlink_metadata(parent).is_err()
-    {
-        crate::hostfs::ensure_dir(parent, 0o750).map_err(|e| err(io::Error::other(e)))?;
-    }
-    // A socket file left by a previous run that no one listens on any more.
-    if path.exists() && std::os::unix::net::UnixStream::connect(path).is_err() {
-        std::fs::remove_file(path).map_err(err)?;
-    }
-    let listener = UnixListener::bind(path).map_err(err)?;
-    // Connecting needs write permission: root and its group, whatever the umask.
-    use std::os::unix::fs::PermissionsExt as _;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(err)?;
-    Ok(listener)
 }
 
 async fn shutdown_signal() {

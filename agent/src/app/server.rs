@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, sync::Arc, time::SystemTime};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, node::NodeFacts, pods::Pods};
+use super::{Error, listeners::ServerRuntime, node::NodeFacts, pods::Pods};
 use crate::{
     cm::{CgroupLayout, pod_cgroups::PodCgroups},
     config::Config,
@@ -15,7 +15,9 @@ use crate::{
     server::{
         HttpState,
         auth::{Auth, Reviewer},
+        connections::Tracker,
         full::{self, FullState},
+        listener::{self, HttpTimeouts},
         stats::SummaryProvider,
         streaming::Streaming,
         tls,
@@ -55,12 +57,14 @@ pub async fn summary_provider(
     )))
 }
 
-/// Binds and starts the kubelet server when `port` is not 0; returns its address.
+/// Binds and starts the kubelet server on the server runtime when `port` is not 0; returns its
+/// address.
 pub async fn start(
     config: &Config,
     http: HttpState,
     pods: &Pods,
     summary: Arc<SummaryProvider>,
+    servers: &ServerRuntime,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
 ) -> Result<Option<SocketAddr>, Error> {
@@ -68,6 +72,14 @@ pub async fn start(
     let Some(addr) = settings.address else {
         return Ok(None);
     };
+    if settings.authentication.anonymous_turned_off {
+        tracing::warn!(
+            "AnonymousAuth is not allowed with the AlwaysAllow authorizer: anonymous requests \
+             to the kubelet server stay refused (401). Use Webhook authorization \
+             (--authorization-mode Webhook, with --kubeconfig) to let anonymous requests be \
+             authorized"
+        );
+    }
     let tls = tls::server_config(settings, &config.node_name).map_err(Error::Tls)?;
     let reviewer: Option<Arc<dyn Reviewer>> = match &config.kubeconfig {
         Some(kubeconfig)
@@ -99,8 +111,10 @@ pub async fn start(
             runtime: pods.runtime.clone(),
             streams: pods.runtime.clone(),
             pods: Arc::new(move || status.pods().into_iter().map(|p| p.pod).collect()),
+            run_timeout: config.runtime_request_timeout,
         })
     });
+    let http_metrics = http.metrics.server.clone();
     let router = full::router(FullState {
         http,
         summary: Some(summary),
@@ -108,19 +122,30 @@ pub async fn start(
         logs: Some(pods.logs.clone()),
         auth,
     });
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| Error::ServerAddress { addr, source })?;
+    let listener = {
+        let _in_servers = servers.handle.enter();
+        listener::bind(addr).map_err(|source| Error::ServerAddress { addr, source })?
+    };
     let bound = listener.local_addr().unwrap_or(addr);
     let shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        full::serve(listener, tls, router, shutdown)
-            .await
-            .map_err(|e| Error::Stopped {
-                component: "kubelet server",
-                reason: e.to_string(),
-            })
-    });
+    let tracker = Tracker::new("kubelet", servers.max_connections, http_metrics);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let task = async move {
+        listener::serve(
+            listener,
+            router,
+            Some(acceptor),
+            tracker,
+            HttpTimeouts::KUBELET,
+            shutdown,
+        )
+        .await
+        .map_err(|e| Error::Stopped {
+            component: "kubelet server",
+            reason: e.to_string(),
+        })
+    };
+    tasks.spawn_on(task, &servers.handle);
     tracing::info!(
         address = %bound,
         authorization = %settings.authorization.mode,

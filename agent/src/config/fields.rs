@@ -207,22 +207,59 @@ impl Resolver<'_> {
         })
     }
 
+    /// The read-only port's address: `readOnlyAddress` when given; else `address` when both it
+    /// and the port were given (the kubelet binds the port to `address`); else loopback. The
+    /// port is unauthenticated, so it leaves loopback only when the user names it.
     pub(super) fn read_only_address(
         &self,
         args: &RunArgs,
         file: &FileConfig,
     ) -> Result<Option<SocketAddr>, ConfigError> {
+        let port_given = args.read_only_port.is_some() || file.read_only_port.is_some();
         let port = match (args.read_only_port, file.read_only_port) {
             (Some(p), _) => p,
             (None, Some(p)) => self.port("readOnlyPort", p)?,
             (None, None) => defaults::READ_ONLY_PORT,
         };
-        let ip = match (args.address, &file.address) {
-            (Some(ip), _) => ip,
-            (None, Some(s)) => self.ip("address", s)?,
-            (None, None) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        let named = match (args.read_only_address, &file.read_only_address) {
+            (Some(ip), _) => Some(ip),
+            (None, Some(s)) => Some(self.ip("readOnlyAddress", s)?),
+            (None, None) => None,
         };
+        let address = match (args.address, &file.address) {
+            (Some(ip), _) => Some(ip),
+            (None, Some(s)) => Some(self.ip("address", s)?),
+            (None, None) => None,
+        };
+        let ip = named
+            .or(address.filter(|_| port_given))
+            .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         Ok((port != 0).then_some(SocketAddr::new(ip, port)))
+    }
+
+    /// The agent's own `oomScoreAdj` (upstream's range and default).
+    pub(super) fn oom_score_adj(
+        &self,
+        args: &RunArgs,
+        file: &FileConfig,
+    ) -> Result<i32, ConfigError> {
+        let (value, origin) = match (args.oom_score_adj, file.oom_score_adj) {
+            (Some(v), _) => (i64::from(v), Origin::Flag("--oom-score-adj")),
+            (None, Some(v)) => (v, self.file.clone()),
+            (None, None) => return Ok(defaults::OOM_SCORE_ADJ),
+        };
+        i32::try_from(value)
+            .ok()
+            .filter(|v| (-1000..=1000).contains(v))
+            .ok_or_else(|| {
+                invalid(
+                    &origin,
+                    "oomScoreAdj",
+                    "value",
+                    value,
+                    "must be between -1000 and 1000, inclusive",
+                )
+            })
     }
 
     pub(super) fn healthz_address(

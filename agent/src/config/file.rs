@@ -92,6 +92,8 @@ pub struct FileConfig {
     pub image_minimum_gc_age: Option<String>,
     pub seccomp_default: Option<bool>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
+    #[serde(rename = "oomScoreAdj")]
+    pub oom_score_adj: Option<i64>,
 
     // swiftlet's own.
     pub node_name: Option<String>,
@@ -99,6 +101,8 @@ pub struct FileConfig {
     pub pleg_relist_period: Option<String>,
     pub root_dir: Option<PathBuf>,
     pub grpc_socket: Option<PathBuf>,
+    /// The read-only port's bind address (the kubelet binds it to `address`).
+    pub read_only_address: Option<String>,
     pub eviction_monitoring_period: Option<String>,
     pub eviction_wakeups: Option<Vec<String>>,
     pub cpu_manager_apply: Option<String>,

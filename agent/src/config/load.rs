@@ -7,11 +7,17 @@
 //! v1beta1/defaults.go` (defaults) and `validation/validation.go`.
 //!
 //! Deliberate differences from the kubelet, each for a reason:
-//! - `address` (the read-only port's bind address) defaults to `127.0.0.1`, not `0.0.0.0`: the
-//!   read-only port is unauthenticated, so exposing it is an explicit choice.
+//! - The read-only port binds `127.0.0.1`, not `address`: it is unauthenticated, so exposing it
+//!   is an explicit choice, made by naming it: swiftlet's `readOnlyAddress`
+//!   (`--read-only-address`), or `address` together with an explicit `readOnlyPort` (the
+//!   kubelet's binding, when the user asked for both). The agent warns when it is not loopback.
 //! - `readOnlyPort` defaults to 10255 (the kubelet's historical flag default; `0` disables it).
-//! - `address` binds the full server (default `0.0.0.0`, as upstream) and, when given, the
-//!   read-only port too.
+//! - `address` binds the full server (default `0.0.0.0`, as upstream).
+//! - `authentication.anonymous.enabled` with `authorization.mode: AlwaysAllow` is turned off with
+//!   a warning, as the kube-apiserver does (`AnonymousAuth is not allowed with the AllowAll
+//!   authorizer`): it would let anyone who reaches the port run commands in every container. The
+//!   kubelet keeps the pair only as its legacy command-line default; swiftlet's default is
+//!   anonymous off, so it has no such compatibility to keep.
 //! - A zero duration or `maxPods: 0` is an error instead of silently meaning "default" (a Go
 //!   zero-value artefact upstream).
 //! - `fileCheckFrequency` is only the static pods' safety-net rescan: inotify drives changes.
@@ -55,10 +61,13 @@ pub struct Config {
     pub runtime_request_timeout: Duration,
     /// The CRI socket as `unix:///path`.
     pub container_runtime_endpoint: String,
-    /// The unauthenticated read-only HTTP endpoint; `None` when `readOnlyPort` is 0.
+    /// The unauthenticated read-only HTTP endpoint; `None` when `readOnlyPort` is 0. Loopback
+    /// unless `readOnlyAddress` (or `address` with an explicit `readOnlyPort`) says otherwise.
     pub read_only_address: Option<SocketAddr>,
-    /// `/healthz` and `/metrics`; `None` when `healthzPort` is 0.
+    /// `/healthz` only; `None` when `healthzPort` is 0.
     pub healthz_address: Option<SocketAddr>,
+    /// The agent's own oom_score_adj (`oomScoreAdj`).
+    pub oom_score_adj: i32,
     /// The cgroup (absolute, in the cgroup hierarchy) under which pod cgroups are made.
     pub cgroup_root: PathBuf,
     pub cgroups_per_qos: bool,
@@ -110,6 +119,8 @@ pub mod defaults {
     pub const CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
     pub const READ_ONLY_PORT: u16 = 10255;
     pub const HEALTHZ_PORT: u16 = 10248;
+    /// The agent's own oom_score_adj (upstream `qos.KubeletOOMScoreAdj`).
+    pub const OOM_SCORE_ADJ: i32 = -999;
     pub const CGROUP_ROOT: &str = "/";
     pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
     pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
@@ -221,6 +232,7 @@ impl Config {
 
         let read_only_address = r.read_only_address(args, file)?;
         let healthz_address = r.healthz_address(args, file)?;
+        let oom_score_adj = r.oom_score_adj(args, file)?;
 
         let cgroup_root =
             PathBuf::from(file.cgroup_root.as_deref().unwrap_or(defaults::CGROUP_ROOT));
@@ -366,6 +378,7 @@ impl Config {
             container_runtime_endpoint,
             read_only_address,
             healthz_address,
+            oom_score_adj,
             cgroup_root,
             cgroups_per_qos,
             cgroup_driver,

@@ -961,7 +961,9 @@ fn kubelet_server_from_file_and_flags() {
         Some(dir.path().join("pki/my.key"))
     );
     assert_eq!(server.tls_min_version, TlsVersion::Tls13);
-    assert!(server.authentication.anonymous);
+    // Anonymous with AlwaysAllow is turned off (and said at start), as the kube-apiserver does.
+    assert!(!server.authentication.anonymous);
+    assert!(server.authentication.anonymous_turned_off);
     assert_eq!(
         server.authentication.client_ca_file,
         Some(dir.path().join("ca.crt"))
@@ -997,9 +999,74 @@ fn kubelet_server_from_file_and_flags() {
     assert_eq!(server.cert_directory, PathBuf::from("/tmp/pki"));
     let (_dir, config) = load("enableDebuggingHandlers: false\n", &[]);
     assert!(!config.expect("loads").server.enable_debugging_handlers);
-    // A bare --anonymous-auth means true.
+    // A bare --anonymous-auth means true; standalone (AlwaysAllow) it is turned off.
     let (_dir, config) = load("", &["--anonymous-auth"]);
-    assert!(config.expect("loads").server.authentication.anonymous);
+    let authn = config.expect("loads").server.authentication;
+    assert!(!authn.anonymous && authn.anonymous_turned_off);
+    // With Webhook authorization anonymous requests stay, to be authorized one by one.
+    let (_dir, config) = load("", &["--anonymous-auth", "--kubeconfig", "/etc/kubeconfig"]);
+    let authn = config.expect("loads").server.authentication;
+    assert!(authn.anonymous && !authn.anonymous_turned_off);
+}
+
+#[test]
+fn the_read_only_port_leaves_loopback_only_when_named() {
+    let addr = |s: &str| Some(s.parse::<SocketAddr>().expect("addr"));
+    for (yaml, flags, want) in [
+        // `address` is the kubelet server's; alone it does not move the read-only port.
+        ("", &["--address", "10.0.0.5"][..], addr("127.0.0.1:10255")),
+        ("address: 10.0.0.5\n", &[][..], addr("127.0.0.1:10255")),
+        // Both named: the kubelet's binding.
+        (
+            "",
+            &["--address", "10.0.0.5", "--read-only-port", "10255"][..],
+            addr("10.0.0.5:10255"),
+        ),
+        (
+            "address: 10.0.0.5\nreadOnlyPort: 10266\n",
+            &[][..],
+            addr("10.0.0.5:10266"),
+        ),
+        // swiftlet's own field names it directly.
+        (
+            "",
+            &["--read-only-address", "0.0.0.0"][..],
+            addr("0.0.0.0:10255"),
+        ),
+        (
+            "readOnlyAddress: \"::1\"\naddress: 10.0.0.5\nreadOnlyPort: 10255\n",
+            &[][..],
+            addr("[::1]:10255"),
+        ),
+        ("", &["--read-only-port", "0"][..], None),
+    ] {
+        let (_dir, config) = load(yaml, flags);
+        assert_eq!(
+            config.expect("loads").read_only_address,
+            want,
+            "{yaml:?} {flags:?}"
+        );
+    }
+    assert_eq!(
+        err("readOnlyAddress: everywhere\n", &[]),
+        "config file DIR/swiftlet.yaml: field `readOnlyAddress`: invalid address \"everywhere\": \
+         expected an IP address, e.g. 127.0.0.1"
+    );
+}
+
+#[test]
+fn the_agents_own_oom_score_adj() {
+    let (_dir, config) = load("", &[]);
+    assert_eq!(config.expect("loads").oom_score_adj, -999);
+    let (_dir, config) = load("oomScoreAdj: -500\n", &[]);
+    assert_eq!(config.expect("loads").oom_score_adj, -500);
+    let (_dir, config) = load("oomScoreAdj: -500\n", &["--oom-score-adj", "0"]);
+    assert_eq!(config.expect("loads").oom_score_adj, 0);
+    let message = err("oomScoreAdj: 2000\n", &[]);
+    assert!(
+        message.contains("oomScoreAdj") && message.contains("between -1000 and 1000"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -152,8 +152,13 @@ pub struct RunArgs {
     /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
     #[arg(long, value_name = "PORT")]
     pub read_only_port: Option<u16>,
-    /// Bind address of the kubelet server (`address`, default 0.0.0.0) and of the read-only
-    /// endpoint (which, unauthenticated, binds 127.0.0.1 unless this is given).
+    /// Bind address of the read-only endpoint (`readOnlyAddress`, default 127.0.0.1). Only this,
+    /// or `--address` together with an explicit `--read-only-port`, puts the unauthenticated port
+    /// beyond loopback.
+    #[arg(long, value_name = "IP")]
+    pub read_only_address: Option<IpAddr>,
+    /// Bind address of the kubelet server (`address`, default 0.0.0.0); also of the read-only
+    /// endpoint when its port is given explicitly.
     #[arg(long, value_name = "IP")]
     pub address: Option<IpAddr>,
     /// Port of the kubelet server, TLS and authenticated (`port`, default 10250); 0 disables it.
@@ -202,6 +207,10 @@ pub struct RunArgs {
     /// swiftlet's state directory (`rootDir`).
     #[arg(long, value_name = "DIR")]
     pub root_dir: Option<PathBuf>,
+    /// The agent's own oom_score_adj (`oomScoreAdj`, -1000 to 1000, default -999); lowering it
+    /// needs CAP_SYS_RESOURCE.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub oom_score_adj: Option<i32>,
     /// kubeconfig of the API server; without it swiftlet runs standalone.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,

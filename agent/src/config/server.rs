@@ -12,7 +12,9 @@
 //! authentication and `Webhook` authorization, which need an API server; the command line alone
 //! keeps the legacy `--authentication-token-webhook=false --authorization-mode=AlwaysAllow`.
 //! swiftlet picks by what it can do: with `--kubeconfig` the webhooks, standalone `AlwaysAllow`
-//! and no token webhook. Anonymous requests are refused by default (upstream's file default).
+//! and no token webhook. Anonymous requests are refused by default (upstream's file default), and
+//! turned off with a warning when asked for with `AlwaysAllow` (the kube-apiserver's rule; the
+//! kubelet accepts the pair only for its legacy command-line defaults).
 //! Asking for a webhook without an API server is an error naming the field, as upstream's
 //! "no client provided, cannot use webhook authorization".
 
@@ -157,6 +159,9 @@ impl fmt::Display for AuthorizationMode {
 pub struct Authentication {
     /// Requests without credentials are `system:anonymous` instead of refused with 401.
     pub anonymous: bool,
+    /// Anonymous requests were asked for with `AlwaysAllow` authorization and turned off (the
+    /// agent says so at start).
+    pub anonymous_turned_off: bool,
     /// Bearer tokens are checked with a TokenReview.
     pub webhook: bool,
     pub webhook_cache_ttl: Duration,
@@ -369,6 +374,10 @@ pub(super) fn resolve(
             ));
         }
     };
+    // As the kube-apiserver: anonymous requests with AlwaysAllow would let anyone who reaches
+    // the port exec into every container.
+    let anonymous_turned_off = anonymous && mode == AuthorizationMode::AlwaysAllow;
+    let anonymous = anonymous && !anonymous_turned_off;
     let webhook_file = authz.webhook.unwrap_or_default();
     let cache_authorized_ttl = r.duration(
         "authorization.webhook.cacheAuthorizedTTL",
@@ -396,6 +405,7 @@ pub(super) fn resolve(
             .unwrap_or(true),
         authentication: Authentication {
             anonymous,
+            anonymous_turned_off,
             webhook,
             webhook_cache_ttl,
             client_ca_file,

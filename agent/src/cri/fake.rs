@@ -60,6 +60,8 @@ struct ScriptedFailure {
 pub struct FakeRuntime {
     runtime_name: String,
     state: Mutex<State>,
+    /// `ExecSync` calls waiting for an answer now (a dropped call is no longer waiting).
+    execs_waiting: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct State {
@@ -71,6 +73,8 @@ struct State {
     /// By the name the image was pulled or added under.
     images: BTreeMap<String, cri::Image>,
     exec_results: HashMap<String, cri::ExecSyncResponse>,
+    /// `ExecSync` never answers (until its timeout, if it has one).
+    exec_hangs: bool,
     runtime_ready: bool,
     network_ready: bool,
     /// What `Status` reports beyond the conditions (none, as containerd 1.6, unless set).
@@ -148,6 +152,7 @@ impl FakeRuntime {
                 containers: BTreeMap::new(),
                 images: BTreeMap::new(),
                 exec_results: HashMap::new(),
+                exec_hangs: false,
                 runtime_ready: true,
                 network_ready: true,
                 runtime_handlers: Vec::new(),
@@ -155,6 +160,7 @@ impl FakeRuntime {
                 failures: Vec::new(),
                 calls: Vec::new(),
             }),
+            execs_waiting: std::sync::Arc::default(),
         }
     }
 
@@ -269,6 +275,17 @@ impl FakeRuntime {
     /// them too to make the whole pod disappear.
     pub fn vanish_sandbox(&self, id: &str) -> bool {
         self.lock().sandboxes.remove(id).is_some()
+    }
+
+    /// From now on `ExecSync` never answers: every command hangs (until the call's timeout, if
+    /// it has one, as the runtime would kill it then).
+    pub fn hang_execs(&self) {
+        self.lock().exec_hangs = true;
+    }
+
+    /// `ExecSync` calls waiting for their answer now (a cancelled call no longer waits).
+    pub fn execs_waiting(&self) -> usize {
+        self.execs_waiting.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// What `ExecSync` in this container answers (exit 0 and no output until set).

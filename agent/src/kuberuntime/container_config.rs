@@ -84,7 +84,7 @@ pub fn container_config(
 ) -> Result<cri::ContainerConfig, ConfigError> {
     verify_run_as_non_root(pod, container, params.image_user)?;
     let env = env::environment(pod, container, &params.env)?;
-    let (command, args) = env::expand_command(container, &env);
+    let (command, args) = env::expand_command(container, &env)?;
     let meta = &pod.metadata;
     let mut labels = HashMap::new();
     labels.insert(

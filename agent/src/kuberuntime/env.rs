@@ -2,6 +2,14 @@
 //! values with `$(VAR)` expansion, the downward API's field and resource references, and the
 //! same expansion applied to command and args. References to ConfigMaps and Secrets need an API
 //! server; without one they fail the container with `CreateContainerConfigError` unless optional.
+//!
+//! Expansion is bounded: each reference can copy a whole earlier value, so a few dozen variables
+//! referring to the one before twice would grow to gigabytes. A container's environment, command
+//! and args together may come to at most [`MAX_EXPANDED_BYTES`] once expanded (and one
+//! `subPathExpr` as much); beyond that the container fails with `CreateContainerConfigError`
+//! naming the field. Upstream has no such bound (the kernel's `ARG_MAX`, 2 MiB with the default
+//! 8 MiB stack, refuses the exec later; swiftlet's bound is above it, so nothing that could run is
+//! refused).
 
 use std::collections::HashMap;
 
@@ -20,6 +28,16 @@ pub struct EnvContext<'a> {
     pub node_memory_bytes: i64,
 }
 
+/// The most bytes a container's environment, command and args come to once expanded.
+pub const MAX_EXPANDED_BYTES: usize = 4 << 20;
+
+/// An expansion that would exceed its bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expanding its $(VAR) references would exceed {limit} bytes")]
+pub struct ExpansionTooLong {
+    pub limit: usize,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EnvError {
     #[error("env {name}: field path {path:?} is not supported")]
@@ -34,6 +52,14 @@ pub enum EnvError {
     },
     #[error("env {name}: {reason}")]
     Quantity { name: String, reason: String },
+    #[error("container {container:?}: {field}: {source}")]
+    TooLong {
+        container: String,
+        /// `env NAME`, `command[i]` or `args[i]`.
+        field: String,
+        #[source]
+        source: ExpansionTooLong,
+    },
 }
 
 /// The environment of `container`, in order, expanded.
@@ -58,14 +84,28 @@ pub fn environment(
     }
     let mut defined: HashMap<String, String> = HashMap::new();
     let mut out = Vec::new();
+    let mut budget = MAX_EXPANDED_BYTES;
     for var in container.env.iter().flatten() {
-        let Some(value) = value_of(pod, container, var, ctx, &defined)? else {
+        let Some(value) = value_of(pod, container, var, ctx, &defined, budget)? else {
             continue;
         };
+        budget = budget
+            .checked_sub(value.len())
+            .ok_or_else(|| too_long(container, format!("env {}", var.name)))?;
         defined.insert(var.name.clone(), value.clone());
         out.push((var.name.clone(), value));
     }
     Ok(out)
+}
+
+fn too_long(container: &Container, field: String) -> EnvError {
+    EnvError::TooLong {
+        container: container.name.clone(),
+        field,
+        source: ExpansionTooLong {
+            limit: MAX_EXPANDED_BYTES,
+        },
+    }
 }
 
 fn value_of(
@@ -74,12 +114,13 @@ fn value_of(
     var: &EnvVar,
     ctx: &EnvContext<'_>,
     defined: &HashMap<String, String>,
+    budget: usize,
 ) -> Result<Option<String>, EnvError> {
     let Some(from) = &var.value_from else {
-        return Ok(Some(expand(
-            var.value.as_deref().unwrap_or_default(),
-            defined,
-        )));
+        let value = var.value.as_deref().unwrap_or_default();
+        return expand_within(value, defined, budget)
+            .map(Some)
+            .map_err(|_| too_long(container, format!("env {}", var.name)));
     };
     if let Some(field) = &from.field_ref {
         return field_value(pod, &var.name, &field.field_path, ctx).map(Some);
@@ -208,57 +249,85 @@ pub(crate) fn resource_value(
 }
 
 /// `$(VAR)` expansion as Kubernetes does it: a defined variable is replaced, an undefined one is
-/// left as written, `$$` is a literal `$`.
-pub fn expand(input: &str, defined: &HashMap<String, String>) -> String {
-    let mut out = String::with_capacity(input.len());
+/// left as written, `$$` is a literal `$`. At most [`MAX_EXPANDED_BYTES`] come out.
+pub fn expand(input: &str, defined: &HashMap<String, String>) -> Result<String, ExpansionTooLong> {
+    expand_within(input, defined, MAX_EXPANDED_BYTES)
+}
+
+/// [`expand`] with at most `limit` bytes coming out.
+fn expand_within(
+    input: &str,
+    defined: &HashMap<String, String>,
+    limit: usize,
+) -> Result<String, ExpansionTooLong> {
+    let mut out = String::with_capacity(input.len().min(limit));
+    let push = |out: &mut String, piece: &str| {
+        if out.len() + piece.len() > limit {
+            return Err(ExpansionTooLong {
+                limit: MAX_EXPANDED_BYTES,
+            });
+        }
+        out.push_str(piece);
+        Ok(())
+    };
     let mut rest = input;
     while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
+        push(&mut out, &rest[..at])?;
         let after = &rest[at + 1..];
         if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
+            push(&mut out, "$")?;
             rest = tail;
         } else if let Some(inner) = after.strip_prefix('(') {
             match inner.find(')') {
                 Some(end) => {
                     let name = &inner[..end];
                     match defined.get(name) {
-                        Some(value) => out.push_str(value),
+                        Some(value) => push(&mut out, value)?,
                         None => {
-                            out.push_str("$(");
-                            out.push_str(name);
-                            out.push(')');
+                            push(&mut out, "$(")?;
+                            push(&mut out, name)?;
+                            push(&mut out, ")")?;
                         }
                     }
                     rest = &inner[end + 1..];
                 }
                 None => {
-                    out.push_str("$(");
+                    push(&mut out, "$(")?;
                     rest = inner;
                 }
             }
         } else {
-            out.push('$');
+            push(&mut out, "$")?;
             rest = after;
         }
     }
-    out.push_str(rest);
-    out
+    push(&mut out, rest)?;
+    Ok(out)
 }
 
-/// Command and args with `$(VAR)` expanded from the container's environment.
+/// Command and args with `$(VAR)` expanded from the container's environment, within what the
+/// environment left of [`MAX_EXPANDED_BYTES`].
 pub fn expand_command(
     container: &Container,
     env: &[(String, String)],
-) -> (Vec<String>, Vec<String>) {
+) -> Result<(Vec<String>, Vec<String>), EnvError> {
     let defined: HashMap<String, String> = env.iter().cloned().collect();
-    let each = |list: &Option<Vec<String>>| {
+    let mut budget = MAX_EXPANDED_BYTES.saturating_sub(env.iter().map(|(_, v)| v.len()).sum());
+    let mut each = |list: &Option<Vec<String>>, field: &str| {
         list.iter()
             .flatten()
-            .map(|s| expand(s, &defined))
-            .collect::<Vec<_>>()
+            .enumerate()
+            .map(|(i, s)| {
+                let expanded = expand_within(s, &defined, budget)
+                    .map_err(|_| too_long(container, format!("{field}[{i}]")))?;
+                budget -= expanded.len();
+                Ok(expanded)
+            })
+            .collect::<Result<Vec<_>, EnvError>>()
     };
-    (each(&container.command), each(&container.args))
+    let command = each(&container.command, "command")?;
+    let args = each(&container.args, "args")?;
+    Ok((command, args))
 }
 
 #[cfg(test)]
@@ -303,7 +372,7 @@ mod tests {
             ("", ""),
         ];
         for (input, want) in cases {
-            assert_eq!(expand(input, &defined), want, "{input}");
+            assert_eq!(expand(input, &defined).as_deref(), Ok(want), "{input}");
         }
     }
 
@@ -349,7 +418,7 @@ mod tests {
         assert_eq!(get("TIER"), Some("front"));
         assert_eq!(get("IP"), Some("10.88.0.5"));
         assert_eq!(get("GREETING"), Some("hello web on node-1"));
-        let (_, args) = expand_command(&container, &env);
+        let (_, args) = expand_command(&container, &env).expect("expanded");
         assert_eq!(
             args,
             vec!["echo".to_owned(), "hello web on node-1".to_owned()]
@@ -385,5 +454,55 @@ mod tests {
         }
         let env = environment(&pod, &container(reference), &EnvContext::default());
         assert_eq!(env, Ok(vec![]));
+    }
+
+    /// Each variable twice the one before: unbounded, 40 of them would be a terabyte.
+    fn doubling(count: usize) -> Vec<EnvVar> {
+        let mut vars = vec![var("V0", &"x".repeat(1024))];
+        for i in 1..count {
+            vars.push(var(
+                &format!("V{i}"),
+                &format!("$(V{})$(V{})", i - 1, i - 1),
+            ));
+        }
+        vars
+    }
+
+    #[test]
+    fn an_expansion_past_the_bound_is_an_error_naming_the_container_and_field() {
+        let container = Container {
+            name: "bomb".into(),
+            env: Some(doubling(40)),
+            ..Default::default()
+        };
+        let err =
+            environment(&Pod::default(), &container, &EnvContext::default()).expect_err("refused");
+        // 1 KiB doubled: V0..V11 come to 4 MiB - 1 KiB, so V12 (4 MiB) is past the bound.
+        assert_eq!(
+            err.to_string(),
+            "container \"bomb\": env V12: expanding its $(VAR) references would exceed 4194304 \
+             bytes"
+        );
+
+        // Within the bound for the environment; the command's expansion is what goes past it.
+        let container = Container {
+            name: "cmd".into(),
+            env: Some(doubling(11)),
+            command: Some(vec!["echo".into()]),
+            args: Some(vec!["$(V10)".into(), "$(V10)$(V10)$(V10)".into()]),
+            ..Default::default()
+        };
+        let env = environment(&Pod::default(), &container, &EnvContext::default()).expect("env");
+        assert_eq!(env.len(), 11);
+        let err = expand_command(&container, &env).expect_err("refused");
+        assert!(
+            matches!(&err, EnvError::TooLong { container, field, .. }
+                if container == "cmd" && field == "args[1]"),
+            "{err}"
+        );
+        // One string on its own is bounded too (subPathExpr's path).
+        let defined: HashMap<String, String> = env.into_iter().collect();
+        assert!(expand("$(V10)$(V10)$(V10)$(V10)$(V10)", &defined).is_err());
+        assert_eq!(expand("$(V0)", &defined).map(|s| s.len()), Ok(1024));
     }
 }

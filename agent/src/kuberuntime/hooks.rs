@@ -2,7 +2,12 @@
 //! a container starts and a failure gets the container killed (`FailedPostStartHook`); `preStop`
 //! runs before the stop signal, within the grace period, which shrinks by the time it took.
 //! Handlers: `exec` (CRI ExecSync, no timeout of its own), `httpGet` (only a request that gets no
-//! answer fails, as upstream), `sleep`.
+//! answer fails, as upstream; the body read is bounded), `sleep`.
+//!
+//! What bounds them is the caller's, as upstream: a `preStop` runs within the grace period
+//! (`manager::kill_container`), a `postStart` until the pod's termination cancels the sync that
+//! runs it (`manager::start_container`). Either way the hook's future is dropped, which cancels
+//! the runtime's `ExecSync` (containerd then kills the command) or the HTTP request.
 
 use std::time::Duration;
 

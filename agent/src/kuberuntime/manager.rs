@@ -322,6 +322,7 @@ impl KubeRuntimeManager {
                     status,
                     &pod_ips,
                     &mut outcome,
+                    cancel,
                 )
                 .await;
             // A regular init container runs alone: the next waits for it to succeed.
@@ -343,6 +344,7 @@ impl KubeRuntimeManager {
                     status,
                     &pod_ips,
                     &mut outcome,
+                    cancel,
                 )
                 .await;
             }
@@ -351,7 +353,8 @@ impl KubeRuntimeManager {
     }
 
     /// One container start (upstream `startContainer` with `doBackOff` and `EnsureImageExists`).
-    /// Returns whether it started; a failure is in the reason cache and `outcome`.
+    /// Returns whether it started; a failure is in the reason cache and `outcome`. A `postStart`
+    /// hook runs until it ends or `cancel` fires.
     #[expect(
         clippy::too_many_arguments,
         reason = "the pieces of one start, all borrowed"
@@ -366,6 +369,7 @@ impl KubeRuntimeManager {
         status: &PodStatus,
         pod_ips: &[String],
         outcome: &mut SyncOutcome,
+        cancel: &CancellationToken,
     ) -> bool {
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let now = (self.clock)();
@@ -519,9 +523,19 @@ impl KubeRuntimeManager {
             .and_then(|l| l.post_start.as_ref())
         {
             let pod_ip = pod_ips.first().map(String::as_str);
-            if let Err(message) =
-                super::hooks::run(self.runtime.as_ref(), handler, pod, container, &id, pod_ip).await
-            {
+            let hook =
+                super::hooks::run(self.runtime.as_ref(), handler, pod, container, &id, pod_ip);
+            // The hook has no deadline of its own, but the pod's termination cancels the sync
+            // that runs it (upstream: the sync's context); dropping it cancels the runtime's
+            // exec, which kills the command. The termination then stops the container.
+            let result = tokio::select! {
+                result = hook => result,
+                () = cancel.cancelled() => {
+                    tracing::info!(pod = %full_name(pod), container = container.name, "postStart hook cancelled: the pod is terminating");
+                    return false;
+                }
+            };
+            if let Err(message) = result {
                 tracing::warn!(pod = %full_name(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
                 if let Err(e) = self.stop_container(&id, pod_grace(pod)).await {
                     tracing::warn!(pod = %full_name(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");

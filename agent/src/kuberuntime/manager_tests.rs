@@ -299,3 +299,119 @@ async fn killing_a_pod_stops_containers_then_the_sandbox() {
     assert!(fake.container_ids().is_empty() && fake.sandbox_ids().is_empty());
     let _ = PathBuf::new();
 }
+
+/// `app` with a postStart or preStop exec of `sleep 1000000`.
+fn with_hook(mut app: Container, post_start: bool) -> Container {
+    use k8s_openapi::api::core::v1::{ExecAction, Lifecycle, LifecycleHandler};
+    let handler = LifecycleHandler {
+        exec: Some(ExecAction {
+            command: Some(vec!["sleep".into(), "1000000".into()]),
+        }),
+        ..Default::default()
+    };
+    app.lifecycle = Some(if post_start {
+        Lifecycle {
+            post_start: Some(handler),
+            ..Default::default()
+        }
+    } else {
+        Lifecycle {
+            pre_stop: Some(handler),
+            ..Default::default()
+        }
+    });
+    app
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_termination_cancels_a_running_post_start_hook_and_its_exec() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.add_image(IMAGE);
+    fake.hang_execs();
+    let (m, reasons) = manager(&fake);
+    let p = pod(
+        vec![],
+        vec![with_hook(container("app", "IfNotPresent"), true)],
+        "Always",
+    );
+    let cancel = CancellationToken::new();
+    let status = status_of(&fake).await;
+    let sync = m.sync_pod(&p, &status, "/kubepods/podx", &NoProbes, &cancel);
+    tokio::pin!(sync);
+    // The hook has no deadline of its own (as upstream): an hour of (paused) time goes by with
+    // the sync still in it and its exec still waiting.
+    let waited = tokio::time::timeout(Duration::from_secs(3600), &mut sync).await;
+    assert!(waited.is_err(), "the sync ended while its hook hangs");
+    assert_eq!(fake.execs_waiting(), 1);
+    // The pod's termination cancels the sync: it ends, and the exec call with it.
+    cancel.cancel();
+    let outcome = sync.await;
+    assert_eq!(fake.execs_waiting(), 0, "the hook's exec was not cancelled");
+    assert!(outcome.errors.is_empty(), "{:?}", outcome.errors);
+    assert_eq!(
+        mutating(fake.take_calls()),
+        vec!["RunPodSandbox#0", "Create app#0", "Start"]
+    );
+    // Not a hook failure: the container is the termination's to stop.
+    assert!(
+        reasons
+            .lock()
+            .expect("reasons")
+            .get(&PodUid::from("uid-1"), "app")
+            .is_none()
+    );
+    m.kill_pod_status(Some(&p), &status_of(&fake).await, Duration::from_secs(30))
+        .await
+        .expect("killed");
+    assert_eq!(
+        mutating(fake.take_calls()),
+        vec!["StopContainer", "StopPodSandbox"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pre_stop_hook_that_hangs_is_cut_at_the_grace_period() {
+    let fake = Arc::new(FakeRuntime::new());
+    fake.add_image(IMAGE);
+    let (m, _) = manager(&fake);
+    let p = pod(
+        vec![],
+        vec![with_hook(container("app", "IfNotPresent"), false)],
+        "Always",
+    );
+    m.sync_pod(
+        &p,
+        &status_of(&fake).await,
+        "/p",
+        &NoProbes,
+        &CancellationToken::new(),
+    )
+    .await;
+    fake.take_calls();
+    fake.hang_execs();
+    let grace = Duration::from_secs(30);
+    let status = status_of(&fake).await;
+    let kill = m.kill_pod_status(Some(&p), &status, grace);
+    tokio::pin!(kill);
+    // Counted in ticks of a 1 s interval beside it (paused time): the hook holds the stop for
+    // the grace period, not longer.
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks = 0u32;
+    let killed = loop {
+        tokio::select! {
+            killed = &mut kill => break killed,
+            _ = tick.tick() => ticks += 1,
+        }
+        assert!(ticks <= 120, "the preStop hook outlived the grace period");
+    };
+    killed.expect("killed");
+    assert!(
+        ticks >= 30,
+        "the stop came after {ticks} ticks, before the grace period"
+    );
+    assert_eq!(fake.execs_waiting(), 0);
+    assert_eq!(
+        mutating(fake.take_calls()),
+        vec!["StopContainer", "StopPodSandbox"]
+    );
+}

@@ -4,9 +4,9 @@
 //! or `P` for a partial one (the runtime splits long lines; the rest follows in later records),
 //! possibly followed by `:`-separated tags a later CRI may add.
 //!
-//! [`LineJoiner`] turns records into the lines a reader sees: partial records are joined with what
-//! follows until a full one ends the line, and the line carries its first record's timestamp and
-//! stream (upstream prefixes only the first fragment of a line with its timestamp, too).
+//! A reader joins partial records with what follows until a full one ends the line; the line
+//! carries its first record's timestamp (`read.rs`; upstream prefixes only the first fragment of
+//! a line with its timestamp, too).
 
 use jiff::Timestamp;
 use k8s_openapi::jiff;
@@ -79,58 +79,6 @@ fn split_field(s: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&s[..at], &s[at + 1..]))
 }
 
-/// One line as a reader sees it: the joined content of its records, with its newline.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LogLine {
-    pub timestamp: Timestamp,
-    pub stream: Stream,
-    /// The content, ending with `\n`.
-    pub content: Vec<u8>,
-}
-
-impl LogLine {
-    /// The line as served: with `timestamps`, prefixed by its RFC 3339 timestamp (nanoseconds,
-    /// trailing zeros dropped, as Go's `RFC3339Nano`) and a space.
-    pub fn render(&self, timestamps: bool) -> Vec<u8> {
-        if !timestamps {
-            return self.content.clone();
-        }
-        let mut out = format!("{} ", self.timestamp).into_bytes();
-        out.extend_from_slice(&self.content);
-        out
-    }
-}
-
-/// Joins partial records into lines.
-#[derive(Debug, Default)]
-pub struct LineJoiner {
-    pending: Option<LogLine>,
-}
-
-impl LineJoiner {
-    /// Adds a record; returns the line it completes, if any.
-    pub fn push(&mut self, record: &Record<'_>) -> Option<LogLine> {
-        let line = self.pending.get_or_insert_with(|| LogLine {
-            timestamp: record.timestamp,
-            stream: record.stream,
-            content: Vec::new(),
-        });
-        line.content.extend_from_slice(record.content);
-        if record.partial {
-            return None;
-        }
-        let mut line = self.pending.take()?;
-        line.content.push(b'\n');
-        Some(line)
-    }
-
-    /// The partial line still waiting for its end (a container that exited mid-line, or a file
-    /// that ends there), as upstream serves it: without a newline.
-    pub fn take_pending(&mut self) -> Option<LogLine> {
-        self.pending.take()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,39 +124,6 @@ mod tests {
         assert_eq!(
             parse_record(b"2016-10-06T00:17:09Z stdout F"),
             Err(ParseError::NoTag)
-        );
-    }
-
-    #[test]
-    fn joins_partial_records_into_one_line_with_the_first_timestamp() {
-        let mut joiner = LineJoiner::default();
-        let lines = [
-            "2016-10-06T00:17:09.1Z stdout P hello ",
-            "2016-10-06T00:17:09.2Z stdout P big ",
-            "2016-10-06T00:17:09.3Z stdout F world",
-            "2016-10-06T00:17:10Z stderr F next",
-        ];
-        let mut out = Vec::new();
-        for l in lines {
-            let record = parse_record(l.as_bytes()).expect("record");
-            out.extend(joiner.push(&record));
-        }
-        assert_eq!(out.len(), 2);
-        assert_eq!(out[0].content, b"hello big world\n");
-        assert_eq!(out[0].timestamp, ts("2016-10-06T00:17:09.1Z"));
-        assert_eq!(
-            out[0].render(true),
-            b"2016-10-06T00:17:09.1Z hello big world\n"
-        );
-        assert_eq!(out[1].stream, Stream::Stderr);
-        assert_eq!(out[1].render(false), b"next\n");
-        assert_eq!(joiner.take_pending(), None);
-
-        let record = parse_record(b"2016-10-06T00:17:11Z stdout P cut").expect("record");
-        assert_eq!(joiner.push(&record), None);
-        assert_eq!(
-            joiner.take_pending().map(|l| l.content),
-            Some(b"cut".to_vec())
         );
     }
 }

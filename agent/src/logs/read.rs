@@ -4,15 +4,25 @@
 //! across rotations (the log manager renames the file and the runtime reopens a new one at the
 //! same path) — until the container is no longer running.
 //!
-//! Lines are the joined records of [`super::format`]: a `tailLines` count is of whole lines, not
-//! of the runtime's fragments. Records that do not parse are skipped (and logged), as upstream.
-//! Output goes to a channel of chunks; a closed channel (the client went away) ends the read.
+//! Memory is bounded whatever the lines' length or `tailLines`: the file is read a chunk at a
+//! time and its records parsed as a stream (`records.rs`), `tailLines` finds where to start by
+//! reading backwards a chunk at a time (`tail.rs`), and output goes to the client in chunks as
+//! it comes. Lines are the joined records (a `tailLines` count is of whole lines, `sinceTime`
+//! and `timestamps` go by a line's first record), but joining never buffers a line: each record
+//! goes out once complete (a long line's partial records too, as upstream streams them), and
+//! only a record still being written is held back, so it is served whole — up to [`LINE_HOLD`]
+//! bytes, past which it streams as it is read. Records that do not parse are skipped (and
+//! counted in one log line per read), as upstream skips them.
 //!
 //! Following polls the file (every [`FollowTiming::poll`]) rather than watching it with inotify:
 //! a poll is one `read` at the end of a file, and it needs no watch descriptors per client.
+//!
+//! Deviation: upstream's `tailLines` counts the file's records (a long line split by the runtime
+//! is several) and puts a timestamp on each; swiftlet counts lines as the container wrote them,
+//! and stamps a line once.
 
 use std::{
-    collections::VecDeque,
+    io::SeekFrom,
     os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
@@ -22,12 +32,22 @@ use bytes::Bytes;
 use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::Timestamp;
 use tokio::{
-    io::{AsyncBufReadExt as _, BufReader},
+    io::{AsyncReadExt as _, AsyncSeekExt as _},
     sync::mpsc,
 };
 
-use super::format::{LineJoiner, LogLine, parse_record};
+use super::{
+    records::{Header, Piece, RecordParser},
+    tail::tail_start,
+};
 use crate::cri::RuntimeService;
+
+/// The most bytes of a record still being written held back before it streams out as it comes.
+pub const LINE_HOLD: usize = 64 * 1024;
+/// Output goes to the client in chunks of about this size.
+const FLUSH_AT: usize = 64 * 1024;
+/// Bytes read from the file at a time.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// What to read (upstream `LogOptions`, from the request's `PodLogOptions`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -77,87 +97,217 @@ pub enum ReadError {
     },
 }
 
-/// Where lines go, and how many bytes may still go.
-struct Output {
-    tx: mpsc::Sender<Bytes>,
-    timestamps: bool,
-    since: Option<Timestamp>,
-    remaining: Option<u64>,
-}
-
-/// Whether to keep going after a write.
-#[derive(PartialEq, Eq)]
+/// Whether to keep going.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Flow {
     Continue,
     Stop,
 }
 
+/// Where lines go: the bytes ready to send, the record still being written held back (at most
+/// [`LINE_HOLD`]), and how many bytes may still go.
+struct Output {
+    tx: mpsc::Sender<Bytes>,
+    timestamps: bool,
+    since: Option<Timestamp>,
+    remaining: Option<u64>,
+    buf: Vec<u8>,
+    /// `buf[..ready]` can be sent; the rest is a record still being written.
+    ready: usize,
+    /// Inside a line (its first record was seen, its full record not yet).
+    in_line: bool,
+    /// The current line passes `since`.
+    keep_line: bool,
+    /// The current line had a record held too long: it goes out as it comes.
+    streaming: bool,
+    /// The current record continues the line in the next one.
+    record_partial: bool,
+    /// `limitBytes` reached.
+    limit_reached: bool,
+}
+
 impl Output {
-    async fn write(&mut self, line: &LogLine) -> Flow {
-        if self.since.is_some_and(|since| line.timestamp < since) {
-            return Flow::Continue;
+    fn new(tx: mpsc::Sender<Bytes>, options: &LogOptions) -> Output {
+        Output {
+            tx,
+            timestamps: options.timestamps,
+            since: options.since,
+            remaining: options.limit_bytes,
+            buf: Vec::with_capacity(FLUSH_AT),
+            ready: 0,
+            in_line: false,
+            keep_line: true,
+            streaming: false,
+            record_partial: false,
+            limit_reached: false,
         }
-        let mut bytes = line.render(self.timestamps);
-        let mut flow = Flow::Continue;
-        if let Some(remaining) = &mut self.remaining {
-            let allowed = usize::try_from(*remaining).unwrap_or(usize::MAX);
-            if bytes.len() >= allowed {
-                bytes.truncate(allowed);
-                flow = Flow::Stop;
+    }
+
+    fn piece(&mut self, piece: &Piece<'_>) {
+        match piece {
+            Piece::Start(header) => self.start(header),
+            Piece::Content(bytes) => {
+                if self.keep_line {
+                    self.append(bytes);
+                }
             }
-            *remaining -= bytes.len() as u64;
+            Piece::End => self.end(),
         }
-        if !bytes.is_empty() && self.tx.send(Bytes::from(bytes)).await.is_err() {
-            return Flow::Stop;
+    }
+
+    fn start(&mut self, header: &Header) {
+        self.record_partial = header.partial;
+        if self.in_line {
+            return;
         }
-        flow
+        self.in_line = true;
+        self.streaming = false;
+        self.keep_line = self.since.is_none_or(|since| header.timestamp >= since);
+        if self.keep_line && self.timestamps {
+            // RFC 3339 with nanoseconds, trailing zeros dropped (Go's `RFC3339Nano`).
+            let prefix = format!("{} ", header.timestamp);
+            self.append(prefix.as_bytes());
+        }
+    }
+
+    fn end(&mut self) {
+        if !self.record_partial {
+            if self.keep_line {
+                self.append(b"\n");
+            }
+            self.in_line = false;
+        }
+        // A complete record goes out (a line's partial records too, as upstream streams them);
+        // only a record still being written is held back.
+        self.ready = self.buf.len();
+    }
+
+    fn append(&mut self, bytes: &[u8]) {
+        if self.limit_reached {
+            return;
+        }
+        let bytes = match &mut self.remaining {
+            Some(remaining) => {
+                let n = usize::try_from(*remaining)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                *remaining -= n as u64;
+                self.limit_reached = *remaining == 0;
+                &bytes[..n]
+            }
+            None => bytes,
+        };
+        self.buf.extend_from_slice(bytes);
+        if self.streaming || self.buf.len() - self.ready > LINE_HOLD {
+            self.streaming = true;
+            self.ready = self.buf.len();
+        }
+    }
+
+    fn wants_flush(&self) -> bool {
+        self.ready >= FLUSH_AT || self.limit_reached
+    }
+
+    /// Sends what is ready (everything with `all`, or once the limit is reached). `Stop` when
+    /// the client went away or the limit was reached.
+    async fn flush(&mut self, all: bool) -> Flow {
+        let n = if all || self.limit_reached {
+            self.buf.len()
+        } else {
+            self.ready
+        };
+        if n > 0 {
+            let chunk = Bytes::copy_from_slice(&self.buf[..n]);
+            self.buf.drain(..n);
+            self.ready = self.ready.saturating_sub(n);
+            if self.tx.send(chunk).await.is_err() {
+                return Flow::Stop;
+            }
+        }
+        if self.limit_reached {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
     }
 }
 
-/// One open log file read line by line; a line still being written stays buffered until its
-/// newline arrives.
+/// One open log file, read a chunk at a time from where reading began.
 struct LogFile {
     path: PathBuf,
-    reader: BufReader<tokio::fs::File>,
+    file: tokio::fs::File,
     inode: u64,
-    partial: Vec<u8>,
+    parser: RecordParser,
+    chunk: Vec<u8>,
 }
 
 impl LogFile {
-    async fn open(path: &Path) -> Result<LogFile, ReadError> {
+    /// Opens `path` at its start, or where its last `tail` lines start.
+    async fn open(path: &Path, tail: Option<u64>) -> Result<LogFile, ReadError> {
         let open = |source| ReadError::Open {
             path: path.to_owned(),
             source,
         };
-        let file = tokio::fs::File::open(path).await.map_err(open)?;
-        let inode = file.metadata().await.map_err(open)?.ino();
+        let file = std::fs::File::open(path).map_err(open)?;
+        let meta = file.metadata().map_err(open)?;
+        let (file, offset) = match tail {
+            None => (file, 0),
+            Some(lines) => {
+                let len = meta.len();
+                let (file, found) = tokio::task::spawn_blocking(move || {
+                    let found = tail_start(&file, len, lines);
+                    (file, found)
+                })
+                .await
+                .map_err(|e| open(std::io::Error::other(e)))?;
+                (
+                    file,
+                    found.map_err(|source| ReadError::Read {
+                        path: path.to_owned(),
+                        source,
+                    })?,
+                )
+            }
+        };
+        let mut file = tokio::fs::File::from_std(file);
+        file.seek(SeekFrom::Start(offset))
+            .await
+            .map_err(|source| ReadError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
         Ok(LogFile {
             path: path.to_owned(),
-            reader: BufReader::new(file),
-            inode,
-            partial: Vec::new(),
+            file,
+            inode: meta.ino(),
+            parser: RecordParser::default(),
+            chunk: vec![0; READ_CHUNK],
         })
     }
 
-    /// The next complete line, or `None` at the end of what is written so far.
-    async fn next_line(&mut self) -> Result<Option<Vec<u8>>, ReadError> {
-        let n = self
-            .reader
-            .read_until(b'\n', &mut self.partial)
-            .await
-            .map_err(|source| ReadError::Read {
-                path: self.path.clone(),
-                source,
-            })?;
-        if n > 0 && self.partial.ends_with(b"\n") {
-            return Ok(Some(std::mem::take(&mut self.partial)));
+    /// Reads to the end of what is written so far into `out`.
+    async fn drain(&mut self, out: &mut Output) -> Result<Flow, ReadError> {
+        loop {
+            let n = self
+                .file
+                .read(&mut self.chunk)
+                .await
+                .map_err(|source| ReadError::Read {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(Flow::Continue);
+            }
+            let mut pieces = Vec::new();
+            self.parser.feed(&self.chunk[..n], &mut pieces);
+            for piece in &pieces {
+                out.piece(piece);
+            }
+            if out.wants_flush() && out.flush(false).await == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
         }
-        Ok(None)
-    }
-
-    /// What is left of an unterminated last line (a file that will not grow any more).
-    fn take_unterminated(&mut self) -> Option<Vec<u8>> {
-        (!self.partial.is_empty()).then(|| std::mem::take(&mut self.partial))
     }
 
     /// Whether the path now names another file (the log was rotated) or none.
@@ -167,15 +317,16 @@ impl LogFile {
             Err(_) => true,
         }
     }
-}
 
-/// Parses one raw line into the joiner; the line it completes, if any.
-fn join(path: &Path, joiner: &mut LineJoiner, raw: &[u8]) -> Option<LogLine> {
-    match parse_record(raw) {
-        Ok(record) => joiner.push(&record),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "skipping a line of a container log that is not in the CRI format");
-            None
+    /// Says once what was skipped.
+    fn report_skipped(&self) {
+        if self.parser.skipped > 0 {
+            tracing::warn!(
+                path = %self.path.display(),
+                skipped = self.parser.skipped,
+                first_error = ?self.parser.first_error.as_ref().map(ToString::to_string),
+                "skipped lines of a container log that are not in the CRI format"
+            );
         }
     }
 }
@@ -189,101 +340,47 @@ pub async fn read_logs(
     out: mpsc::Sender<Bytes>,
     timing: FollowTiming,
 ) -> Result<(), ReadError> {
-    let mut file = LogFile::open(path).await?;
-    let mut out = Output {
-        tx: out,
-        timestamps: options.timestamps,
-        since: options.since,
-        remaining: options.limit_bytes,
-    };
-    let mut joiner = LineJoiner::default();
-    if let Some(tail) = options.tail_lines {
-        // The whole file is read to find its last lines: files are bounded by the rotation
-        // size, and counting whole lines needs the records joined from the start.
-        let keep = usize::try_from(tail).unwrap_or(usize::MAX);
-        let mut last: VecDeque<LogLine> = VecDeque::new();
-        while let Some(raw) = file.next_line().await? {
-            if let Some(line) = join(path, &mut joiner, &raw) {
-                if keep == 0 {
-                    continue;
-                }
-                if last.len() == keep {
-                    last.pop_front();
-                }
-                last.push_back(line);
-            }
-        }
-        for line in &last {
-            if out.write(line).await == Flow::Stop {
-                return Ok(());
-            }
-        }
+    let mut file = LogFile::open(path, options.tail_lines).await?;
+    let mut out = Output::new(out, options);
+    let mut flow = file.drain(&mut out).await?;
+    if flow == Flow::Continue && options.follow {
+        flow = follow(&mut file, &mut out, container_id, runtime, timing).await?;
     }
-    if drain(&mut file, &mut joiner, &mut out).await? == Flow::Stop {
+    file.report_skipped();
+    if flow == Flow::Stop {
         return Ok(());
     }
-    if options.follow {
-        follow(
-            &mut file,
-            &mut joiner,
-            &mut out,
-            container_id,
-            runtime,
-            timing,
-        )
-        .await?;
+    // The file ends here: a full record cut short still ends its line; an unfinished line is
+    // served as it is.
+    if file.parser.in_full_record() {
+        out.end();
     }
-    // The file ends here: an unterminated line and a partial record are served as they are.
-    if let Some(raw) = file.take_unterminated()
-        && let Some(line) = join(path, &mut joiner, &raw)
-        && out.write(&line).await == Flow::Stop
-    {
-        return Ok(());
-    }
-    if let Some(line) = joiner.take_pending() {
-        out.write(&line).await;
-    }
+    out.flush(true).await;
     Ok(())
-}
-
-/// Writes every complete line up to the end of what is written.
-async fn drain(
-    file: &mut LogFile,
-    joiner: &mut LineJoiner,
-    out: &mut Output,
-) -> Result<Flow, ReadError> {
-    while let Some(raw) = file.next_line().await? {
-        if let Some(line) = join(&file.path, joiner, &raw)
-            && out.write(&line).await == Flow::Stop
-        {
-            return Ok(Flow::Stop);
-        }
-    }
-    Ok(Flow::Continue)
 }
 
 /// Waits for more lines, switching to the new file after a rotation, until the container stops
 /// running (its last lines are read first) or the client goes away.
 async fn follow(
     file: &mut LogFile,
-    joiner: &mut LineJoiner,
     out: &mut Output,
     container_id: &str,
     runtime: &dyn RuntimeService,
     timing: FollowTiming,
-) -> Result<(), ReadError> {
+) -> Result<Flow, ReadError> {
     let mut checked = Instant::now();
     loop {
-        if drain(file, joiner, out).await? == Flow::Stop {
-            return Ok(());
+        if file.drain(out).await? == Flow::Stop || out.flush(false).await == Flow::Stop {
+            return Ok(Flow::Stop);
         }
         if file.replaced().await {
             // The old file is complete once renamed and reopened elsewhere: read its rest, then
             // go on with the new one (if the runtime has made it yet).
-            if drain(file, joiner, out).await? == Flow::Stop {
-                return Ok(());
+            if file.drain(out).await? == Flow::Stop || out.flush(false).await == Flow::Stop {
+                return Ok(Flow::Stop);
             }
-            if let Ok(next) = LogFile::open(&file.path).await {
+            if let Ok(next) = LogFile::open(&file.path, None).await {
+                file.report_skipped();
                 *file = next;
                 continue;
             }
@@ -292,12 +389,11 @@ async fn follow(
             checked = Instant::now();
             if !is_running(runtime, container_id).await {
                 // What it wrote before it stopped is in the file by now.
-                drain(file, joiner, out).await?;
-                return Ok(());
+                return file.drain(out).await;
             }
         }
         if out.tx.is_closed() {
-            return Ok(());
+            return Ok(Flow::Stop);
         }
         tokio::time::sleep(timing.poll).await;
     }

@@ -179,3 +179,131 @@ async fn follow_reads_new_lines_across_a_rotation_until_the_container_exits() {
     assert_eq!(rx.recv().await, None);
     follower.await.expect("task").expect("read");
 }
+
+/// Reads with `options` to the end; every chunk's size and the total.
+async fn chunk_sizes(fake: &FakeRuntime, path: &Path, id: &str, options: LogOptions) -> Vec<usize> {
+    let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+    let collect = tokio::spawn(async move {
+        let mut sizes = Vec::new();
+        while let Some(chunk) = rx.recv().await {
+            sizes.push(chunk.len());
+        }
+        sizes
+    });
+    read_logs(path, id, &options, fake, tx, FAST)
+        .await
+        .expect("read");
+    collect.await.expect("collector")
+}
+
+/// A line of `records` partial records of `size` bytes each, never ended.
+fn unended_line(records: usize, size: usize) -> String {
+    let content = "x".repeat(size);
+    (0..records)
+        .map(|_| record(1, "stdout", "P", &content))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_huge_unended_line_streams_in_bounded_chunks_whatever_tail_lines_says() {
+    let fake = FakeRuntime::new();
+    let c = logging_container(&fake).await;
+    // 8 MiB in 16 KiB records (as containerd splits), then one record of 4 MiB (a runtime that
+    // does not split), all one line that never ends.
+    append(&c.log, &unended_line(512, 16 * 1024));
+    append(&c.log, &unended_line(1, 4 << 20));
+    let total = 8 * 1024 * 1024 + (4 << 20);
+    // What was ready, a record held back, and one chunk read: the most a reader holds.
+    let bound = FLUSH_AT + LINE_HOLD + READ_CHUNK;
+    for tail_lines in [None, Some(0), Some(1), Some(u64::MAX)] {
+        let options = LogOptions {
+            tail_lines,
+            ..Default::default()
+        };
+        let sizes = chunk_sizes(&fake, &c.log, &c.id, options).await;
+        assert_eq!(sizes.iter().sum::<usize>(), total, "tail {tail_lines:?}");
+        let largest = sizes.iter().copied().max().unwrap_or(0);
+        assert!(
+            largest <= bound,
+            "a chunk of {largest} bytes (tail {tail_lines:?})"
+        );
+    }
+    // With timestamps: one prefix for the one line.
+    let stamped = LogOptions {
+        timestamps: true,
+        limit_bytes: Some(64),
+        ..Default::default()
+    };
+    assert_eq!(
+        read(&fake, &c.log, &c.id, stamped).await,
+        format!("2024-05-01T10:00:01.5Z {}", "x".repeat(64 - 23))
+    );
+}
+
+#[tokio::test]
+async fn many_lines_and_a_huge_tail_read_backwards_in_bounded_chunks() {
+    let fake = FakeRuntime::new();
+    let c = logging_container(&fake).await;
+    let lines: String = (0..50_000)
+        .map(|i| record(i % 60, "stdout", "F", &format!("line {i}")))
+        .collect();
+    append(&c.log, &lines);
+    let tail = |n| LogOptions {
+        tail_lines: Some(n),
+        ..Default::default()
+    };
+    let last = read(&fake, &c.log, &c.id, tail(3)).await;
+    assert_eq!(last, "line 49997\nline 49998\nline 49999\n");
+    let sizes = chunk_sizes(&fake, &c.log, &c.id, tail(u64::MAX)).await;
+    assert_eq!(
+        sizes.iter().sum::<usize>(),
+        (0..50_000)
+            .map(|i| format!("line {i}\n").len())
+            .sum::<usize>()
+    );
+    assert!(
+        sizes
+            .iter()
+            .all(|s| *s <= FLUSH_AT + LINE_HOLD + READ_CHUNK)
+    );
+}
+
+#[tokio::test]
+async fn following_a_long_line_streams_its_records_before_it_ends() {
+    let fake = Arc::new(FakeRuntime::new());
+    let c = logging_container(&fake).await;
+    let (tx, mut rx) = mpsc::channel::<Bytes>(4);
+    let follower = {
+        let fake = fake.clone();
+        let (log, id) = (c.log.clone(), c.id.clone());
+        tokio::spawn(async move {
+            let options = LogOptions {
+                follow: true,
+                ..Default::default()
+            };
+            read_logs(&log, &id, &options, fake.as_ref(), tx, FAST).await
+        })
+    };
+    // A line's partial records go out as they are written, before the line ends ...
+    append(&c.log, &unended_line(2, 10));
+    append(&c.log, &unended_line(8, 16 * 1024));
+    // ... and a record still being written is held back only up to the hold.
+    append(&c.log, "2024-05-01T10:00:01.5Z stdout P ");
+    append(&c.log, &"y".repeat(LINE_HOLD + 1));
+    let mut got = 0usize;
+    while got <= 20 + 8 * 16 * 1024 + LINE_HOLD {
+        let chunk = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("the long line came out before it ended")
+            .expect("open");
+        got += chunk.len();
+    }
+    append(&c.log, "\n");
+    append(&c.log, &record(2, "stdout", "F", "end"));
+    fake.exit_container(&c.id, 0);
+    while let Some(chunk) = rx.recv().await {
+        got += chunk.len();
+    }
+    assert_eq!(got, 20 + 8 * 16 * 1024 + LINE_HOLD + 1 + "end\n".len());
+    follower.await.expect("task").expect("read");
+}

@@ -4,22 +4,30 @@
 
 mod kernel;
 mod psi;
+mod server;
 
 pub use kernel::{KernelCountersCollector, KernelMetrics};
 use prometheus::{Encoder as _, Registry, TextEncoder};
 pub use psi::{PressureLister, PsiCollector};
+pub use server::ServerMetrics;
 
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
     pub kernel: KernelMetrics,
+    pub server: ServerMetrics,
 }
 
 impl Metrics {
     pub fn new() -> Result<Metrics, prometheus::Error> {
         let registry = Registry::new();
         let kernel = KernelMetrics::register(&registry)?;
-        Ok(Metrics { registry, kernel })
+        let server = ServerMetrics::register(&registry)?;
+        Ok(Metrics {
+            registry,
+            kernel,
+            server,
+        })
     }
 
     /// `swiftlet_pleg_mode{mode}` = 1 for the PLEG in use.
@@ -33,6 +41,20 @@ impl Metrics {
         )?;
         gauge.with_label_values(&[mode]).set(1);
         self.registry.register(Box::new(gauge))
+    }
+
+    /// `swiftlet_oom_score_adj`: the agent's own oom_score_adj in force (absent if unreadable).
+    pub fn oom_score_adj(&self, value: Option<i32>) -> Result<(), prometheus::Error> {
+        let gauge = prometheus::IntGauge::new(
+            "swiftlet_oom_score_adj",
+            "The agent's own oom_score_adj in force (upstream's default -999; lowering it needs \
+             CAP_SYS_RESOURCE).",
+        )?;
+        if let Some(value) = value {
+            gauge.set(i64::from(value));
+            self.registry.register(Box::new(gauge))?;
+        }
+        Ok(())
     }
 
     /// The Prometheus text exposition of everything registered.

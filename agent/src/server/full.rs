@@ -4,14 +4,15 @@
 //! `/runningpods/`, `/run`, `/exec`, `/attach`, `/portForward` (`streaming.rs`).
 //!
 //! [`router`] builds the routes from a [`FullState`]; more routes are merged in by whoever adds
-//! them (the auth filter wraps everything merged before [`with_auth`]). [`serve`] is the TLS accept
-//! loop: each connection's verified client certificate becomes a [`PeerUser`] in its requests.
+//! them (the auth filter wraps everything merged before [`with_auth`]). The TLS accept loop is
+//! `listener.rs`: each connection's verified client certificate becomes a [`PeerUser`] in its
+//! requests.
 //!
 //! Not here: the read-only port (`http.rs`). Upstream: `pkg/kubelet/server/server.go`
 //! (`ListenAndServeKubeletServer`, `InstallAuthFilter`, `InstallDefaultHandlers`,
 //! `InstallDebuggingHandlers`).
 
-use std::{io, sync::Arc, time::Duration};
+use std::sync::Arc;
 
 use axum::{
     Router,
@@ -21,28 +22,13 @@ use axum::{
     response::{IntoResponse, Response},
     routing::any,
 };
-use hyper_util::{
-    rt::{TokioIo, TokioTimer},
-    service::TowerToHyperService,
-};
-use tokio::{net::TcpListener, task::JoinSet};
-use tokio_rustls::TlsAcceptor;
-use tokio_util::sync::CancellationToken;
-use tower::ServiceExt as _;
 
 use super::{
-    auth::{Auth, PeerUser, Refusal, UserInfo, request_attributes},
-    http::{HttpState, router as read_only_routes},
+    auth::{Auth, PeerUser, Refusal, request_attributes},
+    http::{HttpState, read_only_router as read_only_routes},
     stats::{self, SummaryProvider},
     streaming::{self, Streaming},
 };
-
-/// How long a client may take to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long connections in flight get to finish at shutdown.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(3);
-/// How long a client may take to send a request's headers (a stalled client holds a task).
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the full server's handlers need.
 #[derive(Clone)]
@@ -151,80 +137,6 @@ fn refused(refusal: Refusal) -> Response {
         body,
     )
         .into_response()
-}
-
-/// Serves `router` over TLS on `listener` until `shutdown`; connections in flight are closed
-/// gracefully.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
-    router: Router,
-    shutdown: CancellationToken,
-) -> io::Result<()> {
-    let acceptor = TlsAcceptor::from(tls);
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
-            () = shutdown.cancelled() => break,
-        };
-        let (tcp, remote) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                // Out of descriptors and the like: transient, as Go's http.Server treats them.
-                tracing::warn!(error = %e, "kubelet server: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let acceptor = acceptor.clone();
-        let router = router.clone();
-        let shutdown = shutdown.clone();
-        connections.spawn(async move {
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    tracing::debug!(%remote, error = %e, "kubelet server: TLS handshake failed");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let peer = stream
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .and_then(|leaf| UserInfo::from_certificate(leaf));
-            let service = router.map_request(move |mut request: Request<hyper::body::Incoming>| {
-                request.extensions_mut().insert(PeerUser(peer.clone()));
-                request
-            });
-            let connection = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_READ_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
-                .with_upgrades();
-            tokio::pin!(connection);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                () = shutdown.cancelled() => {
-                    connection.as_mut().graceful_shutdown();
-                    connection.await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%remote, error = %e, "kubelet server: connection ended");
-            }
-        });
-        while connections.try_join_next().is_some() {}
-    }
-    // Each connection finishes its request in flight (they were told to); a bound keeps a slow
-    // client from holding the agent's exit.
-    let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    Ok(())
 }
 
 #[cfg(test)]

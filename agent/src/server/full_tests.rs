@@ -11,7 +11,7 @@ use crate::{
     metrics::Metrics,
     server::{
         Health,
-        auth::{Attributes, Reviewer, TokenReviewed},
+        auth::{Attributes, Reviewer, TokenReviewed, UserInfo},
     },
 };
 

@@ -1,6 +1,8 @@
-//! The HTTP endpoints (axum): `/healthz` and `/metrics` on the healthz address, and the
-//! read-only port's `/pods` (a PodList as the kubelet's read-only port serves it), `/healthz` and
-//! `/metrics`. Upstream: kubelet `pkg/kubelet/server/server.go`.
+//! The HTTP endpoints (axum): the healthz address serves `/healthz` only (upstream's healthz
+//! server, `cmd/kubelet/app/server.go`); the read-only port (and, behind authentication, the
+//! kubelet server) serves `/healthz`, `/metrics`, `/pods` (a PodList as the kubelet's read-only
+//! port serves it) and `/node`. Upstream: kubelet `pkg/kubelet/server/server.go`
+//! (`InstallDefaultHandlers`).
 
 use std::{
     collections::BTreeMap,
@@ -102,7 +104,19 @@ pub struct HttpState {
 /// Extra annotations for the pod with this UID.
 pub type Annotator = Arc<dyn Fn(&str) -> BTreeMap<String, String> + Send + Sync>;
 
-pub fn router(state: HttpState) -> Router {
+/// The healthz address: `/healthz`, nothing else (it is reachable without authentication by
+/// design, so it tells nothing about pods or the node).
+pub fn healthz_router(health: Health) -> Router {
+    Router::new()
+        .route(
+            "/healthz",
+            get(|State(health): State<Health>| async move { health_answer(&health) }),
+        )
+        .with_state(health)
+}
+
+/// The read-only port's routes (also the kubelet server's, behind its auth filter).
+pub fn read_only_router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
@@ -162,8 +176,12 @@ async fn node(State(state): State<HttpState>) -> impl IntoResponse {
 }
 
 async fn healthz(State(state): State<HttpState>) -> impl IntoResponse {
-    match state.health.problems() {
-        None => (StatusCode::OK, state.health.healthy_body()),
+    health_answer(&state.health)
+}
+
+fn health_answer(health: &Health) -> (StatusCode, String) {
+    match health.problems() {
+        None => (StatusCode::OK, health.healthy_body()),
         Some(problems) => (StatusCode::SERVICE_UNAVAILABLE, format!("{problems}\n")),
     }
 }

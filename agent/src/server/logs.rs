@@ -10,7 +10,8 @@
 //! decode as Kubernetes query parameters do: absent, `false` or `0` is false, anything else true.
 //!
 //! The kubelet serves this only on its authenticated port; [`router`] is mounted wherever the app
-//! decides.
+//! decides. Memory per request is bounded whatever the log holds (`logs::read`): a few chunks in
+//! flight to the client.
 
 use std::{collections::HashMap, convert::Infallible, sync::Arc};
 
@@ -33,6 +34,9 @@ use crate::{
     cri::RuntimeService,
     logs::{FollowTiming, LogOptions, read_logs},
 };
+
+/// Chunks of a log read ahead of the client.
+const LOG_CHUNKS_IN_FLIGHT: usize = 4;
 
 /// The pod named `name` in `namespace`, with its latest status.
 pub type PodByName = Arc<dyn Fn(&str, &str) -> Option<Pod> + Send + Sync>;
@@ -263,7 +267,9 @@ async fn container_logs(
             path.display().to_string()
         )));
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    // A few chunks in flight (each about 64 KiB): the reader waits for a slow client rather
+    // than reading ahead.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(LOG_CHUNKS_IN_FLIGHT);
     let runtime = state.runtime.clone();
     let timing = state.timing;
     tokio::spawn(async move {

@@ -1,19 +1,26 @@
 //! The agent's servers: the gRPC API (`swiftlet.v1`, on a unix socket); the HTTP endpoints
-//! `/healthz` and `/metrics` and the unauthenticated read-only port (`http.rs`); and the kubelet
-//! server (`full.rs`): TLS (`tls.rs`), authentication and authorization (`auth.rs`, with the API
-//! server's reviews in `webhook.rs`), the Summary API (`stats/`), container logs (`logs.rs`) and
-//! container access (`streaming.rs`, through `stream_proxy.rs`). Upstream counterpart: kubelet
-//! `pkg/kubelet/server`; the gRPC API is swiftlet's own.
+//! (`http.rs`): `/healthz` alone on the healthz address, and the unauthenticated read-only port;
+//! and the kubelet server (`full.rs`): TLS (`tls.rs`), authentication and authorization
+//! (`auth.rs`, with the API server's reviews in `webhook.rs`), the Summary API (`stats/`),
+//! container logs (`logs.rs`) and container access (`streaming.rs`, through `stream_proxy.rs`).
+//! Every listener's connections are bounded (`connections.rs`: a limit, eviction at it, idle and
+//! stall deadlines; `track_requests.rs` tells it which are busy); the HTTP ones share one accept
+//! loop (`listener.rs`). Upstream counterpart:
+//! kubelet `pkg/kubelet/server`; the gRPC API is swiftlet's own.
 
 pub mod auth;
+pub mod connections;
 pub mod full;
 pub mod grpc;
 pub mod http;
+pub mod listener;
 pub mod logs;
+pub mod review_cache;
 pub mod stats;
 pub mod stream_proxy;
 pub mod streaming;
 pub mod tls;
+pub mod track_requests;
 pub mod webhook;
 
 pub use grpc::EventsService;

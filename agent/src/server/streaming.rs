@@ -1,8 +1,14 @@
 //! The full server's container access: `/exec`, `/attach` and `/portForward` ask the runtime
 //! (CRI `Exec`/`Attach`/`PortForward`) for a session on its streaming server and proxy the
 //! client's upgraded connection (SPDY or WebSocket) to it byte for byte; `/run` runs a command
-//! and answers its output (CRI `ExecSync`); `/runningpods/` lists the pods with running
-//! containers. Never on the read-only port.
+//! and answers its output (CRI `ExecSync`, bounded by `runtimeRequestTimeout`: the runtime kills
+//! the command then); `/runningpods/` lists the pods with running containers. Never on the
+//! read-only port.
+//!
+//! Deviation: upstream's `/run` passes no timeout to `ExecSync` and relies on the request's
+//! context (the kubelet server's 4 h write timeout, or the client hanging up); swiftlet gives the
+//! command `runtimeRequestTimeout` (default 2 min), so a command that never ends cannot hold a
+//! connection and a runtime call forever.
 //!
 //! Not here: the streaming protocols themselves (the runtime's streaming server speaks them;
 //! the proxy only carries bytes, `stream_proxy.rs`). Upstream: `pkg/kubelet/server/server.go`
@@ -27,13 +33,13 @@ use crate::{
     cri::{RuntimeService, StreamingService},
 };
 
-/// How long `/run` lets a command take (upstream: no timeout beyond the request's).
-const RUN_TIMEOUT: Duration = Duration::from_secs(0);
-
 pub struct Streaming {
     pub runtime: Arc<dyn RuntimeService>,
     pub streams: Arc<dyn StreamingService>,
     pub pods: PodLister,
+    /// How long `/run` lets a command take (`runtimeRequestTimeout`): the runtime kills it
+    /// then, and the call itself gives up shortly after.
+    pub run_timeout: Duration,
 }
 
 pub fn router(streaming: Arc<Streaming>) -> Router {
@@ -422,7 +428,7 @@ async fn run_in_container(
         .find(|(k, _)| k == "cmd")
         .map(|(_, v)| v.split(' ').map(str::to_owned).collect())
         .unwrap_or_default();
-    match s.runtime.exec_sync(&id, cmd, RUN_TIMEOUT).await {
+    match s.runtime.exec_sync(&id, cmd, s.run_timeout).await {
         Ok(out) => {
             let mut body = out.stdout;
             body.extend(out.stderr);

@@ -141,6 +141,7 @@ async fn exec_asks_the_runtime_and_proxies_the_upgraded_stream() {
         runtime: Arc::new(FakeRuntime::new()),
         streams: streams.clone(),
         pods: Arc::new(|| vec![running_pod()]),
+        run_timeout: std::time::Duration::from_secs(120),
     }))
     .await;
 
@@ -199,6 +200,7 @@ async fn refusals_before_any_stream() {
         runtime: Arc::new(FakeRuntime::new()),
         streams: streams.clone(),
         pods: Arc::new(|| vec![running_pod()]),
+        run_timeout: std::time::Duration::from_secs(120),
     }))
     .await;
     let upgrade = "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n";
@@ -220,4 +222,70 @@ async fn refusals_before_any_stream() {
         );
     }
     assert_eq!(streams.execs.lock().expect("lock").len(), 1);
+}
+
+/// `running_pod` whose container `app` is the fake's container `id`.
+fn pod_running(id: &str) -> Pod {
+    let mut pod = running_pod();
+    if let Some(statuses) = pod
+        .status
+        .as_mut()
+        .and_then(|s| s.container_statuses.as_mut())
+    {
+        statuses[0].container_id = Some(format!("containerd://{id}"));
+    }
+    pod
+}
+
+#[tokio::test(start_paused = true)]
+async fn run_gives_its_command_the_runtime_request_timeout() {
+    use tower::ServiceExt as _;
+
+    let fake = Arc::new(FakeRuntime::new());
+    let (_, ids) = fake
+        .start_pod("u1", "web", "default", &["app"])
+        .await
+        .expect("pod");
+    let id = ids.first().cloned().expect("container");
+    let pod = pod_running(&id);
+    let app = router(Arc::new(Streaming {
+        runtime: fake.clone(),
+        streams: Arc::new(RecordingStreams {
+            url: String::new(),
+            execs: Mutex::new(Vec::new()),
+        }),
+        pods: Arc::new(move || vec![pod.clone()]),
+        run_timeout: std::time::Duration::from_secs(120),
+    }));
+    let run = |app: axum::Router| async move {
+        let request = axum::http::Request::post("/run/default/web/app?cmd=sleep%201000000")
+            .body(axum::body::Body::empty())
+            .expect("request");
+        let response = app.oneshot(request).await.expect("infallible");
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    assert_eq!(run(app.clone()).await.0, StatusCode::OK);
+    // A command that never ends is killed by the runtime at the timeout, and the answer says so
+    // (paused time: the two minutes pass at once).
+    fake.hang_execs();
+    let (status, body) = run(app).await;
+    assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(body.contains("timeout 120s exceeded"), "{body}");
+    let timeouts: Vec<_> = fake
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            crate::cri::fake::Call::ExecSync { cmd, timeout, .. } => Some((cmd, timeout)),
+            _ => None,
+        })
+        .collect();
+    let want = (
+        vec!["sleep".to_owned(), "1000000".to_owned()],
+        std::time::Duration::from_secs(120),
+    );
+    assert_eq!(timeouts, vec![want.clone(), want]);
 }

@@ -283,6 +283,7 @@ mod tests {
             enable_debugging_handlers: true,
             authentication: Authentication {
                 anonymous: false,
+                anonymous_turned_off: false,
                 webhook: false,
                 webhook_cache_ttl: Duration::from_secs(120),
                 client_ca_file: None,

@@ -1,52 +1,37 @@
 //! The API server's reviews for the full server: a `TokenReview` per bearer token and a
 //! `SubjectAccessReview` per request attribute, each answer kept for its TTL
 //! (`authentication.webhook.cacheTTL`, `authorization.webhook.cacheAuthorizedTTL` /
-//! `cacheUnauthorizedTTL`) so a busy client does not turn into API traffic.
+//! `cacheUnauthorizedTTL`) so a busy client does not turn into API traffic. Both caches are
+//! bounded at upstream's sizes ([`TOKEN_CACHE_SIZE`], [`ACCESS_CACHE_SIZE`]), least recently used
+//! first out, so a client sending a new token with every request cannot grow them.
 //!
 //! Not here: what the answers mean for a request (`auth.rs`). Upstream: the apiserver's
 //! `plugin/pkg/authenticator/token/webhook`, `plugin/pkg/authorizer/webhook` and the token cache,
 //! as `cmd/kubelet/app/auth.go` builds them.
 
-use std::{collections::HashMap, sync::Mutex, time::Duration};
+use std::time::Duration;
 
 use k8s_openapi::api::{
     authentication::v1::{TokenReview, TokenReviewSpec},
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
 };
 use kube::{Api, Client, api::PostParams};
-use tokio::time::Instant;
 
-use super::auth::{Attributes, Reviewer, TokenReviewed, UserInfo};
+use super::{
+    auth::{Attributes, Reviewer, TokenReviewed, UserInfo},
+    review_cache::ReviewCache,
+};
 
-/// Answers kept until they expire.
-struct TtlCache<V> {
-    entries: Mutex<HashMap<String, (Instant, V)>>,
-}
-
-impl<V: Clone> TtlCache<V> {
-    fn new() -> Self {
-        TtlCache {
-            entries: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn get(&self, key: &str) -> Option<V> {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        entries.retain(|_, (until, _)| *until > now);
-        entries.get(key).map(|(_, v)| v.clone())
-    }
-
-    fn put(&self, key: String, value: V, ttl: Duration) {
-        if ttl.is_zero() {
-            return;
-        }
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, (Instant::now() + ttl, value));
-    }
-}
+/// Token answers kept at most: the size upstream's token cache was designed for (32 stripes,
+/// "a 32k entry cache", `k8s.io/apiserver` `cached_token_authenticator.go`; upstream now bounds
+/// it by the TTL alone).
+pub const TOKEN_CACHE_SIZE: usize = 32 * 1024;
+/// SubjectAccessReview answers kept at most (upstream's webhook authorizer:
+/// `cache.NewLRUExpireCache(8192)`).
+pub const ACCESS_CACHE_SIZE: usize = 8192;
+/// An access review whose attributes are larger than this is not cached (upstream's
+/// `maxControlledAttrCacheSize`).
+pub const MAX_CACHED_ACCESS_KEY: usize = 10_000;
 
 /// [`Reviewer`] over the API server.
 pub struct KubeReviewer {
@@ -54,8 +39,8 @@ pub struct KubeReviewer {
     token_ttl: Duration,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
-    tokens: TtlCache<TokenReviewed>,
-    access: TtlCache<bool>,
+    tokens: ReviewCache<TokenReviewed>,
+    access: ReviewCache<bool>,
 }
 
 impl KubeReviewer {
@@ -70,8 +55,8 @@ impl KubeReviewer {
             token_ttl,
             authorized_ttl,
             unauthorized_ttl,
-            tokens: TtlCache::new(),
-            access: TtlCache::new(),
+            tokens: ReviewCache::new(TOKEN_CACHE_SIZE),
+            access: ReviewCache::new(ACCESS_CACHE_SIZE),
         }
     }
 }
@@ -154,7 +139,9 @@ impl Reviewer for KubeReviewer {
         } else {
             self.unauthorized_ttl
         };
-        self.access.put(key, allowed, ttl);
+        if key.len() <= MAX_CACHED_ACCESS_KEY {
+            self.access.put(key, allowed, ttl);
+        }
         Ok(allowed)
     }
 }

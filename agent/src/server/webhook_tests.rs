@@ -213,3 +213,41 @@ async fn an_api_error_is_an_error_not_a_denial() {
         "{result:?}"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_caches_are_bounded_at_upstreams_sizes_and_huge_attributes_are_not_kept() {
+    let (reviewer, mut api) = reviewer();
+    assert_eq!(reviewer.tokens.capacity(), 32 * 1024);
+    assert_eq!(reviewer.access.capacity(), 8192);
+    let reviewer = Arc::new(reviewer);
+    // A user with groups worth more than upstream's 10,000 bytes of attributes.
+    let attrs = Attributes {
+        user: UserInfo {
+            name: "mallory".into(),
+            groups: (0..400).map(|i| format!("group-{i:030}")).collect(),
+            ..UserInfo::default()
+        },
+        verb: "get",
+        subresource: "pods",
+        node: "node-1".into(),
+        path: "/pods".into(),
+    };
+    for _ in 0..2 {
+        let ask = {
+            let (reviewer, attrs) = (reviewer.clone(), attrs.clone());
+            tokio::spawn(async move { reviewer.review_access(&attrs).await })
+        };
+        // Asked each time: the answer was not cached.
+        let (_, respond) = api.next_request().await.expect("a request");
+        let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "metadata": {}, "spec": {}, "status": {"allowed": true}});
+        respond.send_response(
+            Response::builder()
+                .status(201)
+                .body(Body::from(serde_json::to_vec(&body).expect("JSON")))
+                .expect("response"),
+        );
+        assert_eq!(ask.await.expect("task"), Ok(true));
+    }
+    assert_eq!(reviewer.access.len(), 0);
+}

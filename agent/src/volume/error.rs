@@ -57,6 +57,11 @@ pub enum Error {
     SubPathExprMissing { names: String },
     #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
     SubPathPrepare { volume: String, container: String },
+    #[error("subPathExpr: {source}")]
+    SubPathExprTooLong {
+        #[source]
+        source: crate::kuberuntime::env::ExpansionTooLong,
+    },
     #[error(
         "failed to create subPath directory for volumeMount {volume:?} of container {container:?}"
     )]

@@ -79,7 +79,8 @@ pub fn expand(expr: &str, env: &[k8s_cri::v1::KeyValue]) -> Result<String> {
             names: missing.join(", "),
         });
     }
-    Ok(crate::kuberuntime::env::expand(expr, &defined))
+    crate::kuberuntime::env::expand(expr, &defined)
+        .map_err(|source| Error::SubPathExprTooLong { source })
 }
 
 /// The names `$(NAME)` refers to in `input` (`$$` escapes a `$`).

@@ -357,28 +357,42 @@ impl RuntimeService for FakeRuntime {
         timeout: Duration,
     ) -> Result<cri::ExecSyncResponse> {
         let op = Operation::ExecSync;
-        let state = self.begin(Call::ExecSync {
-            id: container_id.to_owned(),
-            cmd,
-            timeout,
-        })?;
-        let Some(c) = state.containers.get(container_id) else {
-            return Err(fail(
-                op,
-                container_id,
-                Code::NotFound,
-                "container not found",
-            ));
+        let answer = {
+            let state = self.begin(Call::ExecSync {
+                id: container_id.to_owned(),
+                cmd,
+                timeout,
+            })?;
+            let Some(c) = state.containers.get(container_id) else {
+                return Err(fail(
+                    op,
+                    container_id,
+                    Code::NotFound,
+                    "container not found",
+                ));
+            };
+            if c.state != cri::ContainerState::ContainerRunning {
+                let message = format!("container is in {} state", c.state.as_str_name());
+                return Err(fail(op, container_id, Code::Unknown, &message));
+            }
+            (!state.exec_hangs).then(|| {
+                state
+                    .exec_results
+                    .get(container_id)
+                    .cloned()
+                    .unwrap_or_default()
+            })
         };
-        if c.state != cri::ContainerState::ContainerRunning {
-            let message = format!("container is in {} state", c.state.as_str_name());
-            return Err(fail(op, container_id, Code::Unknown, &message));
+        if let Some(answer) = answer {
+            return Ok(answer);
         }
-        Ok(state
-            .exec_results
-            .get(container_id)
-            .cloned()
-            .unwrap_or_default())
+        let _waiting = WaitingExec::new(&self.execs_waiting);
+        if timeout.is_zero() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(timeout).await;
+        let message = format!("timeout {timeout:?} exceeded: context deadline exceeded");
+        Err(fail(op, container_id, Code::DeadlineExceeded, &message))
     }
 
     /// As containerd: only a running container's log can be reopened, and reopening creates
@@ -447,4 +461,20 @@ fn selects(
     labels: &std::collections::HashMap<String, String>,
 ) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// Counts an `ExecSync` waiting for its answer for as long as the call lives.
+struct WaitingExec(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl WaitingExec {
+    fn new(count: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> WaitingExec {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        WaitingExec(count.clone())
+    }
+}
+
+impl Drop for WaitingExec {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
