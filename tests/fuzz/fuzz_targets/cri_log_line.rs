@@ -1,49 +1,74 @@
 //! Bytes a container writes reach its log file through the runtime, one CRI record per line
-//! (`<timestamp> <stream> <tag> <content>`): each line is parsed
-//! (`swiftlet::logs::format::parse_record`), records are joined into lines
-//! (`LineJoiner`, as `logs::read` does) and rendered with and without timestamps, as
-//! `/containerLogs` serves them. A line that does not parse is skipped; a panic is a finding.
+//! (`<timestamp> <stream> <tag> <content>`). Each line is parsed on its own
+//! (`swiftlet::logs::format::parse_record`), and the whole input is parsed as the reader of
+//! `/containerLogs` parses a file: as a stream of chunks (`swiftlet::logs::records::RecordParser`),
+//! cut where the first input byte says. The pieces must not depend on where the chunks were cut
+//! (a record that straddles two reads is the same record), and content is never invented. A panic
+//! is a finding.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use swiftlet::logs::format::{LineJoiner, parse_record};
+use swiftlet::logs::{
+    format::parse_record,
+    records::{Piece, RecordParser},
+};
 
-fuzz_target!(|data: &[u8]| {
-    let mut joiner = LineJoiner::default();
-    let mut content_in = 0usize;
-    let mut content_out = 0usize;
-    for raw in data.split_inclusive(|b| *b == b'\n') {
-        let record = match parse_record(raw) {
-            Ok(record) => record,
-            Err(error) => {
-                let _ = error.to_string();
-                continue;
+/// What a stream of pieces says, with content runs merged (chunking splits them anywhere).
+#[derive(Debug, PartialEq, Eq)]
+enum Said {
+    Start(String),
+    Content(Vec<u8>),
+    End,
+}
+
+fn parse_in_chunks(data: &[u8], chunk: usize) -> (Vec<Said>, u64) {
+    let mut parser = RecordParser::default();
+    let mut pieces = Vec::new();
+    let mut said: Vec<Said> = Vec::new();
+    for part in data.chunks(chunk.max(1)) {
+        parser.feed(part, &mut pieces);
+        for piece in &pieces {
+            match piece {
+                Piece::Start(header) => said.push(Said::Start(format!("{header:?}"))),
+                Piece::Content(bytes) => match said.last_mut() {
+                    Some(Said::Content(run)) => run.extend_from_slice(bytes),
+                    _ => said.push(Said::Content(bytes.to_vec())),
+                },
+                Piece::End => said.push(Said::End),
             }
-        };
-        assert!(
-            record.content.len() < raw.len(),
-            "content is a part of its line"
-        );
-        content_in += record.content.len();
-        if let Some(line) = joiner.push(&record) {
-            assert_eq!(
-                line.content.last(),
-                Some(&b'\n'),
-                "a completed line ends its line"
-            );
-            content_out += line.content.len() - 1;
-            let plain = line.render(false);
-            let stamped = line.render(true);
-            assert!(stamped.ends_with(&plain));
         }
     }
-    if let Some(line) = joiner.take_pending() {
-        content_out += line.content.len();
-        let _ = line.render(true);
+    (said, parser.skipped)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&cut, data)) = data.split_first() else {
+        return;
+    };
+    for raw in data.split_inclusive(|b| *b == b'\n') {
+        match parse_record(raw) {
+            Ok(record) => assert!(
+                record.content.len() < raw.len(),
+                "content is a part of its line"
+            ),
+            Err(error) => {
+                let _ = error.to_string();
+            }
+        }
     }
-    // Joining never invents content.
-    assert!(
-        content_out <= content_in,
-        "{content_out} bytes out of {content_in}"
+    let (whole, skipped_whole) = parse_in_chunks(data, data.len());
+    let (chunked, skipped_chunked) = parse_in_chunks(data, usize::from(cut) % 64 + 1);
+    assert_eq!(
+        whole, chunked,
+        "the pieces depend on where the reads were cut"
     );
+    assert_eq!(skipped_whole, skipped_chunked);
+    let content: usize = whole
+        .iter()
+        .map(|s| match s {
+            Said::Content(run) => run.len(),
+            _ => 0,
+        })
+        .sum();
+    assert!(content <= data.len(), "content is never invented");
 });
