@@ -168,19 +168,47 @@ pub async fn unix_channel(
         .await
 }
 
+/// Waits (bounded by [`EVENT_WAIT`]) until `want` holds; panics naming `what` if it never does.
+pub fn eventually(what: &str, want: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + EVENT_WAIT;
+    while std::time::Instant::now() < deadline {
+        if want() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("never: {what}");
+}
+
 /// A plain HTTP/1.0 GET on loopback; the body, or an empty string if nothing answers.
 pub fn http_get(port: u16, path: &str) -> String {
+    http_get_status(port, path).1
+}
+
+/// A plain HTTP/1.0 GET on loopback: the status and the body (0 and nothing if nothing answers).
+pub fn http_get_status(port: u16, path: &str) -> (u16, String) {
     use std::io::{Read as _, Write as _};
     let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
-        return String::new();
+        return (0, String::new());
     };
     if write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").is_err() {
-        return String::new();
+        return (0, String::new());
     }
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    response
+    http_response(&response)
+}
+
+/// The status and body of a raw HTTP/1 response (status 0 when it has none).
+pub fn http_response(response: &str) -> (u16, String) {
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
         .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_owned())
-        .unwrap_or_default()
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
 }

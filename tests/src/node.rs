@@ -274,6 +274,18 @@ impl Node {
         &self.dir
     }
 
+    /// The UID swiftlet gave pod `name` (which it must list).
+    pub fn pod_uid(&self, name: &str) -> String {
+        self.pod(name)
+            .and_then(|p| p.metadata.uid)
+            .unwrap_or_else(|| panic!("pod {name} is listed with a uid"))
+    }
+
+    /// `<rootDir>/pods/<uid>`: where this agent keeps the pod's volumes and files.
+    pub fn pod_dir(&self, uid: &str) -> PathBuf {
+        self.dir.join("root/pods").join(uid)
+    }
+
     /// The kubelet server's certificate directory (the default `<root-dir>/pki`).
     pub fn cert_dir(&self) -> PathBuf {
         self.dir.join("root/pki")

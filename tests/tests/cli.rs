@@ -6,16 +6,12 @@
     reason = "helpers of tests: a failed step fails the test"
 )]
 
-use std::{
-    io::{Read as _, Write as _},
-    net::TcpStream,
-    os::unix::process::CommandExt as _,
-    path::PathBuf,
-    process::Command,
-};
+use std::{io::Write as _, os::unix::process::CommandExt as _, path::PathBuf, process::Command};
 
 use swiftlet_proto::v1::{self, events_client::EventsClient};
-use swiftlet_tests::{TestCgroup, privileged, process::Running, swiftlet_bin, testproc};
+use swiftlet_tests::{
+    TestCgroup, http_get_status, privileged, process::Running, swiftlet_bin, testproc,
+};
 
 #[test]
 fn events_rejects_a_missing_cgroup_naming_it() {
@@ -169,23 +165,6 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn http_get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
-
 async fn grpc_client(socket: PathBuf) -> EventsClient<tonic::transport::Channel> {
     let channel = swiftlet_tests::unix_channel(socket)
         .await
@@ -264,11 +243,11 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
     assert_eq!(exit.pid, child.id());
     assert_eq!(exit.exit_code, Some(7));
 
-    let (status, health) = http_get(port, "/healthz");
+    let (status, health) = http_get_status(port, "/healthz");
     assert_eq!((status, health.as_str()), (200, "ok\n"));
     // The healthz address serves /healthz only; metrics are on the read-only port.
-    assert_eq!(http_get(port, "/metrics").0, 404);
-    let (status, metrics) = http_get(read_only_port, "/metrics");
+    assert_eq!(http_get_status(port, "/metrics").0, 404);
+    let (status, metrics) = http_get_status(read_only_port, "/metrics");
     assert_eq!(status, 200);
     assert!(
         metrics.contains(r#"swiftlet_kernel_events_received_total{kind="exit"} 1"#),

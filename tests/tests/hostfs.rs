@@ -26,7 +26,7 @@ use std::{
 };
 
 use swiftlet_tests::{
-    EVENT_WAIT,
+    eventually,
     node::{BUSYBOX, Node, status},
 };
 
@@ -42,39 +42,17 @@ fn node(test: &str, name: &str) -> Option<Node> {
     Node::for_test(test, name, &[])
 }
 
-fn uid_of(node: &Node, name: &str) -> String {
-    node.pod(name)
-        .and_then(|p| p.metadata.uid)
-        .expect("the pod has a uid")
-}
-
-fn pod_dir(node: &Node, uid: &str) -> PathBuf {
-    node.dir().join("root/pods").join(uid)
-}
-
 fn mode(path: &Path) -> (u32, u32, u32) {
     let meta =
         std::fs::symlink_metadata(path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
     (meta.mode() & 0o7777, meta.uid(), meta.gid())
 }
 
-/// Waits (bounded) until `want` holds.
-fn eventually(what: &str, want: impl Fn() -> bool) {
-    let deadline = Instant::now() + EVENT_WAIT;
-    while Instant::now() < deadline {
-        if want() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never: {what}");
-}
-
 /// Deletes the pod and waits until its directory is gone.
 fn delete(node: &Node, file: &str, name: &str, uid: &str) {
     node.remove_manifest(file);
     node.wait_gone(name);
-    let dir = pod_dir(node, uid);
+    let dir = node.pod_dir(uid);
     eventually("the pod's directory is removed", || !dir.exists());
 }
 
@@ -241,8 +219,8 @@ fn an_unprivileged_user_swapping_data_never_reaches_outside_the_volume() {
     node.wait_pod("info", "running", |p| {
         status::running(status::container(p, "app"))
     });
-    let uid = uid_of(&node, "info");
-    let pod = pod_dir(&node, &uid);
+    let uid = node.pod_uid("info");
+    let pod = node.pod_dir(&uid);
     let volume = pod.join("volumes/kubernetes.io~downward-api/info");
     eventually("the files are written", || volume.join("labels").exists());
 
@@ -297,7 +275,9 @@ fn an_unprivileged_user_swapping_data_never_reaches_outside_the_volume() {
                 std::fs::write(&tmp, labelled_pod(label)).expect("write");
                 std::fs::rename(&tmp, manifests.join("info.yaml")).expect("rename");
                 label += 1;
-                std::thread::sleep(Duration::from_millis(50));
+                // Longer than the static pod source's quiet window (50 ms), so that each edit
+                // is an update of its own rather than part of one long burst.
+                std::thread::sleep(Duration::from_millis(120));
             }
             label
         })
@@ -343,11 +323,16 @@ fn an_unprivileged_user_swapping_data_never_reaches_outside_the_volume() {
         if planted("..data") || planted("labels") || planted("..data_tmp") {
             landed += 1;
         }
-        if let Ok(target) = std::fs::read_link(volume.join("..data"))
-            && target.to_string_lossy().starts_with("..1")
-        {
-            payloads.insert(target);
-        }
+        // Each rewrite leaves its payload directory in the volume until the next one; the
+        // attacker's `..<timestamp>` names are links, never directories.
+        payloads.extend(
+            std::fs::read_dir(&volume)
+                .expect("list the volume")
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|name| name.starts_with("..1")),
+        );
         rounds += 1;
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -460,9 +445,13 @@ spec:
     node.wait_pod("swap", "the swapper running", |p| {
         status::running(status::container(p, "swapper"))
     });
-    let uid = uid_of(&node, "swap");
-    let work = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/work");
-    let seen_file = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/report/seen");
+    let uid = node.pod_uid("swap");
+    let work = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/work");
+    let seen_file = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/report/seen");
     let swaps = || {
         std::fs::read_to_string(work.join("count"))
             .ok()
@@ -591,7 +580,7 @@ spec:
         "w\n"
     );
     assert!(!ro_probe.exists());
-    let uid = uid_of(&node, "root");
+    let uid = node.pod_uid("root");
     delete(&node, "root.yaml", "root", &uid);
     assert_eq!(
         std::fs::read_to_string(&marker).expect("the node's file stays"),
@@ -659,8 +648,8 @@ spec:
     });
     // 3: the emptyDir's group; 4: a new file's group (setgid); 5: the downwardAPI file's group.
     assert_eq!(status::terminated(status::container(&pod, "app")), None);
-    let uid = uid_of(&node, "group");
-    let volumes = pod_dir(&node, &uid).join("volumes");
+    let uid = node.pod_uid("group");
+    let volumes = node.pod_dir(&uid).join("volumes");
     let cache = volumes.join("kubernetes.io~empty-dir/cache");
     // 0777 + the group's read and write, search, setgid (upstream's rwMask, execMask).
     assert_eq!(mode(&cache), (0o2777, 0, 4242));

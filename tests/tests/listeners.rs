@@ -22,7 +22,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use swiftlet_proto::v1::{self, events_client::EventsClient};
 use swiftlet_tests::{
-    EVENT_WAIT,
+    EVENT_WAIT, http_response,
     manifest::{container, pod},
     node::{Node, status},
     privileged, runtime_endpoint,
@@ -88,16 +88,7 @@ fn get(port: u16, path: &str, timeout: Duration) -> (u16, String) {
     }
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    http_response(&response)
 }
 
 /// A GET on the kubelet server with a client certificate: the status, or why it failed.

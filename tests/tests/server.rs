@@ -17,7 +17,7 @@ use std::{
 use serde_json::Value;
 use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
-    EVENT_WAIT,
+    EVENT_WAIT, http_get_status,
     node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
@@ -41,22 +41,6 @@ fn node_with_ca(test: &str, name: &str) -> Option<(Node, TestCa, PathBuf)> {
 }
 
 /// `GET path` on the read-only port: (status code, body).
-fn plain_get(port: u16, path: &str) -> (u16, String) {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("write");
-    let mut response = String::new();
-    let _ = stream.read_to_string(&mut response);
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
 
 #[test]
 fn client_certificates_tls_and_the_read_only_port() {
@@ -137,9 +121,9 @@ fn client_certificates_tls_and_the_read_only_port() {
     }
 
     // The read-only port: the same reads, never container access.
-    assert_eq!(plain_get(node.port, "/pods").0, 200);
+    assert_eq!(http_get_status(node.port, "/pods").0, 200);
     for path in ["/stats/summary", "/metrics/resource"] {
-        let (code, body) = plain_get(node.port, path);
+        let (code, body) = http_get_status(node.port, path);
         assert_eq!(code, 200, "{path}: {body}");
     }
     for path in [
@@ -150,7 +134,7 @@ fn client_certificates_tls_and_the_read_only_port() {
         "/runningpods/",
         "/containerLogs/default/web/main",
     ] {
-        assert_eq!(plain_get(node.port, path).0, 404, "read-only {path}");
+        assert_eq!(http_get_status(node.port, path).0, 404, "read-only {path}");
     }
 
     // A restart keeps the generated pair, so clients that trusted it still connect.

@@ -6,13 +6,10 @@
     reason = "helpers of tests: a failed step fails the test"
 )]
 
-use std::{
-    path::{Path, PathBuf},
-    time::{Duration, Instant},
-};
+use std::path::Path;
 
 use swiftlet_tests::{
-    EVENT_WAIT, manifest,
+    eventually, manifest,
     node::{BUSYBOX, Node, status},
 };
 
@@ -41,16 +38,6 @@ fn manifest(name: &str, restart: &str, containers: &[String], volumes: &str) -> 
     )
 }
 
-fn uid_of(node: &Node, name: &str) -> String {
-    node.pod(name)
-        .and_then(|p| p.metadata.uid)
-        .expect("the pod has a uid")
-}
-
-fn pod_dir(node: &Node, uid: &str) -> PathBuf {
-    node.dir().join("root/pods").join(uid)
-}
-
 /// Mount points of this (the agent's) mount namespace below `dir`, with their type and options.
 fn host_mounts_below(dir: &Path) -> Vec<(String, String, String)> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
@@ -67,23 +54,11 @@ fn host_mounts_below(dir: &Path) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// Waits (bounded) until `want` holds.
-fn eventually(what: &str, want: impl Fn() -> bool) {
-    let deadline = Instant::now() + EVENT_WAIT;
-    while Instant::now() < deadline {
-        if want() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("never: {what}");
-}
-
 /// Deletes the pod and checks nothing of it stays: no mount below its directory, no directory.
 fn delete_and_check_gone(node: &Node, file: &str, name: &str, uid: &str) {
     node.remove_manifest(file);
     node.wait_gone(name);
-    let dir = pod_dir(node, uid);
+    let dir = node.pod_dir(uid);
     eventually("the pod's directory is removed", || !dir.exists());
     assert_eq!(host_mounts_below(&dir), Vec::new(), "left mounted");
 }
@@ -121,8 +96,10 @@ fn an_empty_dir_is_shared_between_containers_and_removed_with_the_pod() {
         status::terminated(status::container(&pod, "reader")),
         Some(("Completed".to_owned(), 0))
     );
-    let uid = uid_of(&node, "share");
-    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/shared");
+    let uid = node.pod_uid("share");
+    let volume = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/shared");
     assert_eq!(
         std::fs::read_to_string(volume.join("msg")).expect("msg on the node"),
         "hello\n"
@@ -160,12 +137,14 @@ fn a_memory_empty_dir_is_a_sized_tmpfs_unmounted_with_the_pod() {
     node.wait_pod("mem", "the container running", |p| {
         status::running(status::container(p, "app"))
     });
-    let uid = uid_of(&node, "mem");
-    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/mem");
+    let uid = node.pod_uid("mem");
+    let volume = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/mem");
     eventually("the container wrote into the tmpfs", || {
         volume.join("f").exists()
     });
-    let mounts = host_mounts_below(&pod_dir(&node, &uid));
+    let mounts = host_mounts_below(&node.pod_dir(&uid));
     let at_volume: Vec<_> = mounts
         .iter()
         .filter(|(point, _, _)| Path::new(point) == volume)
@@ -237,7 +216,7 @@ fn a_host_path_of_the_wrong_type_keeps_the_pod_from_running_and_says_why() {
     );
     // The check failed before any container was made.
     assert!(status::container(&pod, "app").is_some_and(|c| c.container_id.is_none()));
-    let uid = uid_of(&node, "hp");
+    let uid = node.pod_uid("hp");
     delete_and_check_gone(&node, "hp.yaml", "hp", &uid);
 }
 
@@ -285,16 +264,18 @@ fn read_only_mounts_refuse_writes_and_sub_paths_land_below_the_volume() {
     assert!(status::running(status::container(&pod, "app")));
     assert!(host.is_dir(), "DirectoryOrCreate made the node's directory");
     assert!(!host.join("x").exists());
-    let uid = uid_of(&node, "ro");
-    let scratch = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/scratch");
+    let uid = node.pod_uid("ro");
+    let scratch = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/scratch");
     assert_eq!(
         std::fs::read_to_string(scratch.join("a/b/file")).expect("the subPath file"),
         "in-sub\n"
     );
     // The runtime was handed the bind below volume-subpaths, not a path into the volume.
-    let bind = pod_dir(&node, &uid).join("volume-subpaths/scratch/app/1");
+    let bind = node.pod_dir(&uid).join("volume-subpaths/scratch/app/1");
     assert!(
-        host_mounts_below(&pod_dir(&node, &uid))
+        host_mounts_below(&node.pod_dir(&uid))
             .iter()
             .any(|(point, _, _)| Path::new(point) == bind),
         "the subPath's bind"
@@ -331,9 +312,11 @@ fn a_disk_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
         s.message.as_deref(),
         Some("Usage of EmptyDir volume \"scratch\" exceeds the limit \"1Mi\". ")
     );
-    let uid = uid_of(&node, "full");
+    let uid = node.pod_uid("full");
     // Evicted pods stay listed until deleted; their volumes are already torn down.
-    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/scratch");
+    let volume = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/scratch");
     eventually("the evicted pod's emptyDir is removed", || !volume.exists());
     delete_and_check_gone(&node, "full.yaml", "full", &uid);
 }
@@ -396,8 +379,10 @@ spec:
         status::terminated(status::container(&pod, "app")),
         Some(("Completed".to_owned(), 0))
     );
-    let uid = uid_of(&node, "info");
-    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~downward-api/info");
+    let uid = node.pod_uid("info");
+    let volume = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~downward-api/info");
     let data = std::fs::read_link(volume.join("..data")).expect("the ..data symlink");
     assert!(data.to_string_lossy().starts_with(".."), "{data:?}");
     assert_eq!(
@@ -432,8 +417,10 @@ fn a_restarted_agent_keeps_a_running_pods_tmpfs_and_mounts_it_once() {
         status::running(status::container(p, "app"))
     });
     let id = status::container(&before, "app").and_then(|c| c.container_id.clone());
-    let uid = uid_of(&node, "keep");
-    let volume = pod_dir(&node, &uid).join("volumes/kubernetes.io~empty-dir/mem");
+    let uid = node.pod_uid("keep");
+    let volume = node
+        .pod_dir(&uid)
+        .join("volumes/kubernetes.io~empty-dir/mem");
     eventually("the container wrote into the tmpfs", || {
         volume.join("f").exists()
     });
@@ -453,7 +440,7 @@ fn a_restarted_agent_keeps_a_running_pods_tmpfs_and_mounts_it_once() {
              status=\"success\",volume_plugin=\"kubernetes.io/empty-dir\"}",
         ) >= 1.0
     });
-    let at_volume = host_mounts_below(&pod_dir(&node, &uid))
+    let at_volume = host_mounts_below(&node.pod_dir(&uid))
         .into_iter()
         .filter(|(point, _, _)| Path::new(point) == volume)
         .count();

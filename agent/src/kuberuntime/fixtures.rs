@@ -3,19 +3,59 @@
 
 use std::{
     collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Probe};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{ContainerProbeResults, ProbeOutcome};
-use crate::container::{
-    ContainerId, ContainerState, ContainerStatus, PodStatus, PodUid, SandboxState, SandboxStatus,
-    container_hash,
+use super::{
+    ContainerProbeResults, ProbeOutcome,
+    manager::{KubeRuntimeManager, RuntimeManagerConfig},
+    security_context::SecurityOptions,
+};
+use crate::{
+    container::{
+        ContainerId, ContainerState, ContainerStatus, PodStatus, PodUid, SandboxState,
+        SandboxStatus, container_hash,
+    },
+    cri::fake::FakeRuntime,
+    status::ReasonCache,
 };
 
 pub const UID: &str = "uid-1";
+
+/// A runtime manager over `fake` as the manager tables drive it: a 2-CPU, 1 GiB node without
+/// CAP_SYS_RESOURCE, pod logs under the temporary directory `log_dir`, the fake's clock.
+pub fn runtime_manager(
+    fake: &Arc<FakeRuntime>,
+    log_dir: &str,
+    seccomp_default: bool,
+) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
+    let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let manager = KubeRuntimeManager::new(
+        fake.clone(),
+        fake.clone(),
+        reasons.clone(),
+        RuntimeManagerConfig {
+            node_name: "node".into(),
+            log_root: std::env::temp_dir().join(log_dir),
+            memory_capacity: 1 << 30,
+            cpu_capacity_millis: 2000,
+            has_cap_sys_resource: false,
+            host_dns: None,
+            host_ip: Some("10.0.0.1".into()),
+            runtime_handler: String::new(),
+            security: SecurityOptions::new(
+                std::path::Path::new("/var/lib/swiftlet"),
+                seccomp_default,
+            ),
+        },
+    );
+    let clock = fake.clone();
+    (manager.with_clock(Arc::new(move || clock.now())), reasons)
+}
 
 /// A fixed point in time plus `secs`.
 pub fn t(secs: u64) -> SystemTime {

@@ -14,8 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     NoProbes,
-    manager::{KubeRuntimeManager, RuntimeManagerConfig},
-    security_context::SecurityOptions,
+    manager::KubeRuntimeManager,
     userns::{FIRST_HOST_ID, USERNS_LENGTH, UsernsManager},
 };
 use crate::{
@@ -30,28 +29,7 @@ fn manager(
     fake: &Arc<FakeRuntime>,
     seccomp_default: bool,
 ) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
-    let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let m = KubeRuntimeManager::new(
-        fake.clone(),
-        fake.clone(),
-        reasons.clone(),
-        RuntimeManagerConfig {
-            node_name: "node".into(),
-            log_root: std::env::temp_dir().join("swiftlet-manager-security-tests"),
-            memory_capacity: 1 << 30,
-            cpu_capacity_millis: 2000,
-            has_cap_sys_resource: false,
-            host_dns: None,
-            host_ip: Some("10.0.0.1".into()),
-            runtime_handler: String::new(),
-            security: SecurityOptions::new(
-                std::path::Path::new("/var/lib/swiftlet"),
-                seccomp_default,
-            ),
-        },
-    );
-    let clock = fake.clone();
-    (m.with_clock(Arc::new(move || clock.now())), reasons)
+    super::fixtures::runtime_manager(fake, "swiftlet-manager-security-tests", seccomp_default)
 }
 
 fn pod(sc: Option<PodSecurityContext>, containers: Vec<Container>) -> Pod {

@@ -13,10 +13,7 @@ use k8s_openapi::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::{
-    NoProbes,
-    manager::{KubeRuntimeManager, RuntimeManagerConfig},
-};
+use super::{NoProbes, manager::KubeRuntimeManager};
 use crate::{
     container::{PodStatus, PodUid},
     cri::{
@@ -58,29 +55,7 @@ fn pod(inits: Vec<Container>, containers: Vec<Container>, restart: &str) -> Pod 
 }
 
 fn manager(fake: &Arc<FakeRuntime>) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
-    let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let m = KubeRuntimeManager::new(
-        fake.clone(),
-        fake.clone(),
-        reasons.clone(),
-        RuntimeManagerConfig {
-            node_name: "node".into(),
-            log_root: std::env::temp_dir().join("swiftlet-manager-tests"),
-            memory_capacity: 1 << 30,
-            cpu_capacity_millis: 2000,
-            has_cap_sys_resource: false,
-            host_dns: None,
-            host_ip: Some("10.0.0.1".into()),
-            runtime_handler: String::new(),
-            security: crate::kuberuntime::security_context::SecurityOptions::new(
-                std::path::Path::new("/var/lib/swiftlet"),
-                false,
-            ),
-        },
-    );
-    let clock_source = fake.clone();
-    let m = m.with_clock(Arc::new(move || clock_source.now()));
-    (m, reasons)
+    super::fixtures::runtime_manager(fake, "swiftlet-manager-tests", false)
 }
 
 async fn status_of(fake: &FakeRuntime) -> PodStatus {

@@ -206,6 +206,11 @@ fn identity(pod: &Pod, errs: &mut Errors) {
     } else if !is_valid_uid(uid) {
         errs.invalid("metadata.uid", uid, UID_DETAIL);
     }
+    name_and_namespace(pod, errs);
+}
+
+/// The name (a DNS-1123 subdomain) and the namespace (a DNS-1123 label).
+fn name_and_namespace(pod: &Pod, errs: &mut Errors) {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     if name.len() > 253 {
         errs.invalid("metadata.name", name, "must be no more than 253 characters");
@@ -225,16 +230,7 @@ pub fn validate_static_pod(pod: &Pod) -> Result<(), ValidationErrors> {
     if !uid.is_empty() && !is_valid_uid(uid) {
         errs.invalid("metadata.uid", uid, UID_DETAIL);
     }
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
-    if name.len() > 253 {
-        errs.invalid("metadata.name", name, "must be no more than 253 characters");
-    } else if !is_dns1123_subdomain(name) {
-        errs.invalid("metadata.name", name, SUBDOMAIN_DETAIL);
-    }
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    if !is_dns1123_label(namespace) {
-        errs.invalid("metadata.namespace", namespace, LABEL_DETAIL);
-    }
+    name_and_namespace(pod, &mut errs);
     match &pod.spec {
         None => errs.push("spec", FieldErrorKind::Required),
         Some(spec) => {
