@@ -45,7 +45,7 @@ pub const TARGETS: &[(&str, &str)] = &[
     ),
     (
         "cri_log_line",
-        "CRI log records and the joining of partial lines",
+        "CRI log records, one line at a time and streamed in any chunks",
     ),
     (
         "container_log_read",
