@@ -4,7 +4,8 @@
 //! the spec, the runtime's view and the probe results; the caller executes the plan and applies
 //! the crash-loop back-off ([`super::Backoff::check_restart`]) to each start.
 //!
-//! Not here: ephemeral containers and in-place resize (later issues).
+//! Not supported: ephemeral containers (never started) and in-place resize (a changed
+//! `resources`, like any change to a container's spec, kills and recreates the container).
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 

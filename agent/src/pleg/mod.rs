@@ -2,8 +2,10 @@
 //! and keeps the pod status cache that pod workers read (upstream `pkg/kubelet/pleg`).
 //!
 //! Two implementations share this seam: [`relist::RelistPleg`] (upstream GenericPLEG: diff the
-//! runtime's list every second) and, in a later issue, the kernel-event PLEG. Both fill the same
-//! [`PodCache`] and send [`PodLifecycleEvent`]s on a bounded channel.
+//! runtime's list every second) and the kernel-event PLEG ([`ebpf`], the default), which reports
+//! what the eBPF programs see at once and keeps the relist underneath as its safety net, at a
+//! 300 s period. Both fill the same [`PodCache`] and send [`PodLifecycleEvent`]s on a bounded
+//! channel; [`index`] maps the kernel's cgroup ids to pods and containers.
 //!
 //! Not here: what the events mean for a pod (the sync loop and pod workers decide).
 

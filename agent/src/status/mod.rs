@@ -3,8 +3,9 @@
 //! ([`ReasonCache`]) and the probe results ([`ContainerReadiness`]) into the `v1.PodStatus` the
 //! API server gets: phase, conditions, container statuses, IPs, QoS class, start time.
 //!
-//! Pure: the caller supplies the time and the node IP. Not here: sending statuses to the API
-//! server (the status manager, a later issue) and probing.
+//! Pure: the caller supplies the time and the node IP. The status manager ([`manager`]) keeps
+//! what is generated and pushes it to the API server. Not here: probing (its results come in
+//! through [`ContainerReadiness`]).
 
 mod conditions;
 mod containers;

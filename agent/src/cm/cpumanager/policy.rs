@@ -4,7 +4,8 @@
 //! containers, the shared pool everyone else runs on, and the checks a restored checkpoint must
 //! pass against this node. It works on [`Assignments`] in memory; saving them is the caller's.
 //!
-//! Not here: applying cpusets to containers, admission wiring, topology-manager hints.
+//! Not here: applying cpusets to containers and admission wiring (`manager.rs`). Not supported:
+//! topology-manager hints.
 
 use std::collections::BTreeMap;
 
