@@ -92,7 +92,7 @@ impl Error {
     pub fn hint(&self) -> Option<String> {
         match self {
             Error::Kernel(e) => e.hint(),
-            Error::Config(_) => Some("see `swiftlet run --help` and the README's configuration table".into()),
+            Error::Config(_) => Some("see `swiftlet run --help` and the configuration table in docs/configuration.md".into()),
             Error::Runtime(_) => Some(
                 "start a CRI runtime or point --runtime-endpoint at one (`cargo xtask run` starts a \
                  private containerd)"
@@ -129,7 +129,7 @@ impl Error {
                  remove the file and start again"
                     .into(),
             ),
-            Error::Sysctls(_) => Some("see the README's configuration table".into()),
+            Error::Sysctls(_) => Some("see the configuration table in docs/configuration.md".into()),
             Error::DataDirs(_) => Some(
                 "swiftlet runs as root and owns its root dir: check that --root-dir and \
                  --pod-logs-dir are directories (not links) on a writable filesystem"
