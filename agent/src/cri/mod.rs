@@ -20,6 +20,7 @@
 
 pub mod convert;
 mod error;
+#[cfg(any(test, feature = "fake-runtime"))]
 pub mod fake;
 pub mod grpc;
 mod metrics;
