@@ -60,6 +60,17 @@ fn container(name: &str, sc: Option<SecurityContext>) -> Container {
     }
 }
 
+/// A container that asks for `runAsNonRoot` and nothing else.
+fn non_root_container(name: &str) -> Container {
+    container(
+        name,
+        Some(SecurityContext {
+            run_as_non_root: Some(true),
+            ..Default::default()
+        }),
+    )
+}
+
 async fn sync(m: &KubeRuntimeManager, fake: &FakeRuntime, p: &Pod) -> super::manager::SyncOutcome {
     let status = get_pod_status(fake, &PodUid::from("uid-1"), "web", "default")
         .await
@@ -90,13 +101,9 @@ async fn run_as_non_root_with_a_root_image_is_create_container_config_error_and_
     let fake = Arc::new(FakeRuntime::new());
     fake.add_image(IMAGE);
     let (m, reasons) = manager(&fake, false);
-    let non_root = SecurityContext {
-        run_as_non_root: Some(true),
-        ..Default::default()
-    };
     let p = pod(
         None,
-        vec![container("app", Some(non_root)), container("other", None)],
+        vec![non_root_container("app"), container("other", None)],
     );
     for _ in 0..2 {
         let outcome = sync(&m, &fake, &p).await;
@@ -128,16 +135,7 @@ async fn the_images_user_is_checked_and_used() {
     let fake = Arc::new(FakeRuntime::new());
     fake.set_image_user(IMAGE, None, "nginx");
     let (m, reasons) = manager(&fake, false);
-    let non_root = SecurityContext {
-        run_as_non_root: Some(true),
-        ..Default::default()
-    };
-    sync(
-        &m,
-        &fake,
-        &pod(None, vec![container("app", Some(non_root))]),
-    )
-    .await;
+    sync(&m, &fake, &pod(None, vec![non_root_container("app")])).await;
     let message = reasons
         .lock()
         .expect("lock")
@@ -163,16 +161,7 @@ async fn the_images_user_is_checked_and_used() {
     let fake = Arc::new(FakeRuntime::new());
     fake.set_image_user(IMAGE, Some(1000), "");
     let (m, _) = manager(&fake, false);
-    let non_root = SecurityContext {
-        run_as_non_root: Some(true),
-        ..Default::default()
-    };
-    sync(
-        &m,
-        &fake,
-        &pod(None, vec![container("app", Some(non_root))]),
-    )
-    .await;
+    sync(&m, &fake, &pod(None, vec![non_root_container("app")])).await;
     let sc = container_security(&fake, "app").expect("created");
     assert_eq!(sc.run_as_user.map(|u| u.value), Some(1000));
 }
