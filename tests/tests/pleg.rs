@@ -71,6 +71,65 @@ fn relists(node: &Node) -> f64 {
     node.metric("kubelet_pleg_relist_duration_seconds_count")
 }
 
+/// Without QoS cgroups (`cgroupsPerQOS: false`) pods' cgroups sit directly in `cgroupRoot`, not
+/// below `kubepods`: the kernel-event PLEG watches them there, so their deaths still reach the
+/// status from the kernel, with no relist.
+#[test]
+fn deaths_without_qos_cgroups_reach_the_status_with_no_relist() {
+    let test = "deaths_without_qos_cgroups_reach_the_status_with_no_relist";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let root = format!("swiftlet-noqos-{}", std::process::id());
+    let config = std::env::temp_dir().join(format!("{root}.yaml"));
+    std::fs::write(
+        &config,
+        format!("cgroupsPerQOS: false\nenforceNodeAllocatable: []\ncgroupRoot: /{root}\n"),
+    )
+    .expect("config file");
+    let mut args: Vec<&str> = NO_RELIST.to_vec();
+    args.extend(["--config", config.to_str().expect("utf-8 path")]);
+    let node = Node::start_with("noqos", &endpoint, &args);
+    assert_eq!(
+        node.metric(r#"swiftlet_pleg_mode{mode="ebpf"}"#),
+        1.0,
+        "the kernel-event PLEG is in use"
+    );
+    node.write_manifest("code.yaml", &pod("code", "Never", "sleep 2; exit 3", ""));
+    let running = node.wait_pod("code", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    let uid = running.metadata.uid.clone().expect("a uid");
+    let in_root = std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter(|l| l.contains(" - cgroup2 "))
+        .filter_map(|l| l.split(' ').nth(4))
+        .any(|mount| {
+            std::path::Path::new(mount)
+                .join(&root)
+                .join(format!("pod{uid}"))
+                .is_dir()
+        });
+    assert!(in_root, "the pod's cgroup is /{root}/pod{uid}");
+    let before = relists(&node);
+    let exited = node.wait_pod("code", "Failed", |p| status::phase(p) == "Failed");
+    assert_eq!(
+        status::terminated(status::container(&exited, "main")),
+        Some(("Error".to_owned(), 3))
+    );
+    assert_eq!(
+        relists(&node),
+        before,
+        "the death was learnt from the kernel: no relist ran in between"
+    );
+    assert!(node.metric(r#"swiftlet_pleg_kernel_triggers_total{kind="exit"}"#) >= 1.0);
+    let _ = std::fs::remove_file(&config);
+}
+
 #[test]
 fn deaths_reach_the_status_with_no_relist() {
     let Some(node) = node("deaths_reach_the_status_with_no_relist", "deaths", &[]) else {

@@ -167,7 +167,10 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let mut load = config.kernel.load_options();
     if want_kernel_pleg {
         // The kernel-event PLEG needs the pods' events, and only those.
-        load.watch.push(pods::kubepods_path(&config).into());
+        // Without QoS cgroups and with `cgroupRoot: /`, pods sit at the top of the hierarchy
+        // next to everything else: the whole machine is watched.
+        load.watch
+            .push(format!("/{}", pods::pods_parent(&config)).into());
     }
     let (published, _) = broadcast::channel(BUS_CAPACITY);
     let mut kernel_bus = None;

@@ -38,6 +38,8 @@ use crate::{
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PublishedEvent,
         ebpf::{self, EbpfPleg, EbpfPlegMetrics},
+        facts::KernelFacts,
+        records::{Outputs, PodRecords},
         relist::{PlegMetrics, RelistPleg},
     },
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
@@ -102,7 +104,7 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
     let cgroups = Arc::new(PodCgroups::new(
         PodCgroupConfig {
             per_qos: config.cgroups_per_qos,
-            root: kubepods_path(config),
+            root: pods_parent(config),
             pod_pids_limit: config.pod_pids_limit,
             allocatable_memory,
         },
@@ -112,6 +114,21 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
         .ensure_qos_hierarchy()
         .map_err(|e| Error::Cgroups(e.to_string()))?;
     Ok(cgroups)
+}
+
+/// Where pod cgroups live, relative to the cgroup root: `kubepods` below `cgroupRoot`, or
+/// without QoS cgroups (`cgroupsPerQOS: false`) the `cgroupRoot` itself (empty for `/`).
+pub fn pods_parent(config: &Config) -> String {
+    if config.cgroups_per_qos {
+        kubepods_path(config)
+    } else {
+        config
+            .cgroup_root
+            .display()
+            .to_string()
+            .trim_matches('/')
+            .to_owned()
+    }
 }
 
 /// `kubepods` below `cgroupRoot`, relative to the cgroup root.
@@ -219,9 +236,24 @@ pub async fn start(
     let period = match &source {
         PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
     };
-    let (relist, pleg_events) = RelistPleg::new(
-        manager.clone(),
+    let pleg_metrics = PlegMetrics::register(&metrics.registry)?;
+    let kernel_metrics = match source {
+        PlegSource::Kernel { .. } => Some(EbpfPlegMetrics::register(&metrics.registry)?),
+        PlegSource::Relist { .. } => None,
+    };
+    let gc_events = published.subscribe();
+    let (records, pleg_events) = PodRecords::new(
         &runtime_name,
+        KernelFacts::new(kernel_metrics.as_ref().map(EbpfPlegMetrics::facts)),
+        Outputs {
+            observer: Some(published),
+            event_latency: kernel_metrics.as_ref().map(|m| m.event_latency.clone()),
+            discarded: pleg_metrics.discard_events.clone(),
+        },
+    );
+    let relist = RelistPleg::new(
+        manager.clone(),
+        records.clone(),
         PlegConfig {
             relist_period: period,
             relist_threshold: match source {
@@ -229,10 +261,8 @@ pub async fn start(
                 PlegSource::Kernel { .. } => ebpf::RELIST_THRESHOLD,
             },
         },
-        PlegMetrics::register(&metrics.registry)?,
+        pleg_metrics,
     );
-    let gc_events = published.subscribe();
-    relist.set_observer(published);
     tasks.spawn({
         let relist = relist.clone();
         let shutdown = shutdown.clone();
@@ -241,18 +271,22 @@ pub async fn start(
             Ok(())
         }
     });
-    let pleg: Arc<dyn Pleg> = match source {
-        PlegSource::Relist { .. } => relist,
-        PlegSource::Kernel {
-            events,
-            cgroup2_root,
-            ..
-        } => {
+    let pleg: Arc<dyn Pleg> = match (source, kernel_metrics) {
+        (
+            PlegSource::Kernel {
+                events,
+                cgroup2_root,
+                ..
+            },
+            Some(kernel_metrics),
+        ) => {
             let ebpf = EbpfPleg::new(
                 relist,
+                records,
                 cgroup2_root,
-                kubepods_path(config),
-                EbpfPlegMetrics::register(&metrics.registry)?,
+                &pods_parent(config),
+                kernel_metrics,
+                ebpf::Processes::default(),
             );
             let shutdown = shutdown.clone();
             let runner = ebpf.clone();
@@ -262,6 +296,7 @@ pub async fn start(
             });
             ebpf
         }
+        _ => relist,
     };
     {
         let pleg = pleg.clone();

@@ -41,9 +41,11 @@ pub enum CgroupError {
 
 #[derive(Clone, Debug)]
 pub struct PodCgroupConfig {
-    /// `cgroupsPerQOS`: without it pods run directly under the runtime's default parent.
+    /// `cgroupsPerQOS`: without it there are no QoS cgroups and pods' cgroups sit directly in
+    /// `root`.
     pub per_qos: bool,
-    /// The top of the hierarchy, relative to the cgroup root (`kubepods`).
+    /// Where pod cgroups live, relative to the cgroup root: `kubepods` (below `cgroupRoot`), or
+    /// without QoS cgroups the `cgroupRoot` itself (empty for `/`).
     pub root: String,
     /// `podPidsLimit`; -1 means none.
     pub pod_pids_limit: i64,
@@ -73,9 +75,13 @@ impl PodCgroups {
         PodCgroups { config, layout }
     }
 
-    /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent).
+    /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent); without
+    /// QoS cgroups only the `cgroupRoot` the pods go into (unless it is `/`).
     pub fn ensure_qos_hierarchy(&self) -> Result<(), CgroupError> {
         if !self.config.per_qos {
+            if !self.config.root.is_empty() {
+                self.create(&self.config.root)?;
+            }
             return Ok(());
         }
         for path in [
@@ -102,7 +108,11 @@ impl PodCgroups {
     pub fn pod_path(&self, pod: &Pod) -> Result<String, CgroupError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         if !self.config.per_qos {
-            return Ok(format!("pod{uid}"));
+            return Ok(if self.config.root.is_empty() {
+                format!("pod{uid}")
+            } else {
+                format!("{}/pod{uid}", self.config.root)
+            });
         }
         let class = pod_qos(pod).map_err(|e| CgroupError::Pod {
             pod: uid.to_owned(),
@@ -157,7 +167,13 @@ impl PodCgroups {
     /// by an earlier run). Missing cgroups are fine.
     pub fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
         for parent in self.parents() {
-            let path = format!("{parent}/pod{uid}");
+            // Relative, also below an empty parent: joined to a mount point, an absolute path
+            // would replace it.
+            let path = if parent.is_empty() {
+                format!("pod{uid}")
+            } else {
+                format!("{parent}/pod{uid}")
+            };
             let cg = Cgroup::load_with_specified_controllers(
                 hierarchies::auto(),
                 &path,
@@ -229,16 +245,15 @@ impl PodCgroups {
         let Ok(root) = self.layout.cgroup2_root() else {
             return Vec::new();
         };
-        let parents = if self.config.per_qos {
-            self.parents()
-        } else {
-            vec![String::new()]
-        };
-        pressure_targets::pod_dirs(root, &parents)
+        pressure_targets::pod_dirs(root, &self.parents())
     }
 
+    /// The cgroups pod cgroups are created in.
     fn parents(&self) -> Vec<String> {
         let root = &self.config.root;
+        if !self.config.per_qos {
+            return vec![root.clone()];
+        }
         vec![
             root.clone(),
             format!("{root}/burstable"),

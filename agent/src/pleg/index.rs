@@ -32,21 +32,32 @@ pub struct ContainerCgroup {
 }
 
 /// Pod cgroups by id, and the containers below them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ContainerIndex {
     containers: HashMap<u64, ContainerCgroup>,
-    /// The pods' cgroup relative to the cgroup2 root; empty means `kubepods`.
-    kubepods: String,
+    /// Where pod cgroups live, relative to the cgroup2 root (`kubepods`, `<cgroupRoot>/kubepods`,
+    /// or without QoS cgroups the `cgroupRoot`; empty for the root itself).
+    pods: String,
+}
+
+impl Default for ContainerIndex {
+    fn default() -> Self {
+        ContainerIndex::under("kubepods")
+    }
 }
 
 /// `(pod uid, container id)` of a container cgroup path relative to the cgroup2 root, `None` for
-/// any other cgroup (the QoS levels, the pod's own cgroup, anything outside `kubepods`, which is
-/// itself relative to the cgroup2 root: `kubepods`, or `<cgroupRoot>/kubepods`).
-pub fn parse_container_path(path: &str, kubepods: &str) -> Option<(PodUid, String)> {
-    let rest = path
-        .trim_start_matches('/')
-        .strip_prefix(kubepods.trim_matches('/'))?
-        .strip_prefix('/')?;
+/// any other cgroup (the QoS levels, the pod's own cgroup, anything outside `pods`, which is
+/// itself relative to the cgroup2 root: `kubepods`, `<cgroupRoot>/kubepods`, or without QoS
+/// cgroups the `cgroupRoot`, empty for the root).
+pub fn parse_container_path(path: &str, pods: &str) -> Option<(PodUid, String)> {
+    let path = path.trim_start_matches('/');
+    let pods = pods.trim_matches('/');
+    let rest = if pods.is_empty() {
+        path
+    } else {
+        path.strip_prefix(pods)?.strip_prefix('/')?
+    };
     let mut parts = rest.split('/');
     let mut next = parts.next()?;
     if next == "burstable" || next == "besteffort" {
@@ -61,20 +72,26 @@ pub fn parse_container_path(path: &str, kubepods: &str) -> Option<(PodUid, Strin
 }
 
 impl ContainerIndex {
-    /// An index of the containers below `kubepods` (relative to the cgroup2 root).
-    pub fn under(kubepods: &str) -> ContainerIndex {
+    /// An index of the containers below `pods` (relative to the cgroup2 root).
+    pub fn under(pods: &str) -> ContainerIndex {
         ContainerIndex {
             containers: HashMap::new(),
-            kubepods: kubepods.trim_matches('/').to_owned(),
+            pods: pods.trim_matches('/').to_owned(),
         }
     }
 
-    fn kubepods(&self) -> &str {
-        if self.kubepods.is_empty() {
-            "kubepods"
-        } else {
-            &self.kubepods
-        }
+    /// Where the cgroup of `entry` may be below `cgroup2_root`: directly in the pods' cgroup or
+    /// in one of its QoS levels.
+    pub fn container_dirs(&self, cgroup2_root: &Path, entry: &ContainerCgroup) -> Vec<PathBuf> {
+        let pods = cgroup2_root.join(&self.pods);
+        ["", "burstable", "besteffort"]
+            .iter()
+            .map(|qos| {
+                pods.join(qos)
+                    .join(format!("pod{}", entry.pod))
+                    .join(&entry.container_id)
+            })
+            .collect()
     }
 
     pub fn get(&self, cgroup_id: u64) -> Option<&ContainerCgroup> {
@@ -88,7 +105,7 @@ impl ContainerIndex {
     /// Records a new cgroup if it is a container's. A cgroup already known (found by the start
     /// scan, then reported again by its buffered mkdir) keeps what was learnt of it.
     pub fn insert_path(&mut self, cgroup_id: u64, path: &str) -> Option<&ContainerCgroup> {
-        let (pod, container_id) = parse_container_path(path, self.kubepods())?;
+        let (pod, container_id) = parse_container_path(path, &self.pods)?;
         if self
             .containers
             .get(&cgroup_id)
@@ -128,7 +145,7 @@ impl ContainerIndex {
     /// Fills the index from the cgroup2 tree below `root/kubepods`, finding each running
     /// container's init process (pid 1 in its pid namespace) among the cgroup's processes.
     pub fn scan(&mut self, cgroup2_root: &Path) {
-        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join(self.kubepods())];
+        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join(&self.pods)];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -219,6 +236,20 @@ mod tests {
             parse_container_path("/node-a/kubepodsx/podu1/abc", "node-a/kubepods"),
             None
         );
+    }
+
+    #[test]
+    fn container_paths_at_the_cgroup_root_without_qos_cgroups() {
+        assert_eq!(
+            parse_container_path("/podu1/abc", ""),
+            Some((PodUid("u1".into()), "abc".into()))
+        );
+        assert_eq!(
+            parse_container_path("/node-a/podu1/abc", "/node-a"),
+            Some((PodUid("u1".into()), "abc".into()))
+        );
+        assert_eq!(parse_container_path("/system.slice/cron.service", ""), None);
+        assert_eq!(parse_container_path("/podu1", ""), None);
     }
 
     #[test]

@@ -4,14 +4,19 @@
 //! Two implementations share this seam: [`relist::RelistPleg`] (upstream GenericPLEG: diff the
 //! runtime's list every second) and the kernel-event PLEG ([`ebpf`], the default), which reports
 //! what the eBPF programs see at once and keeps the relist underneath as its safety net, at a
-//! 300 s period. Both fill the same [`PodCache`] and send [`PodLifecycleEvent`]s on a bounded
-//! channel; [`index`] maps the kernel's cgroup ids to pods and containers.
+//! 300 s period, calling it through plain methods as upstream's `evented.go` calls `generic.go`.
+//! Every observation of a pod, by either, is recorded in one place, [`records::PodRecords`]: it
+//! merges in what the kernel said and the runtime does not ([`facts`]), decides how fresh the
+//! status is, fills the [`PodCache`] and sends [`PodLifecycleEvent`]s on a bounded channel;
+//! [`index`] maps the kernel's cgroup ids to pods and containers.
 //!
 //! Not here: what the events mean for a pod (the sync loop and pod workers decide).
 
 pub mod cache;
 pub mod ebpf;
+pub mod facts;
 pub mod index;
+pub mod records;
 pub mod relist;
 
 use std::{sync::Arc, time::Duration};

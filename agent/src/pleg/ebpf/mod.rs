@@ -22,10 +22,15 @@
 //! death), the exec of its init (the process that is pid 1 of its pid namespace: its start), and
 //! OOM kills of any process of a container. Exits of other processes (runc's bootstrap, a
 //! shell's children, exec probes) make no pod event. Processes outside pods never reach
-//! userspace: the programs are filtered to the `kubepods` subtree.
+//! userspace: the programs are filtered to the pods' cgroup (`kubepods`, or `cgroupRoot` without
+//! QoS cgroups).
+//!
+//! The PLEG owns the cgroup index; what it learns of exits and OOM kills goes into the kernel's
+//! facts of the pod records ([`PodRecords`], which every observation goes through), and it asks the
+//! relist for what only the runtime can say. No behaviour is injected into the relist.
 
 use std::{
-    path::PathBuf,
+    path::{Path, PathBuf},
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -39,8 +44,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Health, Pleg, PodCache,
+    facts::{FactsMetrics, KernelExit},
     index::{ContainerCgroup, ContainerIndex, is_empty_cgroup, is_runtime_bootstrap},
-    relist::{Expect, RelistPleg, Source},
+    records::{Observation, PodRecords},
+    relist::{Expect, RelistPleg},
 };
 use crate::{
     container::PodUid,
@@ -66,9 +73,6 @@ const PATIENCE: Duration = Duration::from_secs(2);
 const CONFIRM_PATIENCE: Duration = Duration::from_secs(10);
 /// The first and the longest pause between two follow-up refreshes.
 const CONFIRM_PAUSES: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(200));
-/// How many unconfirmed exits are remembered (a container removed before the runtime ever showed
-/// it exited would otherwise stay forever).
-const EXIT_MEMORY: usize = 4096;
 
 #[derive(Clone)]
 pub struct EbpfPlegMetrics {
@@ -137,175 +141,63 @@ impl EbpfPlegMetrics {
     }
 }
 
+impl EbpfPlegMetrics {
+    /// The counters the kernel's facts keep, for [`KernelFacts::new`](super::facts::KernelFacts::new).
+    pub fn facts(&self) -> FactsMetrics {
+        FactsMetrics {
+            exit_disagreements: self.exit_disagreements.clone(),
+            oom_kills: self.oom_kills.clone(),
+        }
+    }
+}
+
+/// How the PLEG looks at a container's processes (tests have no containers).
+#[derive(Clone, Copy)]
+pub struct Processes {
+    /// Whether a host pid is pid 1 of its pid namespace.
+    pub is_init: fn(u32) -> bool,
+    /// Whether the exit of a process left its container's cgroup (the directory, if it still
+    /// exists) empty.
+    pub is_last_process: fn(Option<&Path>, u32) -> bool,
+}
+
+impl Default for Processes {
+    fn default() -> Self {
+        Processes {
+            is_init: super::index::is_namespace_init,
+            // A cgroup already removed (the runtime cleans up fast) is empty too.
+            is_last_process: |dir, _| dir.is_none_or(is_empty_cgroup),
+        }
+    }
+}
+
+/// The kernel-event PLEG. It owns the cgroup index and reads the kernel's events; what it learns
+/// goes into the pod records ([`PodRecords`]: exits and OOM kills as facts, exits reported at
+/// once), and it asks the relist for what only the runtime can say.
 pub struct EbpfPleg {
     relist: Arc<RelistPleg>,
+    records: Arc<PodRecords>,
     index: Mutex<ContainerIndex>,
     cgroup2_root: PathBuf,
-    /// The pods' cgroup relative to the cgroup2 root (`kubepods`, or `<cgroupRoot>/kubepods`).
-    kubepods: String,
     metrics: EbpfPlegMetrics,
     stream_alive: AtomicBool,
-    /// Containers an OOM kill hit, kept after their cgroup is gone (their exited status stays
-    /// in the runtime); bounded.
-    oom_killed: Arc<Mutex<std::collections::VecDeque<String>>>,
-    /// Pods with an OOM series, to drop it with the pod.
-    oom_series: OomSeries,
-    /// Container exits the kernel reported that the runtime has not shown yet.
-    exits: Arc<Mutex<KernelExits>>,
-    /// Whether a host pid is pid 1 of its pid namespace (injected: tests have no containers).
-    is_init: fn(u32) -> bool,
-    /// Whether the exit of a process left its container's cgroup empty (injected likewise).
-    is_last_process: fn(&EbpfPleg, &ContainerCgroup, u32) -> bool,
+    processes: Processes,
 }
-
-/// The exit of a container's init as the kernel reported it.
-#[derive(Clone, Debug, PartialEq)]
-struct KernelExit {
-    pod: PodUid,
-    /// The runtime's convention: the exit code, or 128 + the signal.
-    exit_code: i32,
-    finished_at: std::time::SystemTime,
-}
-
-/// Exits awaiting the runtime's confirmation, by container id; the oldest forgotten first.
-#[derive(Default)]
-struct KernelExits {
-    by_container: std::collections::HashMap<String, KernelExit>,
-    order: std::collections::VecDeque<String>,
-}
-
-impl KernelExits {
-    fn insert(&mut self, container: String, exit: KernelExit) {
-        if self.by_container.insert(container.clone(), exit).is_none() {
-            if self.order.len() >= EXIT_MEMORY
-                && let Some(oldest) = self.order.pop_front()
-            {
-                self.by_container.remove(&oldest);
-            }
-            self.order.push_back(container);
-        }
-    }
-
-    fn remove(&mut self, container: &str) {
-        if self.by_container.remove(container).is_some() {
-            self.order.retain(|c| c != container);
-        }
-    }
-
-    fn remove_pod(&mut self, pod: &PodUid) {
-        self.by_container.retain(|_, e| &e.pod != pod);
-        let by_container = &self.by_container;
-        self.order.retain(|c| by_container.contains_key(c));
-    }
-
-    /// Puts the kernel's account of each exit the runtime does not show yet into `status`, and
-    /// forgets those the runtime's own status (`source`) shows (counting the exit codes it
-    /// disagrees on). A cached status showing an exit may show the kernel's account put in
-    /// before: that confirms nothing, and forgetting the exit on it would let the runtime's next
-    /// status, still behind, show the dead container running again.
-    fn amend(
-        &mut self,
-        status: &mut crate::container::PodStatus,
-        source: Source,
-        disagreements: &prometheus::IntCounter,
-    ) {
-        use crate::container::ContainerState;
-        for c in &mut status.containers {
-            let Some(exit) = self.by_container.get(&c.id.id) else {
-                continue;
-            };
-            if c.state == ContainerState::Exited {
-                if source == Source::Cache {
-                    continue;
-                }
-                if c.exit_code != Some(exit.exit_code) {
-                    disagreements.inc();
-                    tracing::warn!(container = c.id.id, kernel = exit.exit_code, runtime = ?c.exit_code, "the runtime reports another exit code than the kernel did; keeping the runtime's");
-                }
-                let id = c.id.id.clone();
-                self.remove(&id);
-                continue;
-            }
-            c.state = ContainerState::Exited;
-            c.exit_code = Some(exit.exit_code);
-            c.finished_at = Some(exit.finished_at);
-            // containerd's reasons; an OOM kill is marked after this.
-            c.reason = if exit.exit_code == 0 {
-                "Completed"
-            } else {
-                "Error"
-            }
-            .into();
-        }
-    }
-
-    fn contains(&self, container: &str) -> bool {
-        self.by_container.contains_key(container)
-    }
-}
-
-/// Pod → (namespace, name) of its `swiftlet_oom_kills_total` series.
-type OomSeries = Arc<Mutex<std::collections::HashMap<PodUid, (String, String)>>>;
-
-/// How many OOM-killed container ids are remembered.
-const OOM_MEMORY: usize = 4096;
 
 impl EbpfPleg {
-    /// Wraps `relist` (which should run at [`RELIST_PERIOD`]) and indexes the containers that
-    /// already run below `cgroup2_root/kubepods` (`kubepods` relative to the cgroup2 root).
+    /// Wraps `relist` (which should run at [`RELIST_PERIOD`] and record into `records`) and
+    /// indexes the containers that already run below `cgroup2_root/<pods>` (`pods` relative to
+    /// the cgroup2 root: `kubepods`, `<cgroupRoot>/kubepods`, or without QoS cgroups the
+    /// `cgroupRoot` itself).
     pub fn new(
         relist: Arc<RelistPleg>,
+        records: Arc<PodRecords>,
         cgroup2_root: PathBuf,
-        kubepods: String,
+        pods: &str,
         metrics: EbpfPlegMetrics,
+        processes: Processes,
     ) -> Arc<Self> {
-        relist.set_event_latency(metrics.event_latency.clone());
-        let oom_killed: Arc<Mutex<std::collections::VecDeque<String>>> = Arc::default();
-        let exits: Arc<Mutex<KernelExits>> = Arc::default();
-        {
-            let exits = exits.clone();
-            let disagreements = metrics.exit_disagreements.clone();
-            // containerd may not have seen the OOM kill when it reports the exit; the kernel has.
-            let oom_killed = oom_killed.clone();
-            relist.set_amender(Arc::new(move |status, source| {
-                exits.lock().unwrap_or_else(|p| p.into_inner()).amend(
-                    status,
-                    source,
-                    &disagreements,
-                );
-                let killed = oom_killed.lock().unwrap_or_else(|p| p.into_inner());
-                for c in &mut status.containers {
-                    if c.state == crate::container::ContainerState::Exited
-                        && c.reason != "OOMKilled"
-                        && killed.contains(&c.id.id)
-                    {
-                        c.reason = "OOMKilled".into();
-                    }
-                }
-            }));
-        }
-        // The OOM series of a pod lives as long as the pod does in the runtime: a Failed pod
-        // still shows why it failed, a deleted one leaves no stale series.
-        let oom_series: OomSeries = Arc::default();
-        {
-            let oom_series = oom_series.clone();
-            let counter = metrics.oom_kills.clone();
-            let exits = exits.clone();
-            relist.set_on_gone(Arc::new(move |uid| {
-                exits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove_pod(uid);
-                let series = oom_series
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(uid);
-                if let Some((namespace, name)) = series {
-                    let _ = counter.remove_label_values(&[namespace.as_str(), name.as_str()]);
-                }
-            }));
-        }
-        let mut index = ContainerIndex::under(&kubepods);
+        let mut index = ContainerIndex::under(pods);
         index.scan(&cgroup2_root);
         tracing::info!(
             containers = index.len(),
@@ -313,19 +205,12 @@ impl EbpfPleg {
         );
         Arc::new(EbpfPleg {
             relist,
+            records,
             index: Mutex::new(index),
             cgroup2_root,
-            kubepods,
             metrics,
             stream_alive: AtomicBool::new(true),
-            oom_killed,
-            oom_series,
-            exits,
-            is_init: super::index::is_namespace_init,
-            is_last_process: |pleg, entry, _| {
-                // A cgroup already removed (the runtime cleans up fast) is empty too.
-                pleg.cgroup_dir(entry).is_none_or(|d| is_empty_cgroup(&d))
-            },
+            processes,
         })
     }
 
@@ -402,8 +287,14 @@ impl EbpfPleg {
             tracing::debug!(pod = %uid, container, ?expect, pid, kind = event.body.kind().as_str(), "kernel event: refreshing the pod");
             // An exit the kernel gave an account of is reported now, from the cached status;
             // the refresh below brings the runtime's view of the rest of the pod.
-            if expect == Expect::Stopped && self.exits_lock().contains(&container) {
-                self.relist.report_from_cache(&uid, &container, event.ts_ns);
+            if expect == Expect::Stopped && self.records.facts().exit_pending(&container) {
+                self.records.record(
+                    &uid,
+                    Some(&container),
+                    Observation::KernelExit {
+                        kernel_ts_ns: event.ts_ns,
+                    },
+                );
             }
             let pleg = self.clone();
             let ts = event.ts_ns;
@@ -435,7 +326,7 @@ impl EbpfPleg {
                 }
                 // The container's own program starts: its init is the process that is pid 1 of
                 // its pid namespace (pods sharing one pid namespace have none of their own).
-                if entry.init_pid.is_none() && (self.is_init)(exec.pid) {
+                if entry.init_pid.is_none() && (self.processes.is_init)(exec.pid) {
                     entry.init_pid = Some(exec.pid);
                 }
                 if entry.started {
@@ -449,19 +340,20 @@ impl EbpfPleg {
                 ))
             }
             EventBody::Exit(exit) => {
-                // Before the container's program started, exits are the runtime's bootstrap.
+                // Before the container's program started, exits are the runtime's bootstrap,
+                // unless one leaves the cgroup empty: a container that never ran, or one whose
+                // start the kernel lost (a full ring buffer) — its death must not be missed.
                 // After, the container is dead when its init exits, or when no process is left
                 // in its cgroup (no init of its own, or the init's death took the rest of its pid
                 // namespace with it after its own exit was read).
-                let entry = index.get(exit.cgroup_id)?;
-                if !entry.started {
-                    return None;
-                }
-                let init = entry.init_pid == Some(exit.pid);
-                if init {
-                    // The init's exit status is the container's; the last process of a cgroup
-                    // without an init of its own says nothing about the container's.
-                    self.exits_lock().insert(
+                let entry = index.get(exit.cgroup_id)?.clone();
+                drop(index);
+                let init = entry.started && entry.init_pid == Some(exit.pid);
+                // The init's exit status is the container's; the last process of a cgroup
+                // without an init of its own says nothing about the container's, and a
+                // sandbox's pause process is the runtime's to report.
+                if init && !self.records.is_sandbox(&entry.pod, &entry.container_id) {
+                    self.records.facts().record_exit(
                         entry.container_id.clone(),
                         KernelExit {
                             pod: entry.pod.clone(),
@@ -470,14 +362,12 @@ impl EbpfPleg {
                         },
                     );
                 }
-                let dead = init || (self.is_last_process)(self, entry, exit.pid);
-                dead.then(|| {
-                    (
-                        entry.pod.clone(),
-                        entry.container_id.clone(),
-                        Expect::Stopped,
-                    )
-                })
+                let dead = init
+                    || (self.processes.is_last_process)(
+                        self.cgroup_dir(&entry).as_deref(),
+                        exit.pid,
+                    );
+                dead.then_some((entry.pod, entry.container_id, Expect::Stopped))
             }
             EventBody::Oom(oom) => {
                 let entry = index.get_mut(oom.cgroup_id)?;
@@ -492,16 +382,12 @@ impl EbpfPleg {
         }
     }
 
-    fn exits_lock(&self) -> std::sync::MutexGuard<'_, KernelExits> {
-        self.exits.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Refreshes `pod` until the runtime shows the exit of `container` the kernel reported (the
     /// amender then forgets it), so that the cache soon holds the runtime's own account.
     async fn confirm_exit(&self, pod: &PodUid, container: &str) {
         let give_up = tokio::time::Instant::now() + CONFIRM_PATIENCE;
         let mut pause = CONFIRM_PAUSES.0;
-        while self.exits_lock().contains(container) {
+        while self.records.facts().exit_pending(container) {
             if tokio::time::Instant::now() >= give_up {
                 tracing::warn!(pod = %pod, container, "the runtime has not shown the exit the kernel reported within {CONFIRM_PATIENCE:?}; the status keeps the kernel's account");
                 return;
@@ -512,64 +398,24 @@ impl EbpfPleg {
         }
     }
 
+    /// The container's cgroup directory, if it still exists (the index must not be locked).
     fn cgroup_dir(&self, entry: &ContainerCgroup) -> Option<PathBuf> {
-        // Containers sit below a pod cgroup in one of the QoS levels.
-        ["", "burstable", "besteffort"]
-            .iter()
-            .map(|qos| {
-                self.cgroup2_root
-                    .join(&self.kubepods)
-                    .join(qos)
-                    .join(format!("pod{}", entry.pod))
-                    .join(&entry.container_id)
-            })
+        self.index()
+            .container_dirs(&self.cgroup2_root, entry)
+            .into_iter()
             .find(|d| d.exists())
     }
 
     fn record_oom(&self, pod: &PodUid, container: &str) {
-        {
-            let mut killed = self.oom_killed.lock().unwrap_or_else(|p| p.into_inner());
-            if !killed.iter().any(|c| c == container) {
-                if killed.len() >= OOM_MEMORY {
-                    killed.pop_front();
-                }
-                killed.push_back(container.to_owned());
-            }
-        }
-        let (name, namespace) = self.relist.identity(pod).unwrap_or_default();
-        self.metrics
-            .oom_kills
-            .with_label_values(&[namespace.as_str(), name.as_str()])
-            .inc();
-        self.oom_series
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(pod.clone(), (namespace, name));
+        let (name, namespace) = self.records.identity(pod).unwrap_or_default();
+        self.records
+            .facts()
+            .record_oom(pod, container, &namespace, &name);
     }
 
     /// Whether an OOM kill hit the container (for its status).
     pub fn oom_killed(&self, container_id: &str) -> bool {
-        self.oom_killed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|c| c == container_id)
-    }
-
-    /// Uses `is_init` and `is_last_process` instead of looking at /proc and the cgroup (tests).
-    pub fn with_process_checks(
-        self: Arc<Self>,
-        is_init: fn(u32) -> bool,
-        is_last_process: fn(&EbpfPleg, &ContainerCgroup, u32) -> bool,
-    ) -> Arc<Self> {
-        match Arc::try_unwrap(self) {
-            Ok(mut pleg) => {
-                pleg.is_init = is_init;
-                pleg.is_last_process = is_last_process;
-                Arc::new(pleg)
-            }
-            Err(shared) => shared,
-        }
+        self.records.facts().oom_killed(container_id)
     }
 
     pub fn relist(&self) -> &Arc<RelistPleg> {
@@ -586,7 +432,7 @@ impl Pleg for EbpfPleg {
     }
 
     fn cache(&self) -> Arc<PodCache> {
-        self.relist.cache()
+        self.records.cache()
     }
 
     fn request_relist(&self, pod: &PodUid) {

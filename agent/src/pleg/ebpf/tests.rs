@@ -18,6 +18,8 @@ use crate::{
     kernel::{CgroupChange, ProcessExec, ProcessExit},
     pleg::{
         EventType, PlegConfig, PodLifecycleEvent, RuntimeView, RuntimeViewError,
+        facts::{EXIT_MEMORY, KernelExits, KernelFacts},
+        records::Outputs,
         relist::PlegMetrics,
     },
 };
@@ -147,27 +149,48 @@ fn fixture(states: Vec<ContainerState>) -> Fixture {
 }
 
 fn fixture_over<R: RuntimeView>(runtime: Arc<R>) -> Fixture<R> {
+    // Pid 100 plays the container's init (pid 1 in its namespace); no exit empties a cgroup
+    // but the init's.
+    fixture_with(
+        runtime,
+        Processes {
+            is_init: |pid| pid == 100,
+            is_last_process: |_, _| false,
+        },
+    )
+}
+
+fn fixture_with<R: RuntimeView>(runtime: Arc<R>, processes: Processes) -> Fixture<R> {
     let registry = Registry::new();
-    let (relist, events) = RelistPleg::new(
-        runtime.clone(),
+    let pleg_metrics = PlegMetrics::register(&registry).expect("metrics");
+    let metrics = EbpfPlegMetrics::register(&registry).expect("metrics");
+    let (records, events) = PodRecords::new(
         "containerd",
+        KernelFacts::new(Some(metrics.facts())),
+        Outputs {
+            observer: None,
+            event_latency: Some(metrics.event_latency.clone()),
+            discarded: pleg_metrics.discard_events.clone(),
+        },
+    );
+    let relist = RelistPleg::new(
+        runtime.clone(),
+        records.clone(),
         PlegConfig {
             relist_period: RELIST_PERIOD,
             relist_threshold: RELIST_THRESHOLD,
         },
-        PlegMetrics::register(&registry).expect("metrics"),
+        pleg_metrics,
     );
-    let metrics = EbpfPlegMetrics::register(&registry).expect("metrics");
     // An empty root: nothing to index at start.
-    // Pid 100 plays the container's init (pid 1 in its namespace); no exit empties a cgroup
-    // but the init's.
     let pleg = EbpfPleg::new(
         relist,
+        records,
         PathBuf::from("/nonexistent"),
-        "kubepods".into(),
+        "kubepods",
         metrics.clone(),
-    )
-    .with_process_checks(|pid| pid == 100, |_, _, _| false);
+        processes,
+    );
     Fixture {
         pleg,
         runtime,
@@ -415,7 +438,7 @@ async fn next_death(rx: &mut mpsc::Receiver<PodLifecycleEvent>) -> PodLifecycleE
 /// Waits (bounded) until the runtime has confirmed every exit the kernel reported.
 async fn confirmed<R>(f: &Fixture<R>) {
     for _ in 0..1000 {
-        if f.pleg.exits_lock().by_container.is_empty() {
+        if f.pleg.records.facts().exits.by_container.is_empty() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -591,10 +614,69 @@ async fn an_exit_reported_again_from_the_cache_stays_until_the_runtime_shows_it(
     // Reported from the cache again (a refresh amended the cached status with the kernel's
     // account before the exit event was handled): the cache's exit is the kernel's, no
     // confirmation.
-    assert!(f.pleg.relist.report_from_cache(&uid, "c1", 3));
-    assert!(f.pleg.exits_lock().contains("c1"));
+    assert!(
+        f.pleg
+            .records
+            .record(
+                &uid,
+                Some("c1"),
+                Observation::KernelExit { kernel_ts_ns: 3 }
+            )
+            .is_some()
+    );
+    assert!(f.pleg.records.facts().exit_pending("c1"));
     // So the runtime's next status, still behind, does not bring the dead container back.
     f.pleg.relist.relist_pod(&uid).await;
     let cached = f.pleg.cache().get(&uid).status.expect("cached");
     assert_eq!(cached.containers[0].state, ContainerState::Exited);
+}
+
+#[tokio::test]
+async fn a_sandbox_exit_is_left_to_the_runtime() {
+    let mut f = fixture(vec![ContainerState::Running]);
+    started(&mut f).await;
+    // The pod's sandbox (its pause process, pid 100 of its own namespace) starts and the
+    // refresh that follows shows it as the sandbox.
+    f.pleg.handle(&mkdir(12, "/kubepods/besteffort/podu1/sb"));
+    f.pleg.handle(&exec(12, 100));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert!(f.pleg.records.is_sandbox(&PodUid::from("u1"), "sb"));
+    // The pod ends: the pause process exits. No container died, and no kernel account of the
+    // exit waits for a container status the runtime will never show.
+    f.pleg.handle(&exit(12, 100));
+    assert!(!f.pleg.records.facts().exit_pending("sb"));
+    assert!(f.pleg.records.facts().exits.by_container.is_empty());
+    assert!(
+        std::iter::from_fn(|| f.events.try_recv().ok()).all(
+            |e| e.kind != EventType::ContainerDied || e.container.is_some_and(|c| c.id == "sb")
+        ),
+        "only the sandbox's own change"
+    );
+}
+
+#[tokio::test]
+async fn a_death_is_seen_when_the_containers_start_was_lost() {
+    // The exec of the container's program was lost (a full ring buffer): the index never saw it
+    // start. The exit that empties its cgroup still makes the runtime be asked.
+    let runtime = Arc::new(ScriptedRuntime {
+        states: StdMutex::new(vec![ContainerState::Exited]),
+        calls: StdMutex::new(0),
+    });
+    let mut f = fixture_with(
+        runtime,
+        Processes {
+            is_init: |_| false,
+            is_last_process: |_, pid| pid == 100,
+        },
+    );
+    f.pleg.handle(&mkdir(10, "/kubepods/besteffort/podu1/c1"));
+    // A bootstrap process exits, leaving the container's init behind: nothing.
+    f.pleg.handle(&exit(10, 99));
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(*f.runtime.calls.lock().expect("lock"), 0);
+    f.pleg.handle(&exit(10, 100));
+    let died = next_death(&mut f.events).await;
+    assert_eq!(died.pod, PodUid::from("u1"));
+    assert_eq!(died.status.and_then(|s| s.exit_code), Some(3));
+    assert_eq!(f.metrics.triggers.with_label_values(&["exit"]).get(), 1);
 }

@@ -12,10 +12,13 @@ use std::{
 };
 
 use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, Registry};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{EventType, Health, Pleg, PlegConfig, PodCache, PodLifecycleEvent, RuntimeView};
+use super::{
+    EventType, Health, Pleg, PlegConfig, PodCache, PodLifecycleEvent, RuntimeView,
+    records::{ListChanges, Observation, PodRecords},
+};
 use crate::container::{ContainerId, ContainerState, PodStatus, PodUid, RunningPod, SandboxState};
 
 /// A container's state as the PLEG compares it (upstream `plegContainerState`).
@@ -155,53 +158,28 @@ impl PlegMetrics {
 }
 
 #[derive(Default)]
-struct Records {
-    /// The last list, by pod.
-    pods: HashMap<PodUid, RunningPod>,
+struct Timing {
     /// Pods whose status fetch failed: fetched again on the next relist even without events.
     reinspect: HashSet<PodUid>,
     last_relist: Option<Instant>,
     last_relist_end: Option<Instant>,
 }
 
+/// The relist PLEG. Under kernel events it is the safety net, and the kernel-event PLEG uses it
+/// through its plain methods: [`relist`](Self::relist), [`relist_pod`](Self::relist_pod),
+/// [`refresh_pod_expecting`](Self::refresh_pod_expecting) and
+/// [`request_full_relist`](Self::request_full_relist).
 pub struct RelistPleg {
     runtime: Arc<dyn RuntimeView>,
-    /// The runtime's name, for container ids of sandboxes ("containerd").
-    runtime_name: String,
-    cache: Arc<PodCache>,
-    events: mpsc::Sender<PodLifecycleEvent>,
+    records: Arc<PodRecords>,
     config: PlegConfig,
     metrics: PlegMetrics,
-    records: Mutex<Records>,
+    timing: Mutex<Timing>,
     on_demand: Mutex<HashSet<PodUid>>,
     /// A full relist was asked for (lost kernel events).
     full_requested: std::sync::atomic::AtomicBool,
     wake: Notify,
     started: Instant,
-    /// Every event sent is also told here (the gRPC watchers), when set.
-    observer: Mutex<Option<tokio::sync::broadcast::Sender<Arc<super::PublishedEvent>>>>,
-    /// Kernel timestamp → event sent, for kernel-triggered refreshes.
-    event_latency: Mutex<Option<Histogram>>,
-    /// Corrects a status with what the runtime cannot know (an OOM kill the kernel reported).
-    amend: Mutex<Option<StatusAmender>>,
-    /// Told of pods the runtime no longer has (no sandbox, no container left).
-    on_gone: Mutex<Option<GoneHook>>,
-}
-
-/// See [`RelistPleg::set_on_gone`].
-pub type GoneHook = Arc<dyn Fn(&PodUid) + Send + Sync>;
-
-/// See [`RelistPleg::set_amender`].
-pub type StatusAmender = Arc<dyn Fn(&mut PodStatus, Source) + Send + Sync>;
-
-/// Whose account a status being applied is, for the amender.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// The runtime's, just fetched: an exit it shows is the runtime's own.
-    Runtime,
-    /// The cache's, amended before: an exit it shows may be the kernel's account, which the
-    /// runtime has not confirmed.
-    Cache,
 }
 
 /// What a targeted refresh waits to see (the runtime learns of an exit a little after the
@@ -256,31 +234,24 @@ impl Seen {
 }
 
 impl RelistPleg {
+    /// A relist of `runtime` that records what it sees in `records`.
     pub fn new(
         runtime: Arc<dyn RuntimeView>,
-        runtime_name: &str,
+        records: Arc<PodRecords>,
         config: PlegConfig,
         metrics: PlegMetrics,
-    ) -> (Arc<RelistPleg>, mpsc::Receiver<PodLifecycleEvent>) {
-        let (tx, rx) = mpsc::channel(super::CHANNEL_CAPACITY);
-        let pleg = Arc::new(RelistPleg {
+    ) -> Arc<RelistPleg> {
+        Arc::new(RelistPleg {
             runtime,
-            runtime_name: runtime_name.to_owned(),
-            cache: Arc::new(PodCache::default()),
-            events: tx,
+            records,
             config,
             metrics,
-            records: Mutex::new(Records::default()),
+            timing: Mutex::new(Timing::default()),
             on_demand: Mutex::new(HashSet::new()),
             full_requested: std::sync::atomic::AtomicBool::new(false),
             wake: Notify::new(),
             started: Instant::now(),
-            observer: Mutex::new(None),
-            event_latency: Mutex::new(None),
-            amend: Mutex::new(None),
-            on_gone: Mutex::new(None),
-        });
-        (pleg, rx)
+        })
     }
 
     /// Relists every period, and single pods on demand in between, until shut down.
@@ -311,7 +282,7 @@ impl RelistPleg {
     pub async fn relist(&self) {
         let start = Instant::now();
         let observed = SystemTime::now();
-        if let Some(last) = lock(&self.records).last_relist {
+        if let Some(last) = lock(&self.timing).last_relist {
             self.metrics
                 .relist_interval
                 .observe(start.duration_since(last).as_secs_f64());
@@ -325,45 +296,23 @@ impl RelistPleg {
         };
         let current: HashMap<PodUid, RunningPod> =
             pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
-        let (mut events, mut to_inspect, gone) = {
-            let mut records = lock(&self.records);
-            records.last_relist = Some(start);
-            let uids: BTreeSet<&PodUid> = records.pods.keys().chain(current.keys()).collect();
-            let mut events = Vec::new();
-            let mut to_inspect = Vec::new();
-            for uid in uids {
-                let pod_events = compute_events(
-                    uid,
-                    records.pods.get(uid),
-                    current.get(uid),
-                    &self.runtime_name,
-                );
-                if (!pod_events.is_empty() || records.reinspect.contains(uid))
-                    && let Some(pod) = current.get(uid).or_else(|| records.pods.get(uid))
-                {
-                    to_inspect.push((uid.clone(), pod.name.clone(), pod.namespace.clone()));
-                }
-                events.extend(pod_events);
-            }
-            let gone: Vec<PodUid> = records
-                .pods
-                .keys()
-                .filter(|uid| !current.contains_key(*uid))
-                .cloned()
-                .collect();
-            records.pods = current;
-            records.reinspect.clear();
-            (events, to_inspect, gone)
+        let reinspect = {
+            let mut timing = lock(&self.timing);
+            timing.last_relist = Some(start);
+            std::mem::take(&mut timing.reinspect)
         };
-        self.tell_gone(&gone);
+        let ListChanges {
+            mut events,
+            to_inspect,
+        } = self.records.replace_all(current, &reinspect);
         // Statuses before events: a worker woken by an event must find the status in the cache.
         let mut statuses = HashMap::with_capacity(to_inspect.len());
-        for (uid, name, namespace) in to_inspect.drain(..) {
+        for (uid, name, namespace) in to_inspect {
             if let Some(status) = self.update_cache(&uid, &name, &namespace, None).await {
                 statuses.insert(uid, status);
             }
         }
-        self.cache.update_time(observed);
+        self.records.all_observed_at(observed);
         // Each event carries its container's status as just inspected, as targeted refreshes do.
         for event in &mut events {
             event.status = event.container.as_ref().and_then(|id| {
@@ -375,9 +324,12 @@ impl RelistPleg {
                     .cloned()
             });
         }
+        if !events.is_empty() {
+            tracing::debug!(events = events.len(), "PLEG: the relist found changes");
+        }
         let discarded = events
             .drain(..)
-            .map(|e| self.send(e))
+            .map(|e| self.records.send(e))
             .filter(|sent| !sent)
             .count();
         if discarded > 0 {
@@ -387,7 +339,7 @@ impl RelistPleg {
             );
         }
         let end = Instant::now();
-        lock(&self.records).last_relist_end = Some(end);
+        lock(&self.timing).last_relist_end = Some(end);
         self.metrics
             .relist_duration
             .observe(end.duration_since(start).as_secs_f64());
@@ -400,7 +352,7 @@ impl RelistPleg {
 
     /// Relists one pod now: a fresh status in the cache and events for what changed.
     pub async fn relist_pod(&self, uid: &PodUid) {
-        let (name, namespace) = self.identity(uid).unwrap_or_default();
+        let (name, namespace) = self.records.identity(uid).unwrap_or_default();
         self.update_cache(uid, &name, &namespace, None).await;
     }
 
@@ -415,7 +367,7 @@ impl RelistPleg {
         kernel_ts_ns: u64,
         patience: Duration,
     ) {
-        let (name, namespace) = self.identity(uid).unwrap_or_default();
+        let (name, namespace) = self.records.identity(uid).unwrap_or_default();
         let give_up = Instant::now() + patience;
         let mut pause = Duration::from_micros(500);
         loop {
@@ -441,6 +393,7 @@ impl RelistPleg {
                 (Expect::Any, _) | (_, None | Some(None)) => true,
                 (_, Some(Some(seen))) => seen.meets(expect),
             };
+            tracing::debug!(pod = %uid, container_id, ?expect, state = ?seen, met, "PLEG: refreshed after a kernel event");
             if met || Instant::now() >= give_up {
                 if !met {
                     tracing::warn!(pod = %uid, container_id, ?expect, state = ?seen, "the runtime did not show what the kernel reported in time");
@@ -459,52 +412,9 @@ impl RelistPleg {
         self.wake.notify_one();
     }
 
-    /// Also tells `observer` of every event sent.
-    pub fn set_observer(
-        &self,
-        observer: tokio::sync::broadcast::Sender<Arc<super::PublishedEvent>>,
-    ) {
-        *lock(&self.observer) = Some(observer);
-    }
-
-    /// Applies `amend` to every status before it is cached, telling it where the status came
-    /// from.
-    pub fn set_amender(&self, amend: StatusAmender) {
-        *lock(&self.amend) = Some(amend);
-    }
-
-    /// Calls `hook` for every pod that disappears from the runtime (per-pod state elsewhere,
-    /// such as metric series, goes with it).
-    pub fn set_on_gone(&self, hook: GoneHook) {
-        *lock(&self.on_gone) = Some(hook);
-    }
-
-    fn tell_gone(&self, uids: &[PodUid]) {
-        if uids.is_empty() {
-            return;
-        }
-        let hook = lock(&self.on_gone).clone();
-        if let Some(hook) = hook {
-            uids.iter().for_each(|uid| hook(uid));
-        }
-    }
-
-    /// Observes kernel-to-event latency of kernel-triggered refreshes in `histogram`.
-    pub fn set_event_latency(&self, histogram: Histogram) {
-        *lock(&self.event_latency) = Some(histogram);
-    }
-
-    /// The name and namespace of a pod the PLEG has seen in the runtime.
-    pub fn identity(&self, uid: &PodUid) -> Option<(String, String)> {
-        lock(&self.records)
-            .pods
-            .get(uid)
-            .map(|p| (p.name.clone(), p.namespace.clone()))
-    }
-
-    /// Fetches one pod's status into the cache, diffs it against the last record and sends its
-    /// events (each with the container's status, and the kernel's timestamp when a kernel event
-    /// caused the fetch). Returns the status, if the runtime gave one.
+    /// Fetches one pod's status and records it (each event with the container's status, and
+    /// the kernel's timestamp when a kernel event caused the fetch). Returns the status, if the
+    /// runtime gave one.
     async fn update_cache(
         &self,
         uid: &PodUid,
@@ -512,131 +422,30 @@ impl RelistPleg {
         namespace: &str,
         kernel_ts_ns: Option<u64>,
     ) -> Option<PodStatus> {
-        let observed = SystemTime::now();
+        let at = SystemTime::now();
         match self.runtime.pod_status(uid, name, namespace).await {
-            Ok(status) => Some(self.apply(uid, status, Source::Runtime, observed, kernel_ts_ns)),
+            Ok(status) => self.records.record(
+                uid,
+                None,
+                Observation::Runtime {
+                    status,
+                    at,
+                    kernel_ts_ns,
+                },
+            ),
             Err(error) => {
                 tracing::warn!(pod = %uid, %error, "PLEG: cannot get pod status; will retry");
-                self.cache.set_error(uid, error.to_string(), observed);
-                lock(&self.records).reinspect.insert(uid.clone());
+                self.records.record_error(uid, error.to_string(), at);
+                lock(&self.timing).reinspect.insert(uid.clone());
                 None
             }
         }
-    }
-
-    /// Reports what the kernel saw of container `container_id` of a pod the cache already has a
-    /// runtime status of, at once: that status with the amender's kernel facts (an exit) becomes
-    /// the pod's, and what changed is sent. The runtime is not asked: the refresh that follows
-    /// does. `false` when there is no cached status showing the container to start from.
-    ///
-    /// The status keeps the time the cached one was observed: only the exit is newer than that.
-    /// Stamped now, it would pass for newer than a pod worker's last sync, and a worker that has
-    /// since created a container the cache has not seen yet would decide on a pod without it
-    /// (a restarted container that died at once read as the previous one, still in back-off).
-    pub fn report_from_cache(&self, uid: &PodUid, container_id: &str, kernel_ts_ns: u64) -> bool {
-        let cached = self.cache.get(uid);
-        let Some(status) = cached.status else {
-            return false;
-        };
-        if !status.containers.iter().any(|c| c.id.id == container_id) {
-            return false;
-        }
-        self.apply(
-            uid,
-            status,
-            Source::Cache,
-            cached.timestamp,
-            Some(kernel_ts_ns),
-        );
-        true
-    }
-
-    /// Makes `status` (from `source`, observed at `observed`) the pod's: amended, compared with
-    /// the last record of the pod, cached, and its changes sent as events carrying their
-    /// container's status.
-    fn apply(
-        &self,
-        uid: &PodUid,
-        mut status: PodStatus,
-        source: Source,
-        observed: SystemTime,
-        kernel_ts_ns: Option<u64>,
-    ) -> PodStatus {
-        let amend = lock(&self.amend).clone();
-        if let Some(amend) = amend {
-            amend(&mut status, source);
-        }
-        let running = running_pod_of(&status);
-        let (mut events, gone) = {
-            let mut records = lock(&self.records);
-            let events = compute_events(
-                uid,
-                records.pods.get(uid),
-                Some(&running),
-                &self.runtime_name,
-            );
-            let gone = if running.sandboxes.is_empty() && running.containers.is_empty() {
-                records.pods.remove(uid).is_some()
-            } else {
-                records.pods.insert(uid.clone(), running);
-                false
-            };
-            (events, gone)
-        };
-        if gone {
-            self.tell_gone(std::slice::from_ref(uid));
-        }
-        for event in &mut events {
-            event.kernel_ts_ns = kernel_ts_ns;
-            event.status = event
-                .container
-                .as_ref()
-                .and_then(|id| status.containers.iter().find(|c| &c.id == id).cloned());
-        }
-        self.cache.set(uid, status.clone(), observed);
-        let discarded = events
-            .into_iter()
-            .map(|e| self.send(e))
-            .filter(|sent| !sent)
-            .count();
-        if discarded > 0 {
-            tracing::warn!(pod = %uid, discarded, "PLEG: event channel is full, discarding events");
-        }
-        status
-    }
-
-    /// Sends one event without waiting; `false` (and counted) when the channel is full.
-    fn send(&self, event: PodLifecycleEvent) -> bool {
-        if event.kind == EventType::ContainerChanged {
-            return true;
-        }
-        if let Some(ts) = event.kernel_ts_ns
-            && let Some(histogram) = lock(&self.event_latency).as_ref()
-        {
-            let seconds = crate::kernel::monotonic_ns().saturating_sub(ts) as f64 / 1e9;
-            histogram.observe(seconds);
-        }
-        if let Some(observer) = lock(&self.observer).as_ref() {
-            let (pod_name, namespace) = self.identity(&event.pod).unwrap_or_default();
-            let _ = observer.send(Arc::new(super::PublishedEvent {
-                event: event.clone(),
-                pod_name,
-                namespace,
-                sent_ns: crate::kernel::monotonic_ns(),
-            }));
-        }
-        if self.events.try_send(event).is_err() {
-            self.metrics.discard_events.inc();
-            return false;
-        }
-        true
     }
 }
 
 impl Pleg for RelistPleg {
     fn health(&self) -> Health {
-        let records = lock(&self.records);
-        let last = records.last_relist_end.unwrap_or(self.started);
+        let last = lock(&self.timing).last_relist_end.unwrap_or(self.started);
         let age = last.elapsed();
         if age > self.config.relist_threshold {
             return Health::Unhealthy(format!(
@@ -648,7 +457,7 @@ impl Pleg for RelistPleg {
     }
 
     fn cache(&self) -> Arc<PodCache> {
-        self.cache.clone()
+        self.records.cache()
     }
 
     fn request_relist(&self, pod: &PodUid) {
@@ -664,7 +473,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// How long ago the last relist finished (for tests and health reporting).
 impl RelistPleg {
     pub fn since_last_relist(&self) -> Option<Duration> {
-        lock(&self.records).last_relist_end.map(|t| t.elapsed())
+        lock(&self.timing).last_relist_end.map(|t| t.elapsed())
     }
 }
 

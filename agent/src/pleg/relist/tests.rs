@@ -1,9 +1,15 @@
 use std::sync::Mutex as StdMutex;
 
+use tokio::sync::mpsc;
+
 use super::*;
 use crate::{
     container::{ContainerStatus, SandboxStatus},
-    pleg::RuntimeViewError,
+    pleg::{
+        RuntimeViewError,
+        facts::KernelFacts,
+        records::{Outputs, PodRecords},
+    },
 };
 
 fn cid(id: &str) -> ContainerId {
@@ -102,7 +108,16 @@ fn pleg(
     PlegMetrics,
 ) {
     let metrics = PlegMetrics::register(&Registry::new()).expect("metrics");
-    let (pleg, rx) = RelistPleg::new(runtime, "containerd", config, metrics.clone());
+    let (records, rx) = PodRecords::new(
+        "containerd",
+        KernelFacts::default(),
+        Outputs {
+            observer: None,
+            event_latency: None,
+            discarded: metrics.discard_events.clone(),
+        },
+    );
+    let pleg = RelistPleg::new(runtime, records, config, metrics.clone());
     (pleg, rx, metrics)
 }
 

@@ -1,0 +1,208 @@
+//! What the kernel said about a pod's containers that the runtime does not say (yet): the exit of
+//! a container's init before containerd shows it, and OOM kills containerd may never report. The
+//! [`records`](super::records) put these into every status they record, so the kernel's account
+//! and the runtime's are merged in one place; the kernel-event PLEG is the only writer.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::SystemTime,
+};
+
+use prometheus::{IntCounter, IntCounterVec};
+
+use crate::container::{ContainerState, PodStatus, PodUid};
+
+/// How many unconfirmed exits are remembered (a container removed before the runtime ever showed
+/// it exited would otherwise stay forever).
+pub const EXIT_MEMORY: usize = 4096;
+/// How many OOM-killed container ids are remembered.
+pub const OOM_MEMORY: usize = 4096;
+
+/// The exit of a container's init as the kernel reported it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelExit {
+    pub pod: PodUid,
+    /// The runtime's convention: the exit code, or 128 + the signal.
+    pub exit_code: i32,
+    pub finished_at: SystemTime,
+}
+
+/// Whose account a status being recorded is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The runtime's, just fetched: an exit it shows is the runtime's own.
+    Runtime,
+    /// The cache's, amended before: an exit it shows may be the kernel's account, which the
+    /// runtime has not confirmed.
+    Cache,
+}
+
+/// The counters the facts keep (absent under the relist PLEG alone, which learns no facts).
+#[derive(Clone)]
+pub struct FactsMetrics {
+    /// Exits the runtime reported with another exit code than the kernel did.
+    pub exit_disagreements: IntCounter,
+    /// OOM kills by pod (series removed with the pod).
+    pub oom_kills: IntCounterVec,
+}
+
+/// Exits awaiting the runtime's confirmation, by container id; the oldest forgotten first.
+#[derive(Default)]
+pub(super) struct KernelExits {
+    pub(super) by_container: HashMap<String, KernelExit>,
+    pub(super) order: VecDeque<String>,
+}
+
+impl KernelExits {
+    pub(super) fn insert(&mut self, container: String, exit: KernelExit) {
+        if self.by_container.insert(container.clone(), exit).is_none() {
+            if self.order.len() >= EXIT_MEMORY
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.by_container.remove(&oldest);
+            }
+            self.order.push_back(container);
+        }
+    }
+
+    fn remove(&mut self, container: &str) {
+        if self.by_container.remove(container).is_some() {
+            self.order.retain(|c| c != container);
+        }
+    }
+
+    pub(super) fn remove_pod(&mut self, pod: &PodUid) {
+        self.by_container.retain(|_, e| &e.pod != pod);
+        let by_container = &self.by_container;
+        self.order.retain(|c| by_container.contains_key(c));
+    }
+
+    pub(super) fn contains(&self, container: &str) -> bool {
+        self.by_container.contains_key(container)
+    }
+}
+
+#[derive(Default)]
+pub struct KernelFacts {
+    pub(super) exits: KernelExits,
+    /// Containers an OOM kill hit, kept after their cgroup is gone (their exited status stays
+    /// in the runtime); bounded.
+    oom_killed: VecDeque<String>,
+    /// Pod → (namespace, name) of its `swiftlet_oom_kills_total` series.
+    oom_series: HashMap<PodUid, (String, String)>,
+    metrics: Option<FactsMetrics>,
+}
+
+impl KernelFacts {
+    pub fn new(metrics: Option<FactsMetrics>) -> KernelFacts {
+        KernelFacts {
+            metrics,
+            ..KernelFacts::default()
+        }
+    }
+
+    pub fn record_exit(&mut self, container: String, exit: KernelExit) {
+        self.exits.insert(container, exit);
+    }
+
+    /// Whether the kernel reported an exit of `container` the runtime has not shown yet.
+    pub fn exit_pending(&self, container: &str) -> bool {
+        self.exits.contains(container)
+    }
+
+    /// Remembers that an OOM kill hit `container` of the pod `namespace/name`, and counts it.
+    pub fn record_oom(&mut self, pod: &PodUid, container: &str, namespace: &str, name: &str) {
+        if !self.oom_killed.iter().any(|c| c == container) {
+            if self.oom_killed.len() >= OOM_MEMORY {
+                self.oom_killed.pop_front();
+            }
+            self.oom_killed.push_back(container.to_owned());
+        }
+        if let Some(m) = &self.metrics {
+            m.oom_kills.with_label_values(&[namespace, name]).inc();
+        }
+        self.oom_series
+            .insert(pod.clone(), (namespace.to_owned(), name.to_owned()));
+    }
+
+    pub fn oom_killed(&self, container: &str) -> bool {
+        self.oom_killed.iter().any(|c| c == container)
+    }
+
+    /// Forgets what was known of a pod the runtime no longer has. Its OOM series goes with it: a
+    /// Failed pod still shows why it failed, a deleted one leaves no stale series.
+    pub fn forget_pod(&mut self, pod: &PodUid) {
+        self.exits.remove_pod(pod);
+        if let Some((namespace, name)) = self.oom_series.remove(pod)
+            && let Some(m) = &self.metrics
+        {
+            let _ = m
+                .oom_kills
+                .remove_label_values(&[namespace.as_str(), name.as_str()]);
+        }
+    }
+
+    /// Puts the kernel's account of each exit the runtime does not show yet into `status`, and
+    /// forgets those the runtime's own status (`source`) shows (counting the exit codes it
+    /// disagrees on). A cached status showing an exit may show the kernel's account put in
+    /// before: that confirms nothing, and forgetting the exit on it would let the runtime's next
+    /// status, still behind, show the dead container running again. A sandbox's exit (its pause
+    /// process) is the runtime's business alone: the sandbox state says it.
+    /// The runtime's own status not listing a container at all confirms its end too (it was
+    /// removed, or the pod is not this runtime's): waiting for its exit to show would be vain.
+    pub fn amend(&mut self, status: &mut PodStatus, source: Source) {
+        for sandbox in &status.sandboxes {
+            self.exits.remove(&sandbox.id);
+        }
+        if source == Source::Runtime {
+            let unlisted: Vec<String> = self
+                .exits
+                .by_container
+                .iter()
+                .filter(|(id, exit)| {
+                    exit.pod == status.uid && !status.containers.iter().any(|c| &c.id.id == *id)
+                })
+                .map(|(id, _)| id.clone())
+                .collect();
+            unlisted.iter().for_each(|id| self.exits.remove(id));
+        }
+        for c in &mut status.containers {
+            let Some(exit) = self.exits.by_container.get(&c.id.id) else {
+                continue;
+            };
+            if c.state == ContainerState::Exited {
+                if source == Source::Cache {
+                    continue;
+                }
+                if c.exit_code != Some(exit.exit_code) {
+                    if let Some(m) = &self.metrics {
+                        m.exit_disagreements.inc();
+                    }
+                    tracing::warn!(container = c.id.id, kernel = exit.exit_code, runtime = ?c.exit_code, "the runtime reports another exit code than the kernel did; keeping the runtime's");
+                }
+                let id = c.id.id.clone();
+                self.exits.remove(&id);
+                continue;
+            }
+            c.state = ContainerState::Exited;
+            c.exit_code = Some(exit.exit_code);
+            c.finished_at = Some(exit.finished_at);
+            // containerd's reasons; an OOM kill is marked below.
+            c.reason = if exit.exit_code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            }
+            .into();
+        }
+        // containerd may not have seen the OOM kill when it reports the exit; the kernel has.
+        for c in &mut status.containers {
+            if c.state == ContainerState::Exited
+                && c.reason != "OOMKilled"
+                && self.oom_killed(&c.id.id)
+            {
+                c.reason = "OOMKilled".into();
+            }
+        }
+    }
+}
