@@ -1,7 +1,7 @@
 //! Configuration errors: each names where the value came from (the file or a flag), the field and
 //! the bad value, so an operator can fix it from the message alone.
 //!
-//! Not here: the checks themselves (`load.rs`, `fields.rs`). Upstream: the kubelet reports
+//! Not here: the checks themselves (`input.rs`, `rules.rs`, the sections). Upstream: the kubelet reports
 //! `invalid configuration: ...` from `validation.ValidateKubeletConfiguration`.
 
 use std::{fmt, io, path::PathBuf};

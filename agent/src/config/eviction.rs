@@ -15,12 +15,10 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use super::{
-    RunArgs,
     duration::GoDuration,
     error::{ConfigError, Origin, invalid},
-    fields::{MapField, Resolver},
-    file::FileConfig,
-    load::defaults,
+    input::{Given, MapField},
+    settings::Settings,
 };
 use crate::eviction::thresholds::{
     DEFAULT_EVICTION_HARD, EvictionConfig, Operator, Signal, Threshold, ThresholdError,
@@ -30,34 +28,22 @@ use crate::eviction::thresholds::{
 /// The eviction settings: flags over file over defaults. `enforce_pods` derives the
 /// `allocatableMemory.available` thresholds.
 pub(super) fn resolve(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
+    settings: &Settings,
     enforce_pods: bool,
 ) -> Result<EvictionConfig, ConfigError> {
-    let hard = match statements(
-        r,
-        "evictionHard",
-        (&args.eviction_hard, "--eviction-hard"),
-        &file.eviction_hard,
-    )? {
+    let hard = match statements("evictionHard", settings.eviction_hard.as_ref())? {
         None => Statements::defaults(),
         Some(mut hard) => {
-            if file.merge_default_eviction_settings.unwrap_or(false) {
+            if settings.merge_default_eviction_settings {
                 hard.fill_defaults();
             }
             hard
         }
     };
-    let soft = statements(
-        r,
-        "evictionSoft",
-        (&args.eviction_soft, "--eviction-soft"),
-        &file.eviction_soft,
-    )?
-    .unwrap_or_else(|| Statements::empty(Origin::Default));
-    let grace_periods = grace_periods(r, args, file)?;
-    let min_reclaims = min_reclaims(r, args, file)?;
+    let soft = statements("evictionSoft", settings.eviction_soft.as_ref())?
+        .unwrap_or_else(|| Statements::empty(Origin::Default));
+    let grace_periods = grace_periods(settings)?;
+    let min_reclaims = min_reclaims(settings)?;
     let thresholds = build_thresholds(
         hard.thresholds(),
         soft.thresholds(),
@@ -79,48 +65,12 @@ pub(super) fn resolve(
         )
     })?;
 
-    let max_pod_grace_period_secs = match (
-        args.eviction_max_pod_grace_period,
-        file.eviction_max_pod_grace_period,
-    ) {
-        (Some(n), _) => i64::from(n),
-        (None, Some(n)) if i32::try_from(n).is_ok() => n,
-        (None, Some(n)) => {
-            return Err(invalid(
-                r.file,
-                "evictionMaxPodGracePeriod",
-                "value",
-                n,
-                "must fit in 32 bits (seconds)",
-            ));
-        }
-        (None, None) => defaults::EVICTION_MAX_POD_GRACE_PERIOD_SECS,
-    };
-    let pressure_transition_period = r.duration(
-        "evictionPressureTransitionPeriod",
-        (
-            args.eviction_pressure_transition_period,
-            "--eviction-pressure-transition-period",
-        ),
-        &file.eviction_pressure_transition_period,
-        defaults::EVICTION_PRESSURE_TRANSITION_PERIOD,
-    )?;
-    let monitoring_period = r.duration(
-        "evictionMonitoringPeriod",
-        (
-            args.eviction_monitoring_period,
-            "--eviction-monitoring-period",
-        ),
-        &file.eviction_monitoring_period,
-        defaults::EVICTION_MONITORING_PERIOD,
-    )?;
-
     Ok(EvictionConfig {
         thresholds,
-        max_pod_grace_period_secs,
-        pressure_transition_period,
-        monitoring_period,
-        wakeups: wakeups(r, args, file)?,
+        max_pod_grace_period_secs: settings.eviction_max_pod_grace_period,
+        pressure_transition_period: settings.eviction_pressure_transition_period,
+        monitoring_period: settings.eviction_monitoring_period,
+        wakeups: wakeups(settings)?,
     })
 }
 
@@ -172,13 +122,10 @@ impl Statements {
 
 /// `evictionHard`/`evictionSoft`: the flag's statements, else the file's, else `None`.
 fn statements(
-    r: &Resolver,
     field: &'static str,
-    flag: (&[String], &'static str),
-    file: &Option<BTreeMap<String, String>>,
+    map: Option<&MapField>,
 ) -> Result<Option<Statements>, ConfigError> {
-    let syntax = ThresholdError::Syntax.to_string();
-    let Some(map) = r.map_field(field, "threshold", flag, &['<', '>'], &syntax, file)? else {
+    let Some(map) = map else {
         return Ok(None);
     };
     let mut statements = Statements::empty(map.origin.clone());
@@ -221,27 +168,11 @@ fn signals<'a>(
 }
 
 /// `evictionSoftGracePeriod`: signal → Go duration (non-negative).
-fn grace_periods(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
-) -> Result<BTreeMap<Signal, Duration>, ConfigError> {
+fn grace_periods(settings: &Settings) -> Result<BTreeMap<Signal, Duration>, ConfigError> {
     const FIELD: &str = "evictionSoftGracePeriod";
-    let flag = (
-        &args.eviction_soft_grace_period[..],
-        "--eviction-soft-grace-period",
-    );
-    let syntax = "expected <signal>=<duration>, e.g. memory.available=1m30s";
     let mut out = BTreeMap::new();
-    if let Some(map) = r.map_field(
-        FIELD,
-        "grace period",
-        flag,
-        &['='],
-        syntax,
-        &file.eviction_soft_grace_period,
-    )? {
-        for item in signals(&map, FIELD, "grace period") {
+    if let Some(map) = &settings.eviction_soft_grace_period {
+        for item in signals(map, FIELD, "grace period") {
             let (signal, value, shown) = item?;
             let period = value.parse::<GoDuration>().map_err(|e| {
                 invalid(
@@ -259,27 +190,11 @@ fn grace_periods(
 }
 
 /// `evictionMinimumReclaim`: signal → quantity or percentage.
-fn min_reclaims(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
-) -> Result<BTreeMap<Signal, ThresholdValue>, ConfigError> {
+fn min_reclaims(settings: &Settings) -> Result<BTreeMap<Signal, ThresholdValue>, ConfigError> {
     const FIELD: &str = "evictionMinimumReclaim";
-    let flag = (
-        &args.eviction_minimum_reclaim[..],
-        "--eviction-minimum-reclaim",
-    );
-    let syntax = "expected <signal>=<quantity or percentage>, e.g. memory.available=500Mi";
     let mut out = BTreeMap::new();
-    if let Some(map) = r.map_field(
-        FIELD,
-        "minimum reclaim",
-        flag,
-        &['='],
-        syntax,
-        &file.eviction_minimum_reclaim,
-    )? {
-        for item in signals(&map, FIELD, "minimum reclaim") {
+    if let Some(map) = &settings.eviction_minimum_reclaim {
+        for item in signals(map, FIELD, "minimum reclaim") {
             let (signal, value, shown) = item?;
             let reclaim = parse_min_reclaim(signal, value).map_err(|e| {
                 invalid(&map.origin, FIELD, "minimum reclaim", shown, e.to_string())
@@ -291,16 +206,17 @@ fn min_reclaims(
 }
 
 /// `evictionWakeups`: any of `psi`, `kernel`, `memcg`; empty or `none` for none; default all.
-fn wakeups(r: &Resolver, args: &RunArgs, file: &FileConfig) -> Result<Wakeups, ConfigError> {
-    let Some((origin, names)) = r.list_field(
-        (&args.eviction_wakeups, "--eviction-wakeups"),
-        &file.eviction_wakeups,
-    ) else {
+fn wakeups(settings: &Settings) -> Result<Wakeups, ConfigError> {
+    let Some(Given {
+        value: names,
+        origin,
+    }) = &settings.eviction_wakeups
+    else {
         return Ok(Wakeups::ALL);
     };
     let mut wakeups = Wakeups::NONE;
-    for name in &names {
-        let bad = |reason| invalid(&origin, "evictionWakeups", "value", name, reason);
+    for name in names {
+        let bad = |reason| invalid(origin, "evictionWakeups", "value", name, reason);
         match name.as_str() {
             "psi" => wakeups.psi = true,
             "kernel" => wakeups.kernel = true,

@@ -8,24 +8,18 @@
 //! Not here: what is done with them (`logs::rotate`, `kuberuntime::gc`, `kuberuntime::image_gc`).
 //! Upstream: `pkg/kubelet/apis/config/validation/validation.go` and `NewContainerLogManager`.
 
-use std::{path::PathBuf, time::Duration};
+use std::path::PathBuf;
 
 use super::{
-    GoDuration, RunArgs,
+    defaults,
     error::{ConfigError, Origin, invalid},
-    fields::Resolver,
-    file::FileConfig,
+    input::Given,
+    settings::Settings,
 };
 use crate::{
-    cm::quantity::Quantity,
     kuberuntime::{gc::ContainerGcPolicy, image_gc::ImageGcPolicy},
     logs::LogRotatePolicy,
 };
-
-/// Upstream's default `podLogsDir`.
-pub const DEFAULT_POD_LOGS_DIR: &str = "/var/log/pods";
-/// Upstream's smallest `containerLogMonitorInterval`.
-const MIN_LOG_MONITOR_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Container logs: rotation and their directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,7 +33,7 @@ impl Default for LogsConfig {
     fn default() -> Self {
         LogsConfig {
             rotation: LogRotatePolicy::default(),
-            pod_logs_dir: PathBuf::from(DEFAULT_POD_LOGS_DIR),
+            pod_logs_dir: PathBuf::from(defaults::POD_LOGS_DIR),
         }
     }
 }
@@ -49,40 +43,6 @@ impl Default for LogsConfig {
 pub struct GcConfig {
     pub containers: ContainerGcPolicy,
     pub images: ImageGcPolicy,
-}
-
-/// The flag's value, else the file's, with where it came from.
-fn pick<'a, T>(
-    r: &Resolver<'a>,
-    flag: Option<T>,
-    flag_name: &'static str,
-    file: Option<T>,
-) -> Option<(T, Origin)> {
-    match (flag, file) {
-        (Some(v), _) => Some((v, Origin::Flag(flag_name))),
-        (None, Some(v)) => Some((v, r.file.clone())),
-        (None, None) => None,
-    }
-}
-
-/// A duration that may be zero: the flag's, else the file's, else the default.
-fn duration(
-    r: &Resolver,
-    field: &'static str,
-    flag: Option<GoDuration>,
-    file: &Option<String>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
-    if let Some(d) = flag {
-        return Ok(d.0);
-    }
-    match file {
-        None => Ok(default),
-        Some(text) => text
-            .parse::<GoDuration>()
-            .map(|d| d.0)
-            .map_err(|e| invalid(r.file, field, "duration", text, e.reason.to_string())),
-    }
 }
 
 fn percent(value: i64, origin: &Origin, field: &'static str) -> Result<u8, ConfigError> {
@@ -100,140 +60,45 @@ fn percent(value: i64, origin: &Origin, field: &'static str) -> Result<u8, Confi
         })
 }
 
-pub(super) fn resolve(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
-) -> Result<(LogsConfig, GcConfig), ConfigError> {
-    let defaults = LogRotatePolicy::default();
-    let max_size = match pick(
-        r,
-        args.container_log_max_size.clone(),
-        "--container-log-max-size",
-        file.container_log_max_size.clone(),
-    ) {
-        None => defaults.max_size,
-        Some((text, origin)) => {
-            let q = Quantity::parse(&text).map_err(|e| {
-                invalid(
-                    &origin,
-                    "containerLogMaxSize",
-                    "quantity",
-                    &text,
-                    format!(
-                        "{}; expected e.g. 10Mi (negative disables rotation)",
-                        e.kind
-                    ),
-                )
-            })?;
-            // Whole bytes; a negative size disables rotation, as upstream.
-            q.value()
-        }
-    };
-    let max_files = match pick(
-        r,
-        args.container_log_max_files.map(i64::from),
-        "--container-log-max-files",
-        file.container_log_max_files,
-    ) {
-        None => defaults.max_files,
-        Some((n, origin)) => usize::try_from(n).ok().filter(|n| *n > 1).ok_or_else(|| {
-            invalid(
-                &origin,
-                "containerLogMaxFiles",
-                "value",
-                n,
-                "must be greater than 1",
-            )
-        })?,
-    };
-    let monitor_interval = r.duration(
-        "containerLogMonitorInterval",
-        (None, ""),
-        &file.container_log_monitor_interval,
-        defaults.monitor_interval,
-    )?;
-    if monitor_interval < MIN_LOG_MONITOR_INTERVAL {
-        return Err(invalid(
-            r.file,
-            "containerLogMonitorInterval",
-            "duration",
-            file.container_log_monitor_interval
-                .as_deref()
-                .unwrap_or_default(),
-            "must be at least 3s",
-        ));
-    }
-    let pod_logs_dir = match pick(
-        r,
-        args.pod_logs_dir.clone(),
-        "--pod-logs-dir",
-        file.pod_logs_dir.clone(),
-    ) {
-        None => PathBuf::from(DEFAULT_POD_LOGS_DIR),
-        Some((p, _)) if p.is_absolute() => p,
-        Some((p, origin)) => {
-            return Err(invalid(
-                &origin,
-                "podLogsDir",
-                "path",
-                p.display(),
-                "must be an absolute path",
-            ));
-        }
-    };
-    let logs = LogsConfig {
+/// Log rotation and the logs' directory, as the table resolved them.
+pub(super) fn logs(settings: &Settings) -> LogsConfig {
+    LogsConfig {
         rotation: LogRotatePolicy {
-            max_size,
-            max_files,
-            monitor_interval,
+            max_size: settings.container_log_max_size,
+            max_files: settings.container_log_max_files,
+            monitor_interval: settings.container_log_monitor_interval,
         },
-        pod_logs_dir,
-    };
+        pod_logs_dir: settings.pod_logs_dir.clone(),
+    }
+}
 
-    let container_defaults = ContainerGcPolicy::default();
+/// Garbage collection; the image GC's thresholds must leave room between them.
+pub(super) fn gc(settings: &Settings) -> Result<GcConfig, ConfigError> {
     let containers = ContainerGcPolicy {
-        min_age: duration(
-            r,
-            "minimumContainerTTLDuration",
-            args.minimum_container_ttl_duration,
-            &file.minimum_container_ttl_duration,
-            container_defaults.min_age,
-        )?,
+        min_age: settings.minimum_container_ttl_duration,
         // Negative means no limit, as upstream.
-        max_per_pod_container: args
-            .maximum_dead_containers_per_container
-            .or(file.maximum_dead_containers_per_container)
-            .unwrap_or(container_defaults.max_per_pod_container),
-        max_containers: args
-            .maximum_dead_containers
-            .or(file.maximum_dead_containers)
-            .unwrap_or(container_defaults.max_containers),
+        max_per_pod_container: settings.maximum_dead_containers_per_container,
+        max_containers: settings.maximum_dead_containers,
     };
 
     let image_defaults = ImageGcPolicy::default();
-    let (high, high_origin) = pick(
-        r,
-        args.image_gc_high_threshold.map(i64::from),
-        "--image-gc-high-threshold",
-        file.image_gc_high_threshold_percent,
-    )
-    .unwrap_or((
-        i64::from(image_defaults.high_threshold_percent),
-        Origin::Default,
-    ));
-    let high = percent(high, &high_origin, "imageGCHighThresholdPercent")?;
-    let (low, low_origin) = pick(
-        r,
-        args.image_gc_low_threshold.map(i64::from),
-        "--image-gc-low-threshold",
-        file.image_gc_low_threshold_percent,
-    )
-    .unwrap_or((
-        i64::from(image_defaults.low_threshold_percent),
-        Origin::Default,
-    ));
-    let low = percent(low, &low_origin, "imageGCLowThresholdPercent")?;
+    let or_default = |given: &Option<Given<i64>>, default: u8| {
+        given.clone().unwrap_or(Given {
+            value: i64::from(default),
+            origin: Origin::Default,
+        })
+    };
+    let high = or_default(
+        &settings.image_gc_high_threshold_percent,
+        image_defaults.high_threshold_percent,
+    );
+    let high = percent(high.value, &high.origin, "imageGCHighThresholdPercent")?;
+    let low = or_default(
+        &settings.image_gc_low_threshold_percent,
+        image_defaults.low_threshold_percent,
+    );
+    let low_origin = low.origin;
+    let low = percent(low.value, &low_origin, "imageGCLowThresholdPercent")?;
     if low >= high {
         return Err(invalid(
             &low_origin,
@@ -246,24 +111,20 @@ pub(super) fn resolve(
     let images = ImageGcPolicy {
         high_threshold_percent: high,
         low_threshold_percent: low,
-        min_age: duration(
-            r,
-            "imageMinimumGCAge",
-            args.minimum_image_ttl_duration,
-            &file.image_minimum_gc_age,
-            image_defaults.min_age,
-        )?,
-        sandbox_image: match &args.pod_infra_container_image {
+        min_age: settings.image_minimum_gc_age,
+        sandbox_image: match &settings.pod_infra_container_image {
             Some(image) if image.is_empty() => None,
             Some(image) => Some(image.clone()),
             None => image_defaults.sandbox_image,
         },
     };
-    Ok((logs, GcConfig { containers, images }))
+    Ok(GcConfig { containers, images })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::Parser as _;
 
     use super::*;

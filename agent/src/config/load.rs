@@ -1,10 +1,13 @@
 //! The validated [`Config`] of `swiftlet run`: built once at start from the built-in defaults, the
 //! configuration file (`--config`) and the flags, in that order of increasing precedence, and
 //! rejected with the field's name, where it came from and the bad value when anything is wrong.
+//! The settings table (`settings.rs`) resolves and checks each setting; this file reads the file,
+//! has the sections check what spans settings, and assembles `Config`: the table's `config`
+//! settings as they are, plus the fields assembled here (listed in `with_settings!(config ...)`).
 //!
-//! Not here: the clap flags (`mod.rs`) and the file's syntax (`file.rs`). Upstream:
-//! `cmd/kubelet/app/server.go` (`loadConfigFile`, flags over file), `pkg/kubelet/apis/config/
-//! v1beta1/defaults.go` (defaults) and `validation/validation.go`.
+//! Not here: the flags and file keys (`settings.rs`). Upstream: `cmd/kubelet/app/server.go`
+//! (`loadConfigFile`, flags over file), `pkg/kubelet/apis/config/v1beta1/defaults.go` (defaults)
+//! and `validation/validation.go`.
 //!
 //! Deliberate differences from the kubelet, each for a reason:
 //! - The read-only port binds `127.0.0.1`, not `address`: it is unauthenticated, so exposing it
@@ -23,116 +26,118 @@
 //! - `fileCheckFrequency` is only the static pods' safety-net rescan: inotify drives changes.
 
 use std::{
-    net::{IpAddr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     time::Duration,
 };
 
 use super::{
-    DEFAULT_GRPC_SOCKET, KernelArgs, RunArgs,
     cpumanager::{self, CpuManagerConfig},
+    defaults,
     error::{ConfigError, Origin, invalid},
-    eviction,
-    fields::{Resolver, is_dns1123_subdomain, runtime_endpoint, system_hostname},
-    file::FileConfig,
+    eviction, file,
     housekeeping::{self, GcConfig, LogsConfig},
+    input::{self, Given, HOSTNAME_FILE, Input, is_dns1123_subdomain, system_hostname},
+    kernel::KernelArgs,
     reserved::{self, Reserved},
     security::{self, SecurityConfig},
     server::{self, ServerConfig},
+    settings::{FileConfig, RunArgs, Settings, with_settings},
     types::{CgroupDriver, Cidr, PlegMode},
 };
 use crate::eviction::thresholds::EvictionConfig;
 
-/// Everything `swiftlet run` is configured with, defaults applied and validated.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Config {
+/// Generates [`Config`] from the table: a field for each `config` setting, then the fields
+/// assembled in [`Config::resolve`] (given as the generator's own tokens).
+macro_rules! config {
+    ({ $($assembled:tt)* } $($table:tt)*) => {
+        // The name the accumulated field moves and the function share (hygiene).
+        config!(@munch [settings] { $($assembled)* } [] [] $($table)*);
+    };
+    (@munch [$s:ident] {
+        $( $(#[doc = $adoc:literal])* $aname:ident: $aty:ty, )*
+    } [$($fields:tt)*] [$($moves:tt)*]) => {
+        /// Everything `swiftlet run` is configured with, defaults applied and validated.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct Config {
+            $($fields)*
+            $( $(#[doc = $adoc])* pub $aname: $aty, )*
+        }
+
+        /// The fields of [`Config`] that are not one setting each.
+        struct Assembled {
+            $( $aname: $aty, )*
+        }
+
+        impl Config {
+            fn assemble($s: Settings, assembled: Assembled) -> Config {
+                Config {
+                    $($moves)*
+                    $( $aname: assembled.$aname, )*
+                }
+            }
+        }
+    };
+    (@munch [$s:ident] $assembled:tt [$($fields:tt)*] [$($moves:tt)*]
+        $(#[doc = $doc:literal])*
+        config $name:ident : [$($out:tt)*] = $field:literal
+        $(, flag $long:literal [$($fty:tt)*] $(($($farg:tt)*))?)?
+        $(, file [$($gty:tt)*])? $(, within $($path:ident).+)?
+        => $resolve:expr $(, default $default:expr)?;
+        $($rest:tt)*
+    ) => {
+        config!(@munch [$s] $assembled
+            [$($fields)* $(#[doc = $doc])* pub $name: $($out)*,]
+            [$($moves)* $name: $s.$name,]
+            $($rest)*);
+    };
+    (@munch [$s:ident] $assembled:tt [$($fields:tt)*] [$($moves:tt)*]
+        $(#[doc = $doc:literal])*
+        $dest:ident $name:ident $(: [$($out:tt)*])? = $field:literal
+        $(, flag $long:literal [$($fty:tt)*] $(($($farg:tt)*))?)?
+        $(, file [$($gty:tt)*])? $(, within $($path:ident).+)?
+        $(=> $resolve:expr $(, default $default:expr)?)?;
+        $($rest:tt)*
+    ) => {
+        config!(@munch [$s] $assembled [$($fields)*] [$($moves)*] $($rest)*);
+    };
+}
+
+with_settings!(config {
     /// The configuration file it was read from, if any.
-    pub file: Option<PathBuf>,
+    file: Option<PathBuf>,
     /// This node's name: `--node-name`/`nodeName`/`hostnameOverride`, else the hostname; always
     /// lowercase.
-    pub node_name: String,
-    /// Directory of static pod manifests (`staticPodPath`); `None` disables the file source.
-    pub static_pod_path: Option<PathBuf>,
-    pub sync_frequency: Duration,
-    pub file_check_frequency: Duration,
-    pub max_pods: u32,
-    /// Per-pod PID limit; `-1` means no pod-level limit.
-    pub pod_pids_limit: i64,
-    pub runtime_request_timeout: Duration,
-    /// The CRI socket as `unix:///path`.
-    pub container_runtime_endpoint: String,
+    node_name: String,
     /// The unauthenticated read-only HTTP endpoint; `None` when `readOnlyPort` is 0. Loopback
     /// unless `readOnlyAddress` (or `address` with an explicit `readOnlyPort`) says otherwise.
-    pub read_only_address: Option<SocketAddr>,
+    read_only_address: Option<SocketAddr>,
     /// `/healthz` only; `None` when `healthzPort` is 0.
-    pub healthz_address: Option<SocketAddr>,
-    /// The agent's own oom_score_adj (`oomScoreAdj`).
-    pub oom_score_adj: i32,
-    /// The cgroup (absolute, in the cgroup hierarchy) under which pod cgroups are made.
-    pub cgroup_root: PathBuf,
-    pub cgroups_per_qos: bool,
-    pub cgroup_driver: CgroupDriver,
-    pub pod_cidr: Option<Cidr>,
-    pub cluster_dns: Vec<IpAddr>,
-    pub cluster_domain: Option<String>,
-    pub node_status_update_frequency: Duration,
-    pub node_lease_duration_seconds: u32,
-    pub pleg: PlegMode,
+    healthz_address: Option<SocketAddr>,
+    pleg: PlegMode,
     /// Whether `pleg` was asked for (flag or file) rather than defaulted: an asked-for `ebpf`
     /// that cannot load stops the agent; a defaulted one falls back to `relist`.
-    pub pleg_explicit: bool,
+    pleg_explicit: bool,
     /// The relist period: the relist PLEG's period, or the kernel-event PLEG's safety net.
-    pub pleg_relist_period: Duration,
-    /// swiftlet's state directory (the kubelet's `--root-dir`).
-    pub root_dir: PathBuf,
-    pub grpc_socket: PathBuf,
-    /// The API server's kubeconfig; `None` runs standalone (static pods only).
-    pub kubeconfig: Option<PathBuf>,
+    pleg_relist_period: Duration,
     /// Kernel program options (flags only).
-    pub kernel: KernelArgs,
+    kernel: KernelArgs,
     /// Thresholds and the eviction manager's periods (`eviction.rs`).
-    pub eviction: EvictionConfig,
+    eviction: EvictionConfig,
     /// `kubeReserved`, `systemReserved`, `enforceNodeAllocatable` (`reserved.rs`); the CPU of
     /// `reservedSystemCPUs` replaces theirs.
-    pub reserved: Reserved,
+    reserved: Reserved,
     /// `cpuManagerPolicy` and its settings (`cpumanager.rs`).
-    pub cpu_manager: CpuManagerConfig,
+    cpu_manager: CpuManagerConfig,
     /// The kubelet server: address, TLS, authentication, authorization (`server.rs`).
-    pub server: ServerConfig,
+    server: ServerConfig,
     /// Container log rotation and `podLogsDir` (`housekeeping.rs`).
-    pub logs: LogsConfig,
+    logs: LogsConfig,
     /// Container and image garbage collection (`housekeeping.rs`).
-    pub gc: GcConfig,
+    gc: GcConfig,
     /// `seccompDefault` and `allowedUnsafeSysctls` (`security.rs`).
-    pub security: SecurityConfig,
-}
-
-/// Built-in defaults (the kubelet's where it has one).
-pub mod defaults {
-    use std::time::Duration;
-
-    pub const SYNC_FREQUENCY: Duration = Duration::from_secs(60);
-    pub const FILE_CHECK_FREQUENCY: Duration = Duration::from_secs(20);
-    pub const MAX_PODS: u32 = 110;
-    pub const POD_PIDS_LIMIT: i64 = -1;
-    pub const RUNTIME_REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
-    pub const CONTAINER_RUNTIME_ENDPOINT: &str = "unix:///run/containerd/containerd.sock";
-    pub const READ_ONLY_PORT: u16 = 10255;
-    pub const HEALTHZ_PORT: u16 = 10248;
-    /// The agent's own oom_score_adj (upstream `qos.KubeletOOMScoreAdj`).
-    pub const OOM_SCORE_ADJ: i32 = -999;
-    pub const CGROUP_ROOT: &str = "/";
-    pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
-    pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
-    pub const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
-    /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
-    pub const EBPF_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);
-    pub const ROOT_DIR: &str = "/var/lib/swiftlet";
-    pub const EVICTION_MAX_POD_GRACE_PERIOD_SECS: i64 = 0;
-    pub const EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);
-    /// The eviction manager's safety-net check (upstream's fixed monitoring period).
-    pub const EVICTION_MONITORING_PERIOD: Duration = Duration::from_secs(10);
-}
+    security: SecurityConfig,
+});
 
 impl Config {
     /// Reads `--config` (if given), applies defaults and the flags, and validates the result.
@@ -145,18 +150,12 @@ impl Config {
         args: &RunArgs,
         hostname: &dyn Fn() -> Result<String, ConfigError>,
     ) -> Result<Config, ConfigError> {
-        let file = match &args.config {
+        match &args.config {
             Some(path) => {
                 let mut file = FileConfig::read(path)?;
                 if let Some(dir) = path.parent() {
                     file.resolve_relative_paths(dir);
                 }
-                Some((path.as_path(), file))
-            }
-            None => None,
-        };
-        match file {
-            Some((path, file)) => {
                 Self::resolve(&file, Origin::File(path.to_owned()), args, hostname)
             }
             None => Self::resolve(&FileConfig::default(), Origin::Default, args, hostname),
@@ -170,238 +169,204 @@ impl Config {
         args: &RunArgs,
         hostname: &dyn Fn() -> Result<String, ConfigError>,
     ) -> Result<Config, ConfigError> {
-        let r = Resolver { file: &file_origin };
-        r.check_header(file)?;
+        check_header(file, &file_origin)?;
+        let settings = Settings::resolve(args, file, &file_origin)?;
 
-        let sync_frequency = r.duration(
-            "syncFrequency",
-            (args.sync_frequency, "--sync-frequency"),
-            &file.sync_frequency,
-            defaults::SYNC_FREQUENCY,
-        )?;
-        let file_check_frequency = r.duration(
-            "fileCheckFrequency",
-            (None, ""),
-            &file.file_check_frequency,
-            defaults::FILE_CHECK_FREQUENCY,
-        )?;
-        let runtime_request_timeout = r.duration(
-            "runtimeRequestTimeout",
-            (None, ""),
-            &file.runtime_request_timeout,
-            defaults::RUNTIME_REQUEST_TIMEOUT,
-        )?;
-        let node_status_update_frequency = r.duration(
-            "nodeStatusUpdateFrequency",
-            (None, ""),
-            &file.node_status_update_frequency,
-            defaults::NODE_STATUS_UPDATE_FREQUENCY,
-        )?;
-
-        let max_pods = match (args.max_pods, file.max_pods) {
-            (Some(n), _) => r.max_pods(&Origin::Flag("--max-pods"), i64::from(n))?,
-            (None, Some(n)) => r.max_pods(r.file, n)?,
-            (None, None) => defaults::MAX_PODS,
-        };
-        // Any negative limit means "none", as upstream defaults it.
-        let pod_pids_limit = file
-            .pod_pids_limit
-            .map_or(defaults::POD_PIDS_LIMIT, |n| n.max(-1));
-        let node_lease_duration_seconds = match file.node_lease_duration_seconds {
-            None => defaults::NODE_LEASE_DURATION_SECONDS,
-            Some(n) => u32::try_from(n)
-                .ok()
-                .filter(|n| (1..=i32::MAX as u32).contains(n))
-                .ok_or_else(|| {
-                    invalid(
-                        r.file,
-                        "nodeLeaseDurationSeconds",
-                        "value",
-                        n,
-                        "must be at least 1",
-                    )
-                })?,
-        };
-
-        let container_runtime_endpoint =
-            match (&args.runtime_endpoint, &file.container_runtime_endpoint) {
-                (Some(e), _) => runtime_endpoint(&Origin::Flag("--runtime-endpoint"), e)?,
-                (None, Some(e)) => runtime_endpoint(r.file, e)?,
-                (None, None) => defaults::CONTAINER_RUNTIME_ENDPOINT.to_owned(),
-            };
-
-        let read_only_address = r.read_only_address(args, file)?;
-        let healthz_address = r.healthz_address(args, file)?;
-        let oom_score_adj = r.oom_score_adj(args, file)?;
-
-        let cgroup_root =
-            PathBuf::from(file.cgroup_root.as_deref().unwrap_or(defaults::CGROUP_ROOT));
-        if !cgroup_root.is_absolute() {
-            return Err(invalid(
-                r.file,
-                "cgroupRoot",
-                "cgroup",
-                cgroup_root.display(),
-                "must be absolute in the cgroup hierarchy, e.g. / or /kubepods",
-            ));
-        }
-        let cgroup_driver = match file.cgroup_driver.as_deref() {
-            None | Some("cgroupfs") => CgroupDriver::Cgroupfs,
-            Some(other @ "systemd") => {
-                return Err(invalid(
-                    r.file,
-                    "cgroupDriver",
-                    "value",
-                    other,
-                    "not supported yet: only \"cgroupfs\" is",
-                ));
-            }
-            Some(other) => {
-                return Err(invalid(
-                    r.file,
-                    "cgroupDriver",
-                    "value",
-                    other,
-                    "expected \"cgroupfs\"",
-                ));
-            }
-        };
-        let pod_cidr = match &file.pod_cidr {
-            None => None,
-            Some(s) if s.is_empty() => None,
-            Some(s) => Some(
-                s.parse::<Cidr>()
-                    .map_err(|why| invalid(r.file, "podCIDR", "CIDR", s, why))?,
-            ),
-        };
-        let cluster_dns = file
-            .cluster_dns
-            .iter()
-            .flatten()
-            .map(|s| {
-                s.parse::<IpAddr>().map_err(|_| {
-                    invalid(
-                        r.file,
-                        "clusterDNS",
-                        "IP address",
-                        s,
-                        "expected e.g. 10.96.0.10",
-                    )
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let cluster_domain = match &file.cluster_domain {
-            None => None,
-            Some(d) if d.is_empty() => None,
-            Some(d) if is_dns1123_subdomain(d.trim_end_matches('.')) => Some(d.clone()),
-            Some(d) => {
-                return Err(invalid(
-                    r.file,
-                    "clusterDomain",
-                    "domain",
-                    d,
-                    "must be a lowercase DNS name, e.g. cluster.local",
-                ));
-            }
-        };
-
-        let pleg = match (args.pleg, &file.pleg) {
-            (Some(mode), _) => mode,
-            (None, Some(s)) => s.parse::<PlegMode>().map_err(|()| {
-                invalid(
-                    r.file,
-                    "pleg",
-                    "value",
-                    s,
-                    "expected \"relist\" or \"ebpf\"",
-                )
-            })?,
-            (None, None) => PlegMode::default(),
-        };
-        let pleg_explicit = args.pleg.is_some() || file.pleg.is_some();
-        let pleg_relist_period = r.duration(
-            "plegRelistPeriod",
-            (args.pleg_relist_period, "--pleg-relist-period"),
-            &file.pleg_relist_period,
-            match pleg {
-                PlegMode::Relist => defaults::PLEG_RELIST_PERIOD,
-                PlegMode::Ebpf => defaults::EBPF_PLEG_RELIST_PERIOD,
-            },
-        )?;
-
-        let static_pod_path = args
-            .manifests
-            .clone()
-            .or_else(|| file.static_pod_path.clone())
-            .filter(|p| !p.as_os_str().is_empty());
-        let root_dir = args
-            .root_dir
-            .clone()
-            .or_else(|| file.root_dir.clone())
-            .unwrap_or_else(|| PathBuf::from(defaults::ROOT_DIR));
-        if root_dir.as_os_str().is_empty() {
-            return Err(invalid(r.file, "rootDir", "path", "", "must not be empty"));
-        }
-        // The flag has a clap default; a value equal to it counts as "not given" so the file wins.
-        let grpc_socket = match &file.grpc_socket {
-            Some(p) if args.grpc_socket == Path::new(DEFAULT_GRPC_SOCKET) => p.clone(),
-            _ => args.grpc_socket.clone(),
-        };
-
-        let node_name = r.node_name(args, file, hostname)?;
-        let cgroups_per_qos = file.cgroups_per_qos.unwrap_or(true);
-        let mut reserved = reserved::resolve(&r, args, file, cgroups_per_qos)?;
-        let cpu_manager = cpumanager::resolve(&r, args, file)?;
+        let node_name = node_name(file, &settings, &file_origin, hostname)?;
+        let pleg = settings.pleg.unwrap_or_default();
+        let pleg_relist_period = settings.pleg_relist_period.unwrap_or(match pleg {
+            PlegMode::Relist => defaults::PLEG_RELIST_PERIOD,
+            PlegMode::Ebpf => defaults::EBPF_PLEG_RELIST_PERIOD,
+        });
+        let mut reserved = reserved::resolve(&settings)?;
+        let cpu_manager = cpumanager::resolve(&settings)?;
         if let Some(cpus) = &cpu_manager.reserved_system_cpus {
             // As upstream: the reserved CPUs overwrite the cpu of both reservations, so that
             // node allocatable and the static policy agree on what pods may use.
             reserved.kube.cpu_millis = 0;
             reserved.system.cpu_millis = i64::try_from(cpus.len()).unwrap_or(i64::MAX) * 1000;
         }
-        let eviction = eviction::resolve(&r, args, file, reserved.enforce_pods)?;
-        let server = server::resolve(&r, args, file, &root_dir)?;
-        let (logs, gc) = housekeeping::resolve(&r, args, file)?;
-        let security = security::resolve(&r, args, file)?;
-
-        Ok(Config {
+        let healthz_address = healthz_address(&settings, &file_origin)?;
+        let assembled = Assembled {
             file: match file_origin {
-                Origin::File(ref p) => Some(p.clone()),
+                Origin::File(p) => Some(p),
                 _ => None,
             },
             node_name,
-            static_pod_path,
-            sync_frequency,
-            file_check_frequency,
-            max_pods,
-            pod_pids_limit,
-            runtime_request_timeout,
-            container_runtime_endpoint,
-            read_only_address,
+            read_only_address: read_only_address(&settings),
             healthz_address,
-            oom_score_adj,
-            cgroup_root,
-            cgroups_per_qos,
-            cgroup_driver,
-            pod_cidr,
-            cluster_dns,
-            cluster_domain,
-            node_status_update_frequency,
-            node_lease_duration_seconds,
             pleg,
-            pleg_explicit,
+            pleg_explicit: settings.pleg.is_some(),
             pleg_relist_period,
-            root_dir,
-            grpc_socket,
-            kubeconfig: args.kubeconfig.clone(),
             kernel: args.kernel.clone(),
-            eviction,
+            eviction: eviction::resolve(&settings, reserved.enforce_pods)?,
             reserved,
             cpu_manager,
-            server,
-            logs,
-            gc,
-            security,
+            server: server::resolve(&settings)?,
+            logs: housekeeping::logs(&settings),
+            gc: housekeeping::gc(&settings)?,
+            security: security::resolve(&settings),
+        };
+        Ok(Config::assemble(settings, assembled))
+    }
+}
+
+fn check_header(file: &FileConfig, origin: &Origin) -> Result<(), ConfigError> {
+    if let Some(kind) = &file.kind
+        && kind != file::KIND
+    {
+        return Err(invalid(
+            origin,
+            "kind",
+            "value",
+            kind,
+            format!("expected {:?}", file::KIND),
+        ));
+    }
+    if let Some(version) = &file.api_version
+        && version != file::API_VERSION
+    {
+        return Err(invalid(
+            origin,
+            "apiVersion",
+            "value",
+            version,
+            format!("expected {:?}", file::API_VERSION),
+        ));
+    }
+    Ok(())
+}
+
+/// Upstream `nodeutil.GetHostname`: the override or the hostname, trimmed and lowercased.
+fn node_name(
+    file: &FileConfig,
+    settings: &Settings,
+    file_origin: &Origin,
+    hostname: &dyn Fn() -> Result<String, ConfigError>,
+) -> Result<String, ConfigError> {
+    // The file's two names must agree even when the flag overrides both.
+    if let (Some(a), Some(b)) = (&file.node_name, &file.hostname_override)
+        && a.trim().to_lowercase() != b.trim().to_lowercase()
+    {
+        return Err(invalid(
+            file_origin,
+            "nodeName",
+            "value",
+            a,
+            format!("conflicts with hostnameOverride {b:?}; set one of them"),
+        ));
+    }
+    let Given { value: raw, origin } = match (&settings.node_name, &settings.hostname_override) {
+        (Some(name), _) => name.clone(),
+        (None, Some(name)) => Given {
+            value: name.clone(),
+            origin: file_origin.clone(),
+        },
+        (None, None) => Given {
+            value: hostname()?,
+            origin: Origin::Hostname(PathBuf::from(HOSTNAME_FILE)),
+        },
+    };
+    let name = raw.trim().to_lowercase();
+    if !is_dns1123_subdomain(&name) {
+        return Err(invalid(
+            &origin,
+            "nodeName",
+            "node name",
+            raw,
+            "must be a DNS subdomain (lowercase letters, digits, '-' and '.'), e.g. node-1",
+        ));
+    }
+    Ok(name)
+}
+
+/// The read-only port's address: `readOnlyAddress` when given; else `address` when both it
+/// and the port were given (the kubelet binds the port to `address`); else loopback. The
+/// port is unauthenticated, so it leaves loopback only when the user names it.
+fn read_only_address(settings: &Settings) -> Option<SocketAddr> {
+    let port = settings.read_only_port.unwrap_or(defaults::READ_ONLY_PORT);
+    let ip = settings
+        .read_only_address
+        .or(settings
+            .address
+            .filter(|_| settings.read_only_port.is_some()))
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    (port != 0).then_some(SocketAddr::new(ip, port))
+}
+
+/// `--http-address` when changed from its default; else `healthzBindAddress:healthzPort`, each
+/// defaulting to the flag's default. The file's fields are checked only when they are used.
+fn healthz_address(
+    settings: &Settings,
+    file_origin: &Origin,
+) -> Result<Option<SocketAddr>, ConfigError> {
+    if let Some(address) = settings.http_address {
+        return Ok(Some(address));
+    }
+    let port = input::port(Input {
+        field: "healthzPort",
+        flag: None,
+        file: settings.healthz_port.as_ref(),
+        file_origin,
+    })?
+    .unwrap_or(defaults::HEALTHZ_PORT);
+    let ip = input::ip(Input {
+        field: "healthzBindAddress",
+        flag: None,
+        file: settings.healthz_bind_address.as_ref(),
+        file_origin,
+    })?
+    .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    Ok((port != 0).then_some(SocketAddr::new(ip, port)))
+}
+
+impl FileConfig {
+    /// Reads and parses `path`. An empty file is an empty configuration (all defaults).
+    pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
+        // serde_yaml rejects a document with no content, which an operator means as "defaults".
+        if text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            return Ok(FileConfig::default());
+        }
+        serde_yaml_ng::from_str(text).map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
         })
+    }
+
+    /// Relative paths in a file are relative to the file's directory, as the kubelet resolves them
+    /// (`resolveRelativePaths`), so a file means the same from any working directory.
+    pub fn resolve_relative_paths(&mut self, base: &Path) {
+        let client_ca = self
+            .authentication
+            .as_mut()
+            .and_then(|a| a.x509.as_mut())
+            .map(|x| &mut x.client_ca_file);
+        for path in [
+            &mut self.static_pod_path,
+            &mut self.root_dir,
+            &mut self.grpc_socket,
+            &mut self.tls_cert_file,
+            &mut self.tls_private_key_file,
+        ]
+        .into_iter()
+        .chain(client_ca)
+        .flatten()
+        {
+            if path.is_relative() && !path.as_os_str().is_empty() {
+                *path = base.join(&*path);
+            }
+        }
     }
 }
 

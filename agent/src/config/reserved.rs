@@ -12,10 +12,9 @@
 //! they need the reserved cgroups (`--system-reserved-cgroup`), which swiftlet does not manage.
 
 use super::{
-    RunArgs,
     error::{ConfigError, Origin, invalid},
-    fields::Resolver,
-    file::FileConfig,
+    input::{Given, MapField},
+    settings::Settings,
 };
 use crate::cm::quantity::Quantity;
 
@@ -65,38 +64,20 @@ impl Reserved {
 }
 
 /// The reservations and enforcement: flags over file over defaults (nothing reserved, `pods`).
-pub(super) fn resolve(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
-    cgroups_per_qos: bool,
-) -> Result<Reserved, ConfigError> {
+pub(super) fn resolve(settings: &Settings) -> Result<Reserved, ConfigError> {
     Ok(Reserved {
-        kube: resources(
-            r,
-            "kubeReserved",
-            (&args.kube_reserved, "--kube-reserved"),
-            &file.kube_reserved,
-        )?,
-        system: resources(
-            r,
-            "systemReserved",
-            (&args.system_reserved, "--system-reserved"),
-            &file.system_reserved,
-        )?,
-        enforce_pods: enforce_pods(r, args, file, cgroups_per_qos)?,
+        kube: resources("kubeReserved", settings.kube_reserved.as_ref())?,
+        system: resources("systemReserved", settings.system_reserved.as_ref())?,
+        enforce_pods: enforce_pods(settings)?,
     })
 }
 
 fn resources(
-    r: &Resolver,
     field: &'static str,
-    flag: (&[String], &'static str),
-    file: &Option<std::collections::BTreeMap<String, String>>,
+    map: Option<&MapField>,
 ) -> Result<ReservedResources, ConfigError> {
     let mut out = ReservedResources::default();
-    let syntax = "expected <resource>=<quantity>, e.g. cpu=100m,memory=1Gi";
-    let Some(map) = r.map_field(field, "reservation", flag, &['='], syntax, file)? else {
+    let Some(map) = map else {
         return Ok(out);
     };
     for entry in &map.entries {
@@ -132,19 +113,19 @@ fn resources(
 
 /// `enforceNodeAllocatable`, checked as upstream: known values, no duplicates, `none` alone,
 /// and `cgroupsPerQOS` for anything enforced.
-fn enforce_pods(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
-    cgroups_per_qos: bool,
-) -> Result<bool, ConfigError> {
+fn enforce_pods(settings: &Settings) -> Result<bool, ConfigError> {
     const FIELD: &str = "enforceNodeAllocatable";
-    let (origin, values) = r
-        .list_field(
-            (&args.enforce_node_allocatable, "--enforce-node-allocatable"),
-            &file.enforce_node_allocatable,
-        )
-        .unwrap_or_else(|| (Origin::Default, vec!["pods".to_owned()]));
+    let cgroups_per_qos = settings.cgroups_per_qos;
+    let Given {
+        value: values,
+        origin,
+    } = settings
+        .enforce_node_allocatable
+        .clone()
+        .unwrap_or_else(|| Given {
+            value: vec!["pods".to_owned()],
+            origin: Origin::Default,
+        });
     let bad = |value: &str, reason: &str| invalid(&origin, FIELD, "value", value, reason);
     for (i, value) in values.iter().enumerate() {
         if values[..i].contains(value) {

@@ -21,75 +21,16 @@
 use std::{
     fmt,
     net::{IpAddr, Ipv4Addr, SocketAddr},
-    path::{Path, PathBuf},
-    str::FromStr,
+    path::PathBuf,
     time::Duration,
 };
 
-use serde::Deserialize;
-
 use super::{
-    RunArgs,
     error::{ConfigError, Origin, invalid},
-    fields::Resolver,
-    file::FileConfig,
+    input::Given,
+    settings::Settings,
+    types::TlsVersion,
 };
-
-/// Upstream's `KubeletPort`.
-pub const DEFAULT_PORT: u16 = 10250;
-/// Upstream's `authentication.webhook.cacheTTL`.
-pub const DEFAULT_TOKEN_CACHE_TTL: Duration = Duration::from_secs(120);
-/// Upstream's `authorization.webhook.cacheAuthorizedTTL`.
-pub const DEFAULT_AUTHORIZED_TTL: Duration = Duration::from_secs(300);
-/// Upstream's `authorization.webhook.cacheUnauthorizedTTL`.
-pub const DEFAULT_UNAUTHORIZED_TTL: Duration = Duration::from_secs(30);
-
-/// `authentication` as written in the file.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct FileAuthentication {
-    pub x509: Option<FileX509>,
-    pub webhook: Option<FileAuthnWebhook>,
-    pub anonymous: Option<FileEnabled>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileX509 {
-    #[serde(rename = "clientCAFile")]
-    pub client_ca_file: Option<PathBuf>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileAuthnWebhook {
-    pub enabled: Option<bool>,
-    #[serde(rename = "cacheTTL")]
-    pub cache_ttl: Option<String>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileEnabled {
-    pub enabled: Option<bool>,
-}
-
-/// `authorization` as written in the file.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileAuthorization {
-    pub mode: Option<String>,
-    pub webhook: Option<FileAuthzWebhook>,
-}
-
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileAuthzWebhook {
-    #[serde(rename = "cacheAuthorizedTTL")]
-    pub cache_authorized_ttl: Option<String>,
-    #[serde(rename = "cacheUnauthorizedTTL")]
-    pub cache_unauthorized_ttl: Option<String>,
-}
 
 /// The TLS 1.2 suites rustls (with ring) implements, by their Go names; the TLS 1.3 ones are
 /// accepted and, as in Go, always on. CBC, RSA key exchange and 3DES suites are not implemented.
@@ -112,29 +53,6 @@ fn cipher_suite(name: &str) -> Option<&'static str> {
         .iter()
         .find(|s| **s == name || s.strip_suffix("_SHA256") == Some(name))
         .copied()
-}
-
-/// The lowest TLS version the full server accepts (rustls speaks only 1.2 and 1.3).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum TlsVersion {
-    #[default]
-    Tls12,
-    Tls13,
-}
-
-impl FromStr for TlsVersion {
-    type Err = &'static str;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "VersionTLS12" => Ok(TlsVersion::Tls12),
-            "VersionTLS13" => Ok(TlsVersion::Tls13),
-            "VersionTLS10" | "VersionTLS11" => {
-                Err("TLS 1.0 and 1.1 are not supported: use VersionTLS12 or VersionTLS13")
-            }
-            _ => Err("expected VersionTLS12 or VersionTLS13"),
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -211,86 +129,48 @@ impl ServerConfig {
     }
 }
 
-pub(super) fn resolve(
-    r: &Resolver,
-    args: &RunArgs,
-    file: &FileConfig,
-    root_dir: &Path,
-) -> Result<ServerConfig, ConfigError> {
-    let port = match (args.port, file.port) {
-        (Some(p), _) => p,
-        (None, Some(p)) => r.port("port", p)?,
-        (None, None) => DEFAULT_PORT,
-    };
-    let ip = match (args.address, &file.address) {
-        (Some(ip), _) => ip,
-        (None, Some(s)) => r.ip("address", s)?,
-        (None, None) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-    };
-    let pick = |flag: &Option<PathBuf>, file: &Option<PathBuf>| {
-        flag.clone()
-            .or_else(|| file.clone())
-            .filter(|p| !p.as_os_str().is_empty())
-    };
-    let tls_cert_file = pick(&args.tls_cert_file, &file.tls_cert_file);
-    let tls_private_key_file = pick(&args.tls_private_key_file, &file.tls_private_key_file);
+/// The full server's settings, from the table's: the certificate pair, the cipher suites, and
+/// the authentication and authorization that depend on whether there is an API server.
+pub(super) fn resolve(settings: &Settings) -> Result<ServerConfig, ConfigError> {
+    let nonempty =
+        |given: &Option<Given<PathBuf>>| given.clone().filter(|g| !g.value.as_os_str().is_empty());
+    let tls_cert_file = nonempty(&settings.tls_cert_file);
+    let tls_private_key_file = nonempty(&settings.tls_private_key_file);
     match (&tls_cert_file, &tls_private_key_file) {
         (Some(cert), None) => {
             return Err(invalid(
-                &origin_of(r, args.tls_cert_file.is_some(), "--tls-cert-file"),
+                &cert.origin,
                 "tlsPrivateKeyFile",
                 "path",
                 "",
                 format!(
                     "tlsCertFile {} is set: its key must be set too",
-                    cert.display()
+                    cert.value.display()
                 ),
             ));
         }
         (None, Some(key)) => {
             return Err(invalid(
-                &origin_of(
-                    r,
-                    args.tls_private_key_file.is_some(),
-                    "--tls-private-key-file",
-                ),
+                &key.origin,
                 "tlsCertFile",
                 "path",
                 "",
                 format!(
                     "tlsPrivateKeyFile {} is set: its certificate must be set too",
-                    key.display()
+                    key.value.display()
                 ),
             ));
         }
         _ => {}
     }
-    let tls_min_version = match (&args.tls_min_version, &file.tls_min_version) {
-        (Some(v), _) => v.parse().map_err(|why| {
-            invalid(
-                &Origin::Flag("--tls-min-version"),
-                "tlsMinVersion",
-                "value",
-                v,
-                why,
-            )
-        })?,
-        (None, Some(v)) => v
-            .parse()
-            .map_err(|why| invalid(r.file, "tlsMinVersion", "value", v, why))?,
-        (None, None) => TlsVersion::Tls12,
-    };
-    let tls_cipher_suites = match r.list_field(
-        (&args.tls_cipher_suites, "--tls-cipher-suites"),
-        &file.tls_cipher_suites,
-    ) {
+    let tls_cipher_suites = match &settings.tls_cipher_suites {
         None => Vec::new(),
-        Some((origin, names)) => names
+        Some(Given { value, origin }) => value
             .iter()
             .map(|name| {
                 cipher_suite(name).ok_or_else(|| {
                     invalid(
-                        &origin,
+                        origin,
                         "tlsCipherSuites",
                         "cipher suite",
                         name,
@@ -303,25 +183,34 @@ pub(super) fn resolve(
             })
             .collect::<Result<_, _>>()?,
     };
-    let cert_directory = args
+    let cert_directory = settings
         .cert_dir
         .clone()
-        .unwrap_or_else(|| root_dir.join("pki"));
+        .unwrap_or_else(|| settings.root_dir.join("pki"));
+    let ip = settings
+        .address
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let port = settings.port;
 
-    let api_server = args.kubeconfig.is_some();
-    let authn = file.authentication.clone().unwrap_or_default();
-    let authz = file.authorization.clone().unwrap_or_default();
-    let anonymous = args
-        .anonymous_auth
-        .or(authn.anonymous.as_ref().and_then(|a| a.enabled))
-        .unwrap_or(false);
-    let (webhook, webhook_origin) = match (
-        args.authentication_token_webhook,
-        authn.webhook.as_ref().and_then(|w| w.enabled),
-    ) {
-        (Some(on), _) => (on, Origin::Flag("--authentication-token-webhook")),
-        (None, Some(on)) => (on, r.file.clone()),
-        (None, None) => (api_server, Origin::Default),
+    Ok(ServerConfig {
+        address: (port != 0).then_some(SocketAddr::new(ip, port)),
+        tls_cert_file: tls_cert_file.map(|g| g.value),
+        tls_private_key_file: tls_private_key_file.map(|g| g.value),
+        cert_directory,
+        tls_min_version: settings.tls_min_version,
+        tls_cipher_suites,
+        enable_debugging_handlers: settings.enable_debugging_handlers,
+        authentication: authentication(settings)?,
+        authorization: authorization(settings)?,
+    })
+}
+
+/// Upstream refuses a token webhook without an API server ("no client provided").
+fn authentication(settings: &Settings) -> Result<Authentication, ConfigError> {
+    let api_server = settings.kubeconfig.is_some();
+    let (webhook, webhook_origin) = match &settings.authentication_token_webhook {
+        Some(Given { value, origin }) => (*value, origin.clone()),
+        None => (api_server, Origin::Default),
     };
     if webhook && !api_server {
         return Err(invalid(
@@ -332,96 +221,42 @@ pub(super) fn resolve(
             "token webhook authentication needs an API server: set --kubeconfig, or disable it",
         ));
     }
-    let webhook_cache_ttl = r.duration(
-        "authentication.webhook.cacheTTL",
-        (
-            args.authentication_token_webhook_cache_ttl,
-            "--authentication-token-webhook-cache-ttl",
-        ),
-        &authn.webhook.as_ref().and_then(|w| w.cache_ttl.clone()),
-        DEFAULT_TOKEN_CACHE_TTL,
-    )?;
-    let client_ca_file = pick(
-        &args.client_ca_file,
-        &authn.x509.as_ref().and_then(|x| x.client_ca_file.clone()),
-    );
-
-    let (mode, mode_origin) = match (&args.authorization_mode, &authz.mode) {
-        (Some(m), _) => (m.clone(), Origin::Flag("--authorization-mode")),
-        (None, Some(m)) => (m.clone(), r.file.clone()),
-        (None, None) if api_server => ("Webhook".to_owned(), Origin::Default),
-        (None, None) => ("AlwaysAllow".to_owned(), Origin::Default),
-    };
-    let mode = match mode.as_str() {
-        "AlwaysAllow" => AuthorizationMode::AlwaysAllow,
-        "Webhook" if api_server => AuthorizationMode::Webhook,
-        "Webhook" => {
-            return Err(invalid(
-                &mode_origin,
-                "authorization.mode",
-                "value",
-                mode,
-                "Webhook authorization needs an API server: set --kubeconfig, or use AlwaysAllow",
-            ));
-        }
-        _ => {
-            return Err(invalid(
-                &mode_origin,
-                "authorization.mode",
-                "value",
-                mode,
-                "expected \"AlwaysAllow\" or \"Webhook\"",
-            ));
-        }
-    };
     // As the kube-apiserver: anonymous requests with AlwaysAllow would let anyone who reaches
     // the port exec into every container.
-    let anonymous_turned_off = anonymous && mode == AuthorizationMode::AlwaysAllow;
-    let anonymous = anonymous && !anonymous_turned_off;
-    let webhook_file = authz.webhook.unwrap_or_default();
-    let cache_authorized_ttl = r.duration(
-        "authorization.webhook.cacheAuthorizedTTL",
-        (None, ""),
-        &webhook_file.cache_authorized_ttl,
-        DEFAULT_AUTHORIZED_TTL,
-    )?;
-    let cache_unauthorized_ttl = r.duration(
-        "authorization.webhook.cacheUnauthorizedTTL",
-        (None, ""),
-        &webhook_file.cache_unauthorized_ttl,
-        DEFAULT_UNAUTHORIZED_TTL,
-    )?;
-
-    Ok(ServerConfig {
-        address: (port != 0).then_some(SocketAddr::new(ip, port)),
-        tls_cert_file,
-        tls_private_key_file,
-        cert_directory,
-        tls_min_version,
-        tls_cipher_suites,
-        enable_debugging_handlers: args
-            .enable_debugging_handlers
-            .or(file.enable_debugging_handlers)
-            .unwrap_or(true),
-        authentication: Authentication {
-            anonymous,
-            anonymous_turned_off,
-            webhook,
-            webhook_cache_ttl,
-            client_ca_file,
-        },
-        authorization: Authorization {
-            mode,
-            cache_authorized_ttl,
-            cache_unauthorized_ttl,
-        },
+    let anonymous_turned_off =
+        settings.anonymous_auth && authorization_mode(settings)? == AuthorizationMode::AlwaysAllow;
+    Ok(Authentication {
+        anonymous: settings.anonymous_auth && !anonymous_turned_off,
+        anonymous_turned_off,
+        webhook,
+        webhook_cache_ttl: settings.authentication_token_webhook_cache_ttl,
+        client_ca_file: settings.client_ca_file.clone(),
     })
 }
 
-fn origin_of(r: &Resolver, from_flag: bool, flag: &'static str) -> Origin {
-    if from_flag {
-        Origin::Flag(flag)
-    } else {
-        r.file.clone()
+fn authorization(settings: &Settings) -> Result<Authorization, ConfigError> {
+    Ok(Authorization {
+        mode: authorization_mode(settings)?,
+        cache_authorized_ttl: settings.cache_authorized_ttl,
+        cache_unauthorized_ttl: settings.cache_unauthorized_ttl,
+    })
+}
+
+/// `Webhook` with an API server, else `AlwaysAllow`, unless asked for.
+fn authorization_mode(settings: &Settings) -> Result<AuthorizationMode, ConfigError> {
+    let api_server = settings.kubeconfig.is_some();
+    let (mode, origin) = match &settings.authorization_mode {
+        Some(Given { value, origin }) => (value.as_str(), origin.clone()),
+        None if api_server => ("Webhook", Origin::Default),
+        None => ("AlwaysAllow", Origin::Default),
+    };
+    let bad = |reason| invalid(&origin, "authorization.mode", "value", mode, reason);
+    match mode {
+        "AlwaysAllow" => Ok(AuthorizationMode::AlwaysAllow),
+        "Webhook" if api_server => Ok(AuthorizationMode::Webhook),
+        "Webhook" => Err(bad(
+            "Webhook authorization needs an API server: set --kubeconfig, or use AlwaysAllow",
+        )),
+        _ => Err(bad("expected \"AlwaysAllow\" or \"Webhook\"")),
     }
 }

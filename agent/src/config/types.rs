@@ -1,8 +1,10 @@
-//! Small value types of the validated configuration: the PLEG mode, the cgroup driver and a CIDR.
-//! Each parses from the text an operator writes and prints back the same way.
+//! Small value types of the validated configuration: the PLEG mode, the cgroup driver, a CIDR,
+//! the TLS version, the CPU manager's policy and when its assignments apply. Each parses from the
+//! text an operator writes (its error says what was expected) and prints back the same way.
 //!
-//! Not here: where values come from or their defaults (`load.rs`). Upstream: the string-typed
-//! fields `cgroupDriver` and `podCIDR` of `KubeletConfiguration`.
+//! Not here: where values come from or their defaults (`settings.rs`). Upstream: the
+//! string-typed fields `cgroupDriver`, `podCIDR`, `tlsMinVersion` and `cpuManagerPolicy` of
+//! `KubeletConfiguration`.
 
 use std::{fmt, net::IpAddr, str::FromStr};
 
@@ -96,6 +98,93 @@ impl FromStr for Cidr {
 impl fmt::Display for Cidr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+/// The lowest TLS version the full server accepts (rustls speaks only 1.2 and 1.3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsVersion {
+    #[default]
+    Tls12,
+    Tls13,
+}
+
+impl FromStr for TlsVersion {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "VersionTLS12" => Ok(TlsVersion::Tls12),
+            "VersionTLS13" => Ok(TlsVersion::Tls13),
+            "VersionTLS10" | "VersionTLS11" => {
+                Err("TLS 1.0 and 1.1 are not supported: use VersionTLS12 or VersionTLS13")
+            }
+            _ => Err("expected VersionTLS12 or VersionTLS13"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CpuManagerPolicy {
+    /// Every container runs on every CPU the pods may use (the kubelet's default).
+    #[default]
+    None,
+    /// Guaranteed containers with a whole number of CPUs get them exclusively.
+    Static,
+}
+
+impl CpuManagerPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuManagerPolicy::None => "none",
+            CpuManagerPolicy::Static => "static",
+        }
+    }
+}
+
+impl FromStr for CpuManagerPolicy {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(CpuManagerPolicy::None),
+            "static" => Ok(CpuManagerPolicy::Static),
+            _ => Err("expected \"none\" or \"static\""),
+        }
+    }
+}
+
+/// When CPU assignments are written to the containers' cpusets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CpuApply {
+    /// At once: the shared pool of every container when an assignment changes it, and a
+    /// container's own set at creation and on its start event; the reconcile is the safety net.
+    #[default]
+    Events,
+    /// Only on the periodic reconcile (and at creation), as the kubelet does: containers may
+    /// share "exclusive" CPUs for up to one period. For comparison (`cargo xtask bench
+    /// cpumanager`).
+    Reconcile,
+}
+
+impl CpuApply {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CpuApply::Events => "events",
+            CpuApply::Reconcile => "reconcile",
+        }
+    }
+}
+
+impl FromStr for CpuApply {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "events" => Ok(CpuApply::Events),
+            "reconcile" => Ok(CpuApply::Reconcile),
+            _ => Err("expected \"events\" or \"reconcile\""),
+        }
     }
 }
 
