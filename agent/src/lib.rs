@@ -22,4 +22,6 @@ pub mod sources;
 pub mod status;
 pub mod sys;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod volume;

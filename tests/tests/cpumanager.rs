@@ -17,32 +17,20 @@ use std::{
 use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
     EVENT_WAIT,
-    node::{BUSYBOX, Node, status},
+    manifest::{self, PodManifest},
+    node::{Node, status},
     privileged, runtime_endpoint,
 };
 
 fn manifest(name: &str, command: &str, resources: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-{resources}      command: [\"sh\", \"-c\", {command:?}]
-"
-    )
+    PodManifest::new(name)
+        .grace(1)
+        .shell("main", command, resources)
+        .yaml()
 }
 
 fn guaranteed(cpu: &str) -> String {
-    format!(
-        "      resources:\n        requests:\n          cpu: \"{cpu}\"\n          memory: 32Mi\n        \
-         limits:\n          cpu: \"{cpu}\"\n          memory: 32Mi\n"
-    )
+    manifest::guaranteed(cpu, "32Mi")
 }
 
 /// A pod that keeps a CPU busy: work for whatever CPUs it may use.

@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use swiftlet_tests::{
-    node::{BUSYBOX, Node, status},
+    manifest::{self, PodManifest},
+    node::{Node, status},
     privileged, runtime_endpoint,
 };
 
@@ -28,32 +29,19 @@ fn pod(name: &str, mib: u64, then: &str, resources: &str) -> String {
 }
 
 fn manifest(name: &str, command: &str, resources: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-{resources}      command: [\"sh\", \"-c\", {command:?}]
-"
-    )
+    PodManifest::new(name)
+        .restart("Never")
+        .grace(1)
+        .shell("main", command, resources)
+        .yaml()
 }
 
 fn guaranteed(memory: &str) -> String {
-    format!(
-        "      resources:\n        requests:\n          cpu: 100m\n          memory: {memory}\n        \
-         limits:\n          cpu: 100m\n          memory: {memory}\n"
-    )
+    manifest::guaranteed("100m", memory)
 }
 
 fn burstable(memory: &str) -> String {
-    format!("      resources:\n        requests:\n          memory: {memory}\n")
+    manifest::burstable(memory)
 }
 
 fn mem_total() -> u64 {

@@ -27,7 +27,8 @@ use std::{
 
 use swiftlet_tests::{
     eventually,
-    node::{BUSYBOX, Node, status},
+    manifest::PodManifest,
+    node::{Node, status},
 };
 
 /// The unprivileged local user of the attacks: a dedicated uid and gid no account uses, taken
@@ -176,35 +177,28 @@ impl Drop for BindGuard {
 }
 
 fn labelled_pod(label: usize) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: info
-  uid: hostfs-attack-{pid}
-  labels:
-    round: \"{label}\"
-spec:
-  restartPolicy: Always
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: app
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"exec sleep 3600\"]
-      volumeMounts:
-        - name: info
-          mountPath: /info
-  volumes:
-    - name: info
+    PodManifest::new("info")
+        .metadata(&format!(
+            "  uid: hostfs-attack-{pid}\n  labels:\n    round: \"{label}\"\n",
+            pid = std::process::id()
+        ))
+        .restart("Always")
+        .grace(1)
+        .shell(
+            "app",
+            "exec sleep 3600",
+            "      volumeMounts:\n        - name: info\n          mountPath: /info\n",
+        )
+        .volumes(
+            "    - name: info
       downwardAPI:
         items:
           - path: labels
             fieldRef:
               fieldPath: metadata.labels
 ",
-        pid = std::process::id()
-    )
+        )
+        .yaml()
 }
 
 #[test]
@@ -408,39 +402,38 @@ fn a_sub_path_swapped_for_a_link_to_root_never_shows_the_node() {
                else echo empty >> /report/seen; fi; exit 0";
     node.write_manifest(
         "swap.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: swap
-spec:
-  restartPolicy: Always
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: swapper
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {swapper:?}]
-      volumeMounts:
+        &PodManifest::new("swap")
+            .restart("Always")
+            .grace(1)
+            .shell(
+                "swapper",
+                &swapper,
+                "      volumeMounts:
         - name: work
           mountPath: /vol
-    - name: app
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {app:?}]
-      volumeMounts:
+",
+            )
+            .shell(
+                "app",
+                app,
+                &format!(
+                    "      volumeMounts:
         - name: work
           mountPath: /data
           subPath: sub/{probe}
         - name: report
           mountPath: /report
-  volumes:
-    - name: work
-      emptyDir: {{}}
-    - name: report
-      emptyDir: {{}}
 "
-        ),
+                ),
+            )
+            .volumes(
+                "    - name: work
+      emptyDir: {}
+    - name: report
+      emptyDir: {}
+",
+            )
+            .yaml(),
     );
     node.wait_pod("swap", "the swapper running", |p| {
         status::running(status::container(p, "swapper"))
@@ -536,20 +529,14 @@ fn a_host_path_of_the_root_is_still_what_the_pod_asked_for() {
     );
     node.write_manifest(
         "root.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: root
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: app
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-      volumeMounts:
+        &PodManifest::new("root")
+            .restart("Never")
+            .grace(1)
+            .shell(
+                "app",
+                &command,
+                &format!(
+                    "      volumeMounts:
         - name: node
           mountPath: /host
           readOnly: true
@@ -561,12 +548,16 @@ spec:
           command: [\"cat\", \"/tmp/checked\"]
         periodSeconds: 1
         failureThreshold: 1
-  volumes:
-    - name: node
+"
+                ),
+            )
+            .volumes(
+                "    - name: node
       hostPath:
         path: /
-"
-        ),
+",
+            )
+            .yaml(),
     );
     let pod = node.wait_pod("root", "the container's checks passed", |p| {
         status::container(p, "app").is_some_and(|c| c.ready)
@@ -603,24 +594,15 @@ fn an_fs_group_owns_empty_dir_and_downward_api_volumes() {
                    touch /tmp/checked; exec sleep 3600";
     node.write_manifest(
         "group.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: group
-  labels:
-    app: g
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  securityContext:
-    fsGroup: 4242
-  containers:
-    - name: app
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-      volumeMounts:
+        &PodManifest::new("group")
+            .metadata("  labels:\n    app: g\n")
+            .restart("Never")
+            .grace(1)
+            .spec("  securityContext:\n    fsGroup: 4242\n")
+            .shell(
+                "app",
+                command,
+                "      volumeMounts:
         - name: cache
           mountPath: /cache
         - name: info
@@ -630,17 +612,20 @@ spec:
           command: [\"cat\", \"/tmp/checked\"]
         periodSeconds: 1
         failureThreshold: 1
-  volumes:
-    - name: cache
-      emptyDir: {{}}
+",
+            )
+            .volumes(
+                "    - name: cache
+      emptyDir: {}
     - name: info
       downwardAPI:
         items:
           - path: labels
             fieldRef:
               fieldPath: metadata.labels
-"
-        ),
+",
+            )
+            .yaml(),
     );
     let pod = node.wait_pod("group", "the container's checks passed", |p| {
         status::container(p, "app").is_some_and(|c| c.ready)

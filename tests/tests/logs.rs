@@ -18,6 +18,7 @@ use std::{
 use k8s_openapi::jiff::Timestamp;
 use swiftlet_tests::{
     EVENT_WAIT,
+    manifest::PodManifest,
     node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
@@ -27,21 +28,11 @@ const PAUSE: &str = "localhost/swiftlet/pause:latest";
 
 /// A one-container pod manifest running `command` in busybox.
 fn pod(name: &str, restart: &str, command: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-"
-    )
+    PodManifest::new(name)
+        .restart(restart)
+        .grace(1)
+        .shell("main", command, "")
+        .yaml()
 }
 
 /// An agent with `config` as its config file (if not empty) and `flags`; also returns its pod

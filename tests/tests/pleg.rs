@@ -11,7 +11,8 @@ use std::process::Command;
 
 use swiftlet_proto::v1::{self, events_client::EventsClient};
 use swiftlet_tests::{
-    node::{BUSYBOX, Node, status},
+    manifest::PodManifest,
+    node::{Node, status},
     privileged, runtime_endpoint,
 };
 
@@ -19,21 +20,11 @@ use swiftlet_tests::{
 const NO_RELIST: [&str; 4] = ["--pleg-relist-period", "300s", "--sync-frequency", "10m"];
 
 fn pod(name: &str, restart: &str, command: &str, resources: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-{resources}      command: [\"sh\", \"-c\", {command:?}]
-"
-    )
+    PodManifest::new(name)
+        .restart(restart)
+        .grace(1)
+        .shell("main", command, resources)
+        .yaml()
 }
 
 fn node(test: &str, name: &str, extra: &[&str]) -> Option<Node> {

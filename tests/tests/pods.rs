@@ -9,6 +9,7 @@
 use std::{collections::HashMap, process::Command};
 
 use swiftlet_tests::{
+    manifest::{self, PodManifest},
     node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
 };
@@ -17,25 +18,13 @@ use swiftlet_tests::{
 /// unless one is given: a shell or `sleep` as a container's pid 1 ignores SIGTERM, and the
 /// default 30 s would make every teardown wait for the SIGKILL.
 fn pod(name: &str, restart: &str, command: &str, extra_spec: &str) -> String {
-    let grace = if extra_spec.contains("terminationGracePeriodSeconds") {
-        ""
+    let pod = PodManifest::new(name).restart(restart);
+    let pod = if extra_spec.contains("terminationGracePeriodSeconds") {
+        pod
     } else {
-        "  terminationGracePeriodSeconds: 1\n"
+        pod.grace(1)
     };
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: {restart}
-{grace}{extra_spec}  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-"
-    )
+    pod.spec(extra_spec).shell("main", command, "").yaml()
 }
 
 fn node(test: &str, name: &str) -> Option<Node> {
@@ -49,29 +38,12 @@ fn init_containers_then_main_with_upstream_statuses() {
     };
     node.write_manifest(
         "web.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-spec:
-  terminationGracePeriodSeconds: 1
-  initContainers:
-    - name: first
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"echo one\"]
-    - name: second
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"echo two\"]
-  containers:
-    - name: app
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"exec sleep 3600\"]
-"
-        ),
+        &PodManifest::new("web")
+            .grace(1)
+            .init_container(manifest::container("first", "echo one", ""))
+            .init_container(manifest::container("second", "echo two", ""))
+            .shell("app", "exec sleep 3600", "")
+            .yaml(),
     );
     let pod = node.wait_pod("web", "Running with app running", |p| {
         status::phase(p) == "Running" && status::running(status::container(p, "app"))
@@ -468,17 +440,12 @@ fn environment_arguments_and_working_dir_reach_the_container() {
     };
     node.write_manifest(
         "env.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: env
-  labels:
-    tier: front
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
+        &PodManifest::new("env")
+            .metadata("  labels:\n    tier: front\n")
+            .grace(1)
+            // Its own entry: `args` apart from `command`, which is where `$(VAR)` expands.
+            .container(format!(
+                "    - name: main
       image: {BUSYBOX}
       imagePullPolicy: Never
       workingDir: /tmp
@@ -496,7 +463,8 @@ spec:
       command: [\"sh\", \"-c\"]
       args: [\"echo \\\"$(GREETING) tier=$TIER dir=$(pwd)\\\"; exec sleep 3600\"]
 "
-        ),
+            ))
+            .yaml(),
     );
     let pod = node.wait_pod("env", "Running", |p| {
         status::running(status::container(p, "main"))

@@ -12,9 +12,7 @@ use std::{
 
 use swiftlet::cm::psi::{PsiError, PsiResource, PsiTrigger};
 use swiftlet_tests::{
-    EVENT_WAIT, TestCgroup,
-    node::{BUSYBOX, Node},
-    privileged, runtime_endpoint,
+    EVENT_WAIT, TestCgroup, manifest::PodManifest, node::Node, privileged, runtime_endpoint,
 };
 
 /// A shell loop that thrashes the page cache of a memory limit smaller than its file: the file is
@@ -117,24 +115,14 @@ fn pods_and_containers_expose_their_pressure() {
     // Limited to 16 MiB and thrashing its page cache, so its memory pressure is not zero.
     node.write_manifest(
         "thrash.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: thrash
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {command:?}]
-      resources:
-        limits:
-          memory: 16Mi
-",
-            command = thrash(Path::new("/tmp/big"))
-        ),
+        &PodManifest::new("thrash")
+            .grace(1)
+            .shell(
+                "main",
+                &thrash(Path::new("/tmp/big")),
+                "      resources:\n        limits:\n          memory: 16Mi\n",
+            )
+            .yaml(),
     );
     let pod_name = format!("thrash-{}", node.name);
     let labels = |container: &str| {

@@ -18,7 +18,8 @@ use serde_json::Value;
 use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
     EVENT_WAIT, http_get_status,
-    node::{BUSYBOX, Node, status},
+    manifest::PodManifest,
+    node::{Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
 };
@@ -152,21 +153,11 @@ fn client_certificates_tls_and_the_read_only_port() {
 
 /// A one-container busybox pod running `script` with `sh -c`.
 fn shell_pod(name: &str, script: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Pod
-metadata:
-  name: {name}
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: main
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", {script:?}]
-"
-    )
+    PodManifest::new(name)
+        .restart("Never")
+        .grace(1)
+        .shell("main", script, "")
+        .yaml()
 }
 
 /// A pod that holds ~16 MB in a shell variable and keeps forking a little.

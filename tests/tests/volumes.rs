@@ -9,8 +9,9 @@
 use std::path::Path;
 
 use swiftlet_tests::{
-    eventually, manifest,
-    node::{BUSYBOX, Node, status},
+    eventually,
+    manifest::{self, PodManifest},
+    node::{Node, status},
 };
 
 fn node(test: &str, name: &str) -> Option<Node> {
@@ -31,11 +32,14 @@ const READY_WHEN_CHECKED: &str = "      readinessProbe:
 ";
 
 fn manifest(name: &str, restart: &str, containers: &[String], volumes: &str) -> String {
-    let spec = format!("  restartPolicy: {restart}\n  terminationGracePeriodSeconds: 1\n");
-    format!(
-        "{}  volumes:\n{volumes}",
-        manifest::pod(name, &spec, containers)
-    )
+    containers
+        .iter()
+        .fold(
+            PodManifest::new(name).restart(restart).grace(1),
+            |pod, c| pod.container(c.clone()),
+        )
+        .volumes(volumes)
+        .yaml()
 }
 
 /// Mount points of this (the agent's) mount namespace below `dir`, with their type and options.
@@ -332,29 +336,28 @@ fn downward_api_files_carry_the_pods_fields_read_only() {
     let full = format!("info-{}", node.name);
     node.write_manifest(
         "info.yaml",
-        &format!(
-            "apiVersion: v1
-kind: Pod
-metadata:
-  name: info
-  labels:
-    tier: front
-spec:
-  restartPolicy: Never
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: app
-      image: {BUSYBOX}
-      imagePullPolicy: Never
-      command: [\"sh\", \"-c\", \"[ \\\"$(cat /info/name)\\\" = {full} ] || exit 3; grep -qx 'tier=\\\"front\\\"' /info/labels || exit 4; [ \\\"$(cat /info/mem)\\\" = 32 ] || exit 5; if touch /info/x 2>/dev/null; then exit 6; fi; exit 0\"]
-      resources:
+        &PodManifest::new("info")
+            .metadata("  labels:\n    tier: front\n")
+            .restart("Never")
+            .grace(1)
+            .shell(
+                "app",
+                &format!(
+                    "[ \"$(cat /info/name)\" = {full} ] || exit 3; \
+                     grep -qx 'tier=\"front\"' /info/labels || exit 4; \
+                     [ \"$(cat /info/mem)\" = 32 ] || exit 5; \
+                     if touch /info/x 2>/dev/null; then exit 6; fi; exit 0"
+                ),
+                "      resources:
         limits:
           memory: 32Mi
       volumeMounts:
         - name: info
           mountPath: /info
-  volumes:
-    - name: info
+",
+            )
+            .volumes(
+                "    - name: info
       downwardAPI:
         items:
           - path: name
@@ -368,8 +371,9 @@ spec:
               containerName: app
               resource: limits.memory
               divisor: 1Mi
-"
-        ),
+",
+            )
+            .yaml(),
     );
     let pod = node.wait_pod("info", "the container done", |p| {
         status::terminated(status::container(p, "app")).is_some()

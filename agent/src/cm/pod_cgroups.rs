@@ -432,8 +432,8 @@ impl PodLimits {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{Container, PodSpec, ResourceRequirements},
-        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+        api::core::v1::{Container, ResourceRequirements},
+        apimachinery::pkg::api::resource::Quantity,
     };
 
     /// (name, value) pairs of requests, then of limits, per container.
@@ -447,29 +447,23 @@ mod tests {
                     .collect()
             })
         };
-        Pod {
-            metadata: ObjectMeta {
-                uid: Some("u1".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: resources
+        crate::testing::pod()
+            .uid("u1")
+            .containers(
+                resources
                     .iter()
                     .enumerate()
                     .map(|(i, (requests, limits))| Container {
-                        name: format!("c{i}"),
                         resources: Some(ResourceRequirements {
                             requests: map(requests),
                             limits: map(limits),
                             ..Default::default()
                         }),
-                        ..Default::default()
+                        ..crate::testing::container(&format!("c{i}"))
                     })
                     .collect(),
-                ..Default::default()
-            }),
-            status: None,
-        }
+            )
+            .build()
     }
 
     #[test]

@@ -61,28 +61,23 @@ fn tolerates_memory_pressure(pod: &Pod) -> bool {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{Container, PodSpec, ResourceRequirements, Toleration},
+        api::core::v1::{Container, ResourceRequirements, Toleration},
         apimachinery::pkg::api::resource::Quantity,
     };
 
     fn pod(memory: Option<&str>, tolerations: Option<Vec<Toleration>>) -> Pod {
         let requests = memory
             .map(|m| std::collections::BTreeMap::from([("memory".to_owned(), Quantity(m.into()))]));
-        Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        requests,
-                        ..Default::default()
-                    }),
+        crate::testing::pod()
+            .container(Container {
+                resources: Some(ResourceRequirements {
+                    requests,
                     ..Default::default()
-                }],
-                tolerations,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                }),
+                ..crate::testing::container("c")
+            })
+            .spec(|s| s.tolerations = tolerations)
+            .build()
     }
 
     #[test]

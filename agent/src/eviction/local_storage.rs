@@ -46,30 +46,26 @@ pub fn empty_dir_violation(pod: &Pod, usage: &[(String, u64)]) -> Option<String>
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{EmptyDirVolumeSource, PodSpec, Volume},
+        api::core::v1::{EmptyDirVolumeSource, Volume},
         apimachinery::pkg::api::resource::Quantity,
     };
 
     fn pod(limits: &[(&str, Option<&str>)]) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                volumes: Some(
-                    limits
-                        .iter()
-                        .map(|(name, limit)| Volume {
-                            name: (*name).into(),
-                            empty_dir: Some(EmptyDirVolumeSource {
-                                size_limit: limit.map(|l| Quantity(l.into())),
-                                ..Default::default()
-                            }),
+        crate::testing::pod()
+            .volumes(
+                limits
+                    .iter()
+                    .map(|(name, limit)| Volume {
+                        name: (*name).into(),
+                        empty_dir: Some(EmptyDirVolumeSource {
+                            size_limit: limit.map(|l| Quantity(l.into())),
                             ..Default::default()
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                        }),
+                        ..Default::default()
+                    })
+                    .collect(),
+            )
+            .build()
     }
 
     #[test]

@@ -556,5 +556,4 @@ pub const RECLAIM_COOLDOWN: Duration = Duration::from_millis(50);
 pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
-#[path = "manager_tests.rs"]
 mod tests;

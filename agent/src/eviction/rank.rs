@@ -198,8 +198,8 @@ pub fn eviction_message(
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{Container, PodSpec, ResourceRequirements},
-        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+        api::core::v1::{Container, ResourceRequirements},
+        apimachinery::pkg::api::resource::Quantity,
     };
 
     const MI: i64 = 1 << 20;
@@ -207,27 +207,19 @@ mod tests {
     fn pod(uid: &str, request: Option<&str>, priority: Option<i32>) -> Arc<Pod> {
         let requests = request
             .map(|r| std::collections::BTreeMap::from([("memory".to_owned(), Quantity(r.into()))]));
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                uid: Some(uid.into()),
-                name: Some(uid.into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                priority,
-                containers: vec![Container {
-                    name: "main".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: requests.clone(),
-                        limits: requests,
-                        ..Default::default()
-                    }),
+        crate::testing::pod()
+            .uid(uid)
+            .name(uid)
+            .spec(|s| s.priority = priority)
+            .container(Container {
+                resources: Some(ResourceRequirements {
+                    requests: requests.clone(),
+                    limits: requests,
                     ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+                }),
+                ..crate::testing::container("main")
+            })
+            .arc()
     }
 
     fn usage(ws: i64) -> PodUsage {

@@ -120,7 +120,7 @@ pub fn pod_requests(pod: &Pod) -> Result<(i64, i64), Rejection> {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{Container, PodSpec, ResourceRequirements},
+        api::core::v1::{Container, ResourceRequirements},
         apimachinery::pkg::api::resource::Quantity,
     };
 
@@ -132,20 +132,15 @@ mod tests {
         if let Some(m) = memory {
             requests.insert("memory".to_owned(), Quantity(m.into()));
         }
-        Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    resources: Some(ResourceRequirements {
-                        requests: Some(requests),
-                        ..Default::default()
-                    }),
+        crate::testing::pod()
+            .container(Container {
+                resources: Some(ResourceRequirements {
+                    requests: Some(requests),
                     ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+                }),
+                ..crate::testing::container("c")
+            })
+            .build()
     }
 
     fn node() -> NodeCapacity {

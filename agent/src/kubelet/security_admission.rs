@@ -196,5 +196,4 @@ fn admit_user_namespaces(
 }
 
 #[cfg(test)]
-#[path = "security_admission_tests.rs"]
 mod tests;

@@ -250,5 +250,4 @@ impl Allowlist {
 }
 
 #[cfg(test)]
-#[path = "sysctl_tests.rs"]
 mod tests;

@@ -7,8 +7,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Probe};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 
 use super::{
     ContainerProbeResults, ProbeOutcome,
@@ -88,21 +87,12 @@ pub fn with_liveness_probe(mut c: Container) -> Container {
 }
 
 pub fn pod(restart_policy: &str, inits: Vec<Container>, containers: Vec<Container>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some(UID.into()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            restart_policy: Some(restart_policy.into()),
-            init_containers: (!inits.is_empty()).then_some(inits),
-            containers,
-            ..PodSpec::default()
-        }),
-        status: None,
-    }
+    crate::testing::pod()
+        .named("default", "web", UID)
+        .restart_policy(restart_policy)
+        .init_containers(inits)
+        .containers(containers)
+        .build()
 }
 
 /// Builds a runtime status; call the methods oldest first, each instance is newer than the last.

@@ -429,5 +429,4 @@ fn remove_pod_log_dirs(root: &Path, pods: &dyn PodStateProvider) -> (usize, usiz
 }
 
 #[cfg(test)]
-#[path = "gc_tests.rs"]
 mod tests;

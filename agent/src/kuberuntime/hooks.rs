@@ -106,15 +106,7 @@ mod tests {
     use crate::cri::fake::FakeRuntime;
 
     fn pod() -> Pod {
-        Pod {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("prod".into()),
-                uid: Some("u1".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        }
+        crate::testing::pod().named("prod", "web", "u1").build()
     }
 
     fn app() -> Container {

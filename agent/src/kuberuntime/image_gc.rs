@@ -335,5 +335,4 @@ pub fn images_in_use(
 }
 
 #[cfg(test)]
-#[path = "image_gc_tests.rs"]
 mod tests;

@@ -831,3 +831,6 @@ impl crate::pleg::RuntimeView for KubeRuntimeManager {
             })
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -23,10 +23,6 @@ pub mod images;
 mod init;
 pub mod lifecycle;
 pub mod manager;
-#[cfg(test)]
-mod manager_security_tests;
-#[cfg(test)]
-mod manager_tests;
 pub mod mounts;
 mod sandbox;
 pub mod sandbox_config;

@@ -168,33 +168,22 @@ pub fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{Container, ContainerPort, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::api::core::v1::{Container, ContainerPort};
 
     fn pod(host_network: bool) -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("prod".into()),
-                uid: Some("u1".into()),
-                labels: Some([("app".to_owned(), "web".to_owned())].into_iter().collect()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                host_network: Some(host_network),
-                containers: vec![Container {
-                    name: "c".into(),
-                    ports: Some(vec![ContainerPort {
-                        container_port: 80,
-                        host_port: Some(8080),
-                        ..Default::default()
-                    }]),
+        crate::testing::pod()
+            .named("prod", "web", "u1")
+            .label("app", "web")
+            .host_network(host_network)
+            .container(Container {
+                ports: Some(vec![ContainerPort {
+                    container_port: 80,
+                    host_port: Some(8080),
                     ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            status: None,
-        }
+                }]),
+                ..crate::testing::container("c")
+            })
+            .build()
     }
 
     fn params(root: &Path) -> SandboxParams<'_> {

@@ -406,5 +406,4 @@ pub fn sandbox_security_context(
 }
 
 #[cfg(test)]
-#[path = "security_context_tests.rs"]
 mod tests;

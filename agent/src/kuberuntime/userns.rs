@@ -281,5 +281,4 @@ fn read_checkpoint(path: &Path) -> Result<Ranges, UsernsError> {
 }
 
 #[cfg(test)]
-#[path = "userns_tests.rs"]
 mod tests;

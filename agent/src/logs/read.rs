@@ -411,5 +411,4 @@ async fn is_running(runtime: &dyn RuntimeService, container_id: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "read_tests.rs"]
 mod tests;

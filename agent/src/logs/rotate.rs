@@ -306,5 +306,4 @@ fn compress(log: &Path) -> Result<PathBuf, RotateError> {
 }
 
 #[cfg(test)]
-#[path = "rotate_tests.rs"]
 mod tests;

@@ -1,16 +1,14 @@
 //! The pod workers against a scripted syncer: coalescing, the termination sequence, cancellation,
 //! static-pod succession, housekeeping, back-off.
 
+use crate::testing;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime},
 };
 
-use k8s_openapi::{
-    api::core::v1::{Pod, PodSpec},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
-};
+use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::Time};
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -128,20 +126,11 @@ impl PodSyncer for FakeSyncer {
 }
 
 fn pod(uid: &str, name: &str, version: &str) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            uid: Some(uid.into()),
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            resource_version: Some(version.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            termination_grace_period_seconds: Some(7),
-            ..Default::default()
-        }),
-        status: None,
-    })
+    testing::pod()
+        .named("default", name, uid)
+        .resource_version(version)
+        .grace_period(7)
+        .arc()
 }
 
 fn static_pod(uid: &str, name: &str) -> Arc<Pod> {

@@ -1,6 +1,7 @@
 //! The probe manager and its workers against the fake CRI (exec probes) and a target whose state
 //! the test sets; time is tokio's paused clock, so periods pass at once.
 
+use crate::testing;
 use std::{
     collections::HashSet,
     sync::{Arc, Mutex},
@@ -8,7 +9,7 @@ use std::{
 };
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::{Container, ExecAction, Pod, PodSpec, Probe};
+use k8s_openapi::api::core::v1::{Container, ExecAction, Pod, Probe};
 use tokio::sync::mpsc;
 
 use super::{
@@ -52,19 +53,10 @@ fn exec_probe(failure_threshold: i32) -> Probe {
 }
 
 fn pod(container: Container) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some("u1".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![container],
-            ..Default::default()
-        }),
-        status: None,
-    })
+    testing::pod()
+        .named("default", "web", "u1")
+        .container(container)
+        .arc()
 }
 
 struct Setup {

@@ -271,5 +271,4 @@ pub fn bearer_token(header: &str) -> Option<&str> {
 }
 
 #[cfg(test)]
-#[path = "auth_tests.rs"]
 mod tests;

@@ -435,5 +435,4 @@ impl<T> tonic::transport::server::Connected for TrackedIo<T> {
 }
 
 #[cfg(test)]
-#[path = "connections_tests.rs"]
 mod tests;

@@ -140,5 +140,4 @@ fn refused(refusal: Refusal) -> Response {
 }
 
 #[cfg(test)]
-#[path = "full_tests.rs"]
 mod tests;

@@ -247,5 +247,4 @@ async fn http<I>(
 }
 
 #[cfg(test)]
-#[path = "listener_tests.rs"]
 mod tests;

@@ -284,5 +284,4 @@ async fn container_logs(
 }
 
 #[cfg(test)]
-#[path = "logs_tests.rs"]
 mod tests;

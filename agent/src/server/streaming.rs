@@ -478,5 +478,4 @@ async fn running_pods(State(s): State<Arc<Streaming>>) -> Response {
 }
 
 #[cfg(test)]
-#[path = "streaming_tests.rs"]
 mod tests;

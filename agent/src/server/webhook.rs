@@ -147,5 +147,4 @@ impl Reviewer for KubeReviewer {
 }
 
 #[cfg(test)]
-#[path = "webhook_tests.rs"]
 mod tests;

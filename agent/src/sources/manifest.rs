@@ -172,5 +172,4 @@ impl Fnv128a {
 }
 
 #[cfg(test)]
-#[path = "manifest_tests.rs"]
 mod tests;

@@ -280,5 +280,4 @@ fn check_and_update(existing: &mut Pod, candidate: Pod) -> Change {
 }
 
 #[cfg(test)]
-#[path = "merge_tests.rs"]
 mod tests;

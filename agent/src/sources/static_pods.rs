@@ -313,5 +313,4 @@ async fn next_burst(stream: Option<&mut EventStream<Vec<u8>>>, debounce: Duratio
 }
 
 #[cfg(test)]
-#[path = "static_pods_tests.rs"]
 mod tests;

@@ -459,5 +459,4 @@ pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
 }
 
 #[cfg(test)]
-#[path = "validation_tests.rs"]
 mod tests;

@@ -183,18 +183,9 @@ impl TerminalStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn pod(uid: &str, name: &str) -> Arc<Pod> {
-        Arc::new(Pod {
-            metadata: ObjectMeta {
-                uid: Some(uid.into()),
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        })
+        crate::testing::pod().named("default", name, uid).arc()
     }
 
     fn phase(p: &str) -> ApiPodStatus {

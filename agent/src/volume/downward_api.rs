@@ -118,39 +118,24 @@ mod tests {
     use super::*;
     use k8s_openapi::{
         api::core::v1::{
-            Container, ObjectFieldSelector, PodSpec, ResourceFieldSelector, ResourceRequirements,
+            Container, ObjectFieldSelector, ResourceFieldSelector, ResourceRequirements,
         },
-        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+        apimachinery::pkg::api::resource::Quantity,
     };
 
     fn pod() -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("prod".into()),
-                uid: Some("u-1".into()),
-                labels: Some(
-                    [
-                        ("tier".to_owned(), "front".to_owned()),
-                        ("app".to_owned(), "x".to_owned()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "app".into(),
-                    resources: Some(ResourceRequirements {
-                        limits: Some([("memory".to_owned(), Quantity("64Mi".into()))].into()),
-                        ..Default::default()
-                    }),
+        crate::testing::pod()
+            .named("prod", "web", "u-1")
+            .label("tier", "front")
+            .label("app", "x")
+            .container(Container {
+                resources: Some(ResourceRequirements {
+                    limits: Some([("memory".to_owned(), Quantity("64Mi".into()))].into()),
                     ..Default::default()
-                }],
-                ..Default::default()
-            }),
-            status: None,
-        }
+                }),
+                ..crate::testing::container("app")
+            })
+            .build()
     }
 
     fn field(path: &str, field_path: &str) -> DownwardAPIVolumeFile {

@@ -137,29 +137,26 @@ pub fn disk_usage(dir: &Path) -> u64 {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{Container, PodSpec, ResourceRequirements},
+        api::core::v1::{Container, ResourceRequirements},
         apimachinery::pkg::api::resource::Quantity,
     };
 
     fn pod(memory_limits: &[Option<&str>]) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers: memory_limits
+        crate::testing::pod()
+            .containers(
+                memory_limits
                     .iter()
                     .enumerate()
                     .map(|(i, l)| Container {
-                        name: format!("c{i}"),
                         resources: l.map(|l| ResourceRequirements {
                             limits: Some([("memory".to_owned(), Quantity(l.to_owned()))].into()),
                             ..Default::default()
                         }),
-                        ..Default::default()
+                        ..crate::testing::container(&format!("c{i}"))
                     })
                     .collect(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+            )
+            .build()
     }
 
     #[test]

@@ -155,12 +155,9 @@ pub fn payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::{
-        api::core::v1::{
-            ConfigMapProjection, DownwardAPIProjection, DownwardAPIVolumeFile, KeyToPath,
-            ObjectFieldSelector, PodSpec, ServiceAccountTokenProjection,
-        },
-        apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    use k8s_openapi::api::core::v1::{
+        ConfigMapProjection, DownwardAPIProjection, DownwardAPIVolumeFile, KeyToPath,
+        ObjectFieldSelector, ServiceAccountTokenProjection,
     };
 
     /// The sources admission injects as `kube-api-access-*`.
@@ -203,19 +200,10 @@ mod tests {
     }
 
     fn pod() -> Pod {
-        Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("prod".into()),
-                uid: Some("u-1".into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec {
-                service_account_name: Some("builder".into()),
-                ..Default::default()
-            }),
-            status: None,
-        }
+        crate::testing::pod()
+            .named("prod", "web", "u-1")
+            .spec(|s| s.service_account_name = Some("builder".into()))
+            .build()
     }
 
     #[test]

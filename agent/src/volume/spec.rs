@@ -172,34 +172,27 @@ fn volume_spec(v: &Volume) -> Result<VolumeSpec, Error> {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{
-            Container, EmptyDirVolumeSource, HostPathVolumeSource, PodSpec, VolumeMount,
-        },
+        api::core::v1::{Container, EmptyDirVolumeSource, HostPathVolumeSource, VolumeMount},
         apimachinery::pkg::api::resource::Quantity,
     };
 
     fn pod(volumes: Vec<Volume>, mounted: &[&str]) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    volume_mounts: Some(
-                        mounted
-                            .iter()
-                            .map(|n| VolumeMount {
-                                name: (*n).into(),
-                                mount_path: format!("/{n}"),
-                                ..Default::default()
-                            })
-                            .collect(),
-                    ),
-                    ..Default::default()
-                }],
-                volumes: Some(volumes),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        crate::testing::pod()
+            .container(Container {
+                volume_mounts: Some(
+                    mounted
+                        .iter()
+                        .map(|n| VolumeMount {
+                            name: (*n).into(),
+                            mount_path: format!("/{n}"),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+                ..crate::testing::container("c")
+            })
+            .volumes(volumes)
+            .build()
     }
 
     #[test]

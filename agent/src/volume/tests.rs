@@ -1,15 +1,13 @@
 //! The volume manager against a temporary root, unprivileged: disk emptyDirs and hostPath
 //! checks through the reconciler, the waits, and the CRI mounts a container gets.
 
+use crate::testing;
 use std::{sync::Arc, time::Duration};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::{
-    api::core::v1::{
-        Container, EmptyDirVolumeSource, HostPathVolumeSource, Pod, PodSpec, SecurityContext,
-        Volume, VolumeMount,
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+use k8s_openapi::api::core::v1::{
+    Container, EmptyDirVolumeSource, HostPathVolumeSource, Pod, SecurityContext, Volume,
+    VolumeMount,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -43,26 +41,16 @@ fn mount(name: &str, path: &str) -> VolumeMount {
 }
 
 fn pod(volumes: Vec<Volume>, mounts: Vec<VolumeMount>) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("prod".into()),
-            uid: Some("uid-1".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            subdomain: Some("sub".into()),
-            containers: vec![Container {
-                name: "app".into(),
-                volume_mounts: Some(mounts),
-                termination_message_path: Some("/dev/termination-log".into()),
-                ..Default::default()
-            }],
-            volumes: Some(volumes),
-            ..Default::default()
-        }),
-        status: None,
-    })
+    testing::pod()
+        .named("prod", "web", "uid-1")
+        .spec(|s| s.subdomain = Some("sub".into()))
+        .container(Container {
+            volume_mounts: Some(mounts),
+            termination_message_path: Some("/dev/termination-log".into()),
+            ..testing::container("app")
+        })
+        .volumes(volumes)
+        .arc()
 }
 
 fn empty_dir(name: &str) -> Volume {

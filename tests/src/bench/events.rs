@@ -4,9 +4,9 @@
 //! afterwards.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -15,6 +15,12 @@ use swiftlet::kernel::{
 };
 use swiftlet_common::{EventKind, KindCounters};
 
+use super::{
+    driver::Benchmark,
+    machine::{self, Machine},
+    plot::{self, Axes, Curve},
+    report::{Report, ScenarioReport},
+};
 use crate::TestCgroup;
 
 /// Bound on one scenario, so that a broken run ends with what it has instead of hanging. Far
@@ -340,5 +346,107 @@ mod tests {
             "{:?}",
             missing.inconsistencies()
         );
+    }
+}
+
+/// Below this, p99.9 rests on fewer than ten samples.
+pub const MEANINGFUL_EXITS: u64 = 10_000;
+
+/// The events benchmark as `swiftlet-bench events` runs it: [`Scenario::paced`], then
+/// [`Scenario::storm`] with one worker per CPU.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Exits per scenario.
+    pub exits: u64,
+    pub ring_buffer_bytes: u32,
+    /// The `swiftlet-testproc` binary.
+    pub testproc: PathBuf,
+}
+
+impl Benchmark for Settings {
+    const NAME: &'static str = "events";
+    const NEEDS_ROOT: &'static str = "loading eBPF programs and creating cgroups needs root";
+    const RUNS_PODS: bool = false;
+    type Outcome = Vec<Outcome>;
+    type Report = Report;
+
+    fn announce(&self) -> Option<String> {
+        (self.exits < MEANINGFUL_EXITS).then(|| {
+            format!(
+                "note: {} exits per scenario; use at least {MEANINGFUL_EXITS} for a meaningful \
+                 p99.9",
+                self.exits
+            )
+        })
+    }
+
+    async fn run(&self) -> Result<Vec<Outcome>> {
+        let scenarios = [
+            Scenario::paced(self.exits),
+            Scenario::storm(self.exits, machine::cpus()),
+        ];
+        let mut outcomes = Vec::with_capacity(scenarios.len());
+        for scenario in &scenarios {
+            eprintln!(
+                "running {}: swiftlet-testproc {} (ring buffer {} bytes)",
+                scenario.name,
+                scenario.args.join(" "),
+                self.ring_buffer_bytes
+            );
+            let outcome = run(scenario, &self.testproc, self.ring_buffer_bytes)
+                .await
+                .with_context(|| format!("scenario {}", scenario.name))?;
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
+
+    /// Nothing to clear: the scenarios run no pods, and an interrupt simply ends the process.
+    async fn clean_up(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn report(&self, outcomes: &Vec<Outcome>, machine: &Machine, now: SystemTime) -> Report {
+        let reports = outcomes
+            .iter()
+            .map(|o| ScenarioReport::new(o, self.ring_buffer_bytes))
+            .collect();
+        Report::new(machine.clone(), reports, now)
+    }
+
+    fn markdown(report: &Report) -> String {
+        report.markdown()
+    }
+
+    fn verdicts(_: &Report) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn warnings(report: &Report) -> Vec<String> {
+        report
+            .scenarios
+            .iter()
+            .flat_map(|s| s.inconsistencies.iter().cloned())
+            .collect()
+    }
+
+    fn plot(&self, path: &Path, machine: &Machine, outcomes: &Vec<Outcome>) -> Result<()> {
+        let curves: Vec<Curve<'_>> = outcomes
+            .iter()
+            .map(|o| Curve {
+                name: &o.scenario.name,
+                sorted_ns: &o.latencies_ns,
+            })
+            .collect();
+        let title = format!(
+            "Exit event latency, kernel to swiftlet (Linux {}, {} CPUs)",
+            machine.kernel_release, machine.cpus
+        );
+        let axes = Axes {
+            ns_per_unit: 1e3,
+            x_desc: "latency, kernel to userspace (µs, log scale)",
+            y_desc: "fraction of exit events",
+        };
+        plot::latency_cdf(path, &title, &axes, &curves)
     }
 }

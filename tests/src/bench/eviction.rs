@@ -37,7 +37,7 @@ pub mod stream;
 use std::{
     collections::{BTreeSet, VecDeque},
     path::{Path, PathBuf},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -59,6 +59,7 @@ use super::harness::{
     cri::Cri,
     http, manifests,
 };
+use super::{driver::Benchmark, machine::Machine, report::rfc3339};
 
 /// The cgroup root of every mode's swiftlet.
 pub const CGROUP_ROOT: &str = "/swiftlet-bench-eviction";
@@ -645,4 +646,67 @@ fn stall_before(history: &VecDeque<(u64, PsiTotals)>, woke_ns: u64) -> Option<St
     let now_ns = swiftlet::kernel::monotonic_ns();
     let now = PsiTotals::read(CGROUP_ROOT);
     Some(now.since(then, Duration::from_nanos(now_ns.saturating_sub(*then_ns))))
+}
+
+impl Benchmark for Settings {
+    const NAME: &'static str = "eviction";
+    const NEEDS_ROOT: &'static str =
+        "swiftlet loads eBPF programs and manages cgroups, which needs root";
+    const RUNS_PODS: bool = true;
+    type Outcome = Vec<ModeOutcome>;
+    type Report = Vec<report::Entry>;
+
+    fn announce(&self) -> Option<String> {
+        Some(format!(
+            "eviction: modes {:?}, {} runs each; the pods' cgroup ({}/kubepods) limited to {} \
+             MiB, allocatableMemory.available<{}Mi; swiftlet logs in {}",
+            self.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            self.runs,
+            CGROUP_ROOT,
+            ALLOCATABLE_BYTES >> 20,
+            THRESHOLD_MIB,
+            self.log_dir.display()
+        ))
+    }
+
+    async fn run(&self) -> Result<Vec<ModeOutcome>> {
+        run(self).await
+    }
+
+    async fn clean_up(&self) -> Result<()> {
+        clean_up(&self.runtime_endpoint).await.map(drop)
+    }
+
+    fn report(
+        &self,
+        outcomes: &Vec<ModeOutcome>,
+        machine: &Machine,
+        now: SystemTime,
+    ) -> Vec<report::Entry> {
+        let date = rfc3339(now);
+        outcomes
+            .iter()
+            .map(|o| report::Entry::new(o, machine, &date))
+            .collect()
+    }
+
+    fn markdown(entries: &Vec<report::Entry>) -> String {
+        report::markdown(entries)
+    }
+
+    fn verdicts(entries: &Vec<report::Entry>) -> Vec<String> {
+        report::verdicts(entries)
+    }
+
+    fn warnings(entries: &Vec<report::Entry>) -> Vec<String> {
+        report::warnings(entries)
+    }
+
+    fn plot(&self, path: &Path, machine: &Machine, outcomes: &Vec<ModeOutcome>) -> Result<()> {
+        let title = format!(
+            "Memory pressure → eviction, kernel wake-ups vs the 10 s check (Linux {}, {} CPUs)",
+            machine.kernel_release, machine.cpus
+        );
+        report::plot(path, &title, outcomes)
+    }
 }

@@ -3,6 +3,7 @@
 //! They live in the library so that the arithmetic is unit-tested without root.
 
 pub mod cpumanager;
+pub mod driver;
 pub mod events;
 pub mod eviction;
 pub mod harness;

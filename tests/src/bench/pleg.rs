@@ -25,7 +25,7 @@ pub mod report;
 use std::{
     collections::{BTreeMap, HashMap},
     path::{Path, PathBuf},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -41,6 +41,7 @@ use super::harness::{
     cri::Cri,
     http, manifests,
 };
+use super::{driver::Benchmark, machine::Machine, report::rfc3339};
 
 /// The two PLEGs, in the order each N runs them.
 pub const PLEGS: [&str; 2] = ["relist", "ebpf"];
@@ -636,6 +637,68 @@ fn operation(labels: &str) -> String {
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Benchmark for Settings {
+    const NAME: &'static str = "pleg";
+    const NEEDS_ROOT: &'static str = "swiftlet loads eBPF programs and manages cgroups, and the \
+                                      benchmark kills containers, which needs root";
+    const RUNS_PODS: bool = true;
+    type Outcome = Vec<ConfigOutcome>;
+    type Report = Vec<report::Entry>;
+
+    fn announce(&self) -> Option<String> {
+        Some(format!(
+            "pleg: {:?} containers, each with --pleg {}; {} exits each, {} s idle window; \
+             swiftlet logs in {}",
+            self.sizes,
+            PLEGS.join(" and --pleg "),
+            self.exits,
+            self.idle.as_secs(),
+            self.log_dir.display()
+        ))
+    }
+
+    async fn run(&self) -> Result<Vec<ConfigOutcome>> {
+        run(self).await
+    }
+
+    async fn clean_up(&self) -> Result<()> {
+        clean_up(&self.runtime_endpoint).await.map(drop)
+    }
+
+    fn report(
+        &self,
+        outcomes: &Vec<ConfigOutcome>,
+        machine: &Machine,
+        now: SystemTime,
+    ) -> Vec<report::Entry> {
+        let date = rfc3339(now);
+        outcomes
+            .iter()
+            .map(|o| report::Entry::new(o, machine, &date))
+            .collect()
+    }
+
+    fn markdown(entries: &Vec<report::Entry>) -> String {
+        report::markdown(entries)
+    }
+
+    fn verdicts(entries: &Vec<report::Entry>) -> Vec<String> {
+        report::verdicts(entries)
+    }
+
+    fn warnings(entries: &Vec<report::Entry>) -> Vec<String> {
+        report::warnings(entries)
+    }
+
+    fn plot(&self, path: &Path, machine: &Machine, outcomes: &Vec<ConfigOutcome>) -> Result<()> {
+        let title = format!(
+            "Container exit → pod lifecycle event, relist vs kernel events (Linux {}, {} CPUs)",
+            machine.kernel_release, machine.cpus
+        );
+        report::plot(path, &title, outcomes)
+    }
 }
 
 #[cfg(test)]

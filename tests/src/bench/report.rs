@@ -124,8 +124,13 @@ pub fn ms_cell(ms: f64, n: u64) -> String {
 
 /// The current time as [`utc_rfc3339`] prints it: a report's date.
 pub fn now_rfc3339() -> String {
-    let epoch_secs = std::time::SystemTime::now()
-        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+    rfc3339(SystemTime::now())
+}
+
+/// `at` as [`utc_rfc3339`] prints it.
+pub fn rfc3339(at: SystemTime) -> String {
+    let epoch_secs = at
+        .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     utc_rfc3339(epoch_secs)
 }

@@ -19,7 +19,7 @@ use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -33,6 +33,7 @@ use super::harness::{
     cri::Cri,
     http as pods,
 };
+use super::{driver::Benchmark, machine::Machine};
 
 /// Bound on the teardown (pods gone from `/pods`, sandboxes gone from the runtime). A teardown
 /// that takes longer is reported, and the CRI clean-up does the rest.
@@ -466,5 +467,95 @@ mod tests {
             line.ends_with("; cleared 2 leftovers; removed 12 pod cgroup folders left behind"),
             "{line}"
         );
+    }
+}
+
+/// The startup benchmark as `swiftlet-bench startup` runs it: its settings, the UIDs the run has
+/// seen (for the clean-up after an interrupt) and the load when it began.
+#[derive(Debug)]
+pub struct Bench {
+    pub settings: Settings,
+    seen: SeenUids,
+    load_average: String,
+}
+
+impl Bench {
+    /// Reads `/proc/loadavg` at once: what else the machine was doing when the run began.
+    pub fn new(settings: Settings) -> Bench {
+        let load_average = std::fs::read_to_string("/proc/loadavg")
+            .map(|l| l.trim().to_owned())
+            .unwrap_or_default();
+        Bench {
+            settings,
+            seen: SeenUids::default(),
+            load_average,
+        }
+    }
+}
+
+impl Benchmark for Bench {
+    const NAME: &'static str = "startup";
+    const NEEDS_ROOT: &'static str =
+        "swiftlet loads eBPF programs and manages cgroups, which needs root";
+    const RUNS_PODS: bool = true;
+    type Outcome = Vec<BatchOutcome>;
+    type Report = report::Report;
+
+    fn announce(&self) -> Option<String> {
+        let settings = &self.settings;
+        Some(format!(
+            "startup: batches of {:?} pods, {} rounds each, /pods polled every {} ms; swiftlet \
+             logs in {}",
+            settings.batches,
+            settings.rounds,
+            settings.poll.as_millis(),
+            settings.log_dir.display()
+        ))
+    }
+
+    async fn run(&self) -> Result<Vec<BatchOutcome>> {
+        run(&self.settings, &self.seen).await
+    }
+
+    async fn clean_up(&self) -> Result<()> {
+        clean_up(&self.settings.runtime_endpoint, &self.seen)
+            .await
+            .map(drop)
+    }
+
+    fn report(
+        &self,
+        batches: &Vec<BatchOutcome>,
+        machine: &Machine,
+        now: SystemTime,
+    ) -> report::Report {
+        report::Report::new(
+            machine.clone(),
+            self.load_average.clone(),
+            &self.settings,
+            batches,
+            now,
+        )
+    }
+
+    fn markdown(report: &report::Report) -> String {
+        report.markdown()
+    }
+
+    /// The verdict on the target is part of the table ([`report::Report::markdown`]).
+    fn verdicts(_: &report::Report) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn warnings(report: &report::Report) -> Vec<String> {
+        report.warnings()
+    }
+
+    fn plot(&self, path: &Path, machine: &Machine, batches: &Vec<BatchOutcome>) -> Result<()> {
+        let title = format!(
+            "Static pod startup, manifest to Running (Linux {}, {} CPUs)",
+            machine.kernel_release, machine.cpus
+        );
+        report::plot(path, &title, batches)
     }
 }

@@ -41,29 +41,23 @@
 //! other pods and the system ran on that CPU in the container's first 10 s, and what the
 //! scheduler audit's programs cost in context switches. Same outputs, logs under
 //! `<out-dir>/cpumanager/`.
+//!
+//! This file is the command line only: each benchmark's scenario, report and plot are its module
+//! in `swiftlet_tests::bench`, and what they all do around them (root check, interrupts, table,
+//! JSON, plot) is `bench::driver`.
 #![expect(
-    clippy::print_stdout,
     clippy::print_stderr,
     reason = "a benchmark driver reports on the terminal"
 )]
 
-use std::{
-    path::{Path, PathBuf},
-    process::ExitCode,
-    time::{Duration, SystemTime},
-};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use swiftlet_tests::bench::{
     cpumanager,
-    events::{self, Outcome, Scenario},
-    eviction,
-    machine::{self, Machine},
-    pleg,
-    plot::{self, Axes, Curve},
-    report::{Report, ScenarioReport},
-    startup,
+    driver::{self, Benchmark, Output},
+    events, eviction, pleg, startup,
 };
 
 #[derive(Parser)]
@@ -88,60 +82,87 @@ enum Bench {
     Cpumanager(CpumanagerArgs),
 }
 
+/// Where the results go, for every benchmark.
 #[derive(Args)]
-struct EventsArgs {
-    /// Exits per scenario (10,000 or more, for a meaningful p99.9).
-    #[arg(long, default_value_t = 20_000)]
-    exits: u64,
-    /// Where to write the JSON results (default <out-dir>/events.json).
+struct OutputArgs {
+    /// Where to write the JSON results (default <out-dir>/<benchmark>.json).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Where the JSON (by default) and the plot go.
+    /// Where the JSON (by default), the plot, and the logs go.
     #[arg(long, default_value = "target/bench")]
     out_dir: PathBuf,
-    /// Size of the events ring buffer: a power-of-two multiple of the page size.
-    #[arg(long, default_value_t = swiftlet_common::DEFAULT_RING_BYTES)]
-    ring_buffer_bytes: u32,
 }
 
+impl OutputArgs {
+    fn output(self) -> Output {
+        Output {
+            json: self.json,
+            out_dir: self.out_dir,
+        }
+    }
+
+    /// `<out-dir>/<benchmark>`: where a benchmark that runs swiftlet keeps its logs.
+    fn log_dir<B: Benchmark>(&self) -> PathBuf {
+        self.out_dir.join(B::NAME)
+    }
+}
+
+/// The agent and runtime of every benchmark that runs pods.
 #[derive(Args)]
-struct StartupArgs {
+struct AgentArgs {
     /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
-    /// imported, as `cargo xtask bench startup` does).
+    /// imported, as `cargo xtask bench <benchmark>` does).
     #[arg(long)]
     runtime_endpoint: String,
     /// The swiftlet binary (default: the one next to this driver).
     #[arg(long)]
     swiftlet: Option<PathBuf>,
+}
+
+impl AgentArgs {
+    fn swiftlet(&mut self) -> PathBuf {
+        self.swiftlet
+            .take()
+            .unwrap_or_else(swiftlet_tests::swiftlet_bin)
+    }
+}
+
+#[derive(Args)]
+struct EventsArgs {
+    /// Exits per scenario (10,000 or more, for a meaningful p99.9).
+    #[arg(long, default_value_t = 20_000)]
+    exits: u64,
+    /// Size of the events ring buffer: a power-of-two multiple of the page size.
+    #[arg(long, default_value_t = swiftlet_common::DEFAULT_RING_BYTES)]
+    ring_buffer_bytes: u32,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(Args)]
+struct StartupArgs {
+    #[command(flatten)]
+    agent: AgentArgs,
     /// Rounds per batch size, each with a fresh swiftlet.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
     /// Pods per batch (repeatable; default 10 and 30).
     #[arg(long = "batch", value_name = "N")]
     batches: Vec<usize>,
-    /// Where to write the JSON results (default <out-dir>/startup.json).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the JSON (by default), the plot, and the logs go.
-    #[arg(long, default_value = "target/bench")]
-    out_dir: PathBuf,
     /// Interval of the /pods poll, in ms: the resolution of the measurement.
     #[arg(long, default_value_t = 5)]
     poll_ms: u64,
     /// How long a round waits for its pods to run, in seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Args)]
 struct PlegArgs {
-    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
-    /// imported, as `cargo xtask bench pleg` does).
-    #[arg(long)]
-    runtime_endpoint: String,
-    /// The swiftlet binary (default: the one next to this driver).
-    #[arg(long)]
-    swiftlet: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// Running containers (repeatable; default 10, 50 and 100). Each is run with both PLEGs.
     #[arg(long = "size", value_name = "N")]
     sizes: Vec<usize>,
@@ -155,23 +176,14 @@ struct PlegArgs {
     /// exits and idle window given explicitly still win).
     #[arg(long)]
     quick: bool,
-    /// Where to write the JSON results (default <out-dir>/pleg.json).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the JSON (by default), the plot, and the logs go.
-    #[arg(long, default_value = "target/bench")]
-    out_dir: PathBuf,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Args)]
 struct EvictionArgs {
-    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
-    /// imported, as `cargo xtask bench eviction` does).
-    #[arg(long)]
-    runtime_endpoint: String,
-    /// The swiftlet binary (default: the one next to this driver).
-    #[arg(long)]
-    swiftlet: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// Modes to run, in order (repeatable: kernel, periodic, psi; default all three).
     #[arg(long = "mode", value_name = "M")]
     modes: Vec<eviction::Mode>,
@@ -181,23 +193,14 @@ struct EvictionArgs {
     /// A smoke run: 3 runs per mode.
     #[arg(long)]
     quick: bool,
-    /// Where to write the JSON results (default <out-dir>/eviction.json).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the JSON (by default), the plot, and the logs go.
-    #[arg(long, default_value = "target/bench")]
-    out_dir: PathBuf,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 #[derive(Args)]
 struct CpumanagerArgs {
-    /// The CRI runtime swiftlet runs the pods on (`unix://…`; the busybox and pause images
-    /// imported, as `cargo xtask bench cpumanager` does).
-    #[arg(long)]
-    runtime_endpoint: String,
-    /// The swiftlet binary (default: the one next to this driver).
-    #[arg(long)]
-    swiftlet: Option<PathBuf>,
+    #[command(flatten)]
+    agent: AgentArgs,
     /// Modes to run, in order (repeatable: events, reconcile; default both).
     #[arg(long = "mode", value_name = "M")]
     modes: Vec<cpumanager::Mode>,
@@ -207,16 +210,9 @@ struct CpumanagerArgs {
     /// A smoke run: 2 runs per mode, no random wait before each, short overhead windows.
     #[arg(long)]
     quick: bool,
-    /// Where to write the JSON results (default <out-dir>/cpumanager.json).
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Where the JSON (by default), the plot, and the logs go.
-    #[arg(long, default_value = "target/bench")]
-    out_dir: PathBuf,
+    #[command(flatten)]
+    output: OutputArgs,
 }
-
-/// Below this, p99.9 rests on fewer than ten samples.
-const MEANINGFUL_EXITS: u64 = 10_000;
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -237,74 +233,18 @@ async fn main() -> ExitCode {
 }
 
 async fn events_bench(args: EventsArgs) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!(
-            "loading eBPF programs and creating cgroups needs root: run `cargo xtask bench events`"
-        );
-    }
-    if args.exits < MEANINGFUL_EXITS {
-        eprintln!(
-            "note: {} exits per scenario; use at least {MEANINGFUL_EXITS} for a meaningful p99.9",
-            args.exits
-        );
-    }
-    let testproc = swiftlet_tests::testproc();
-    let scenarios = [
-        Scenario::paced(args.exits),
-        Scenario::storm(args.exits, machine::cpus()),
-    ];
-    let mut outcomes = Vec::with_capacity(scenarios.len());
-    for scenario in &scenarios {
-        eprintln!(
-            "running {}: swiftlet-testproc {} (ring buffer {} bytes)",
-            scenario.name,
-            scenario.args.join(" "),
-            args.ring_buffer_bytes
-        );
-        let outcome = events::run(scenario, &testproc, args.ring_buffer_bytes)
-            .await
-            .with_context(|| format!("scenario {}", scenario.name))?;
-        outcomes.push(outcome);
-    }
-
-    let reports = outcomes
-        .iter()
-        .map(|o| ScenarioReport::new(o, args.ring_buffer_bytes))
-        .collect();
-    let report = Report::new(Machine::detect(), reports, SystemTime::now());
-    println!("{}", report.markdown());
-    for scenario in &report.scenarios {
-        for problem in &scenario.inconsistencies {
-            println!("WARNING: {problem}");
-        }
-    }
-
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let json = args
-        .json
-        .unwrap_or_else(|| args.out_dir.join("events.json"));
-    write_json(&json, &report)?;
-    let svg = args.out_dir.join("events-latency.svg");
-    write_plot(&svg, &report.machine, &outcomes)?;
-    eprintln!("wrote {} and {}", json.display(), svg.display());
-    Ok(())
+    let settings = events::Settings {
+        exits: args.exits,
+        ring_buffer_bytes: args.ring_buffer_bytes,
+        testproc: swiftlet_tests::testproc(),
+    };
+    driver::run(&settings, &args.output.output()).await
 }
 
-async fn startup_bench(args: StartupArgs) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!(
-            "swiftlet loads eBPF programs and manages cgroups, which needs root: run `cargo xtask \
-             bench startup`"
-        );
-    }
-    // Read first: what else the machine was doing when the run began.
-    let load_average = std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.trim().to_owned())
-        .unwrap_or_default();
+async fn startup_bench(mut args: StartupArgs) -> Result<()> {
     let settings = startup::Settings {
-        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
-        runtime_endpoint: args.runtime_endpoint,
+        swiftlet: args.agent.swiftlet(),
+        runtime_endpoint: args.agent.runtime_endpoint,
         batches: if args.batches.is_empty() {
             vec![10, 30]
         } else {
@@ -313,133 +253,32 @@ async fn startup_bench(args: StartupArgs) -> Result<()> {
         rounds: args.rounds,
         poll: Duration::from_millis(args.poll_ms),
         timeout: Duration::from_secs(args.timeout_s),
-        log_dir: args.out_dir.join("startup"),
+        log_dir: args.output.log_dir::<startup::Bench>(),
     };
-    eprintln!(
-        "startup: batches of {:?} pods, {} rounds each, /pods polled every {} ms; swiftlet logs \
-         in {}",
-        settings.batches,
-        settings.rounds,
-        args.poll_ms,
-        settings.log_dir.display()
-    );
-    // xtask passes Ctrl-C and SIGTERM on to this process group, swiftlet included: the round in
-    // flight is dropped (its swiftlet killed, its folders removed) and the runtime cleared, so
-    // that an interrupted run leaves no pod, log or cgroup behind either.
-    let seen = startup::SeenUids::default();
-    let batches = tokio::select! {
-        batches = startup::run(&settings, &seen) => batches?,
-        signal = interrupted() => {
-            eprintln!("startup: {signal}: clearing the benchmark's pods");
-            startup::clean_up(&settings.runtime_endpoint, &seen).await?;
-            bail!("interrupted by {signal}");
-        }
-    };
-
-    let report = startup::report::Report::new(
-        Machine::detect(),
-        load_average,
-        &settings,
-        &batches,
-        SystemTime::now(),
-    );
-    println!("{}", report.markdown());
-    for problem in report.warnings() {
-        println!("WARNING: {problem}");
-    }
-    let json = args
-        .json
-        .unwrap_or_else(|| args.out_dir.join("startup.json"));
-    write_json(&json, &report)?;
-    let svg = args.out_dir.join("startup-latency.svg");
-    let title = format!(
-        "Static pod startup, manifest to Running (Linux {}, {} CPUs)",
-        report.machine.kernel_release, report.machine.cpus
-    );
-    startup::report::plot(&svg, &title, &batches)
-        .with_context(|| format!("plotting {}", svg.display()))?;
-    eprintln!("wrote {} and {}", json.display(), svg.display());
-    Ok(())
+    driver::run(&startup::Bench::new(settings), &args.output.output()).await
 }
 
-async fn pleg_bench(args: PlegArgs) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!(
-            "swiftlet loads eBPF programs and manages cgroups, and the benchmark kills containers, \
-             which needs root: run `cargo xtask bench pleg`"
-        );
-    }
+async fn pleg_bench(mut args: PlegArgs) -> Result<()> {
     let sizes = match (args.sizes.is_empty(), args.quick) {
         (false, _) => args.sizes,
         (true, true) => vec![10],
         (true, false) => vec![10, 50, 100],
     };
-    let exits = args.exits.unwrap_or(if args.quick { 20 } else { 200 });
-    let idle_s = args.idle_s.unwrap_or(if args.quick { 10 } else { 60 });
     let settings = pleg::Settings {
-        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
-        runtime_endpoint: args.runtime_endpoint,
+        swiftlet: args.agent.swiftlet(),
+        runtime_endpoint: args.agent.runtime_endpoint,
         sizes,
-        exits,
-        idle: Duration::from_secs(idle_s),
-        log_dir: args.out_dir.join("pleg"),
+        exits: args.exits.unwrap_or(if args.quick { 20 } else { 200 }),
+        idle: Duration::from_secs(args.idle_s.unwrap_or(if args.quick { 10 } else { 60 })),
+        log_dir: args.output.log_dir::<pleg::Settings>(),
     };
-    eprintln!(
-        "pleg: {:?} containers, each with --pleg {}; {} exits each, {} s idle window; swiftlet \
-         logs in {}",
-        settings.sizes,
-        pleg::PLEGS.join(" and --pleg "),
-        settings.exits,
-        idle_s,
-        settings.log_dir.display()
-    );
-    let outcomes = tokio::select! {
-        outcomes = pleg::run(&settings) => outcomes?,
-        signal = interrupted() => {
-            eprintln!("pleg: {signal}: clearing the benchmark's pods");
-            pleg::clean_up(&settings.runtime_endpoint).await?;
-            bail!("interrupted by {signal}");
-        }
-    };
-
-    let machine = Machine::detect();
-    let date = swiftlet_tests::bench::report::now_rfc3339();
-    let entries: Vec<pleg::report::Entry> = outcomes
-        .iter()
-        .map(|o| pleg::report::Entry::new(o, &machine, &date))
-        .collect();
-    println!("{}", pleg::report::markdown(&entries));
-    for verdict in pleg::report::verdicts(&entries) {
-        println!("{verdict}");
-    }
-    for problem in pleg::report::warnings(&entries) {
-        println!("WARNING: {problem}");
-    }
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let json = args.json.unwrap_or_else(|| args.out_dir.join("pleg.json"));
-    write_json(&json, &entries)?;
-    let svg = args.out_dir.join("pleg-latency.svg");
-    let title = format!(
-        "Container exit → pod lifecycle event, relist vs kernel events (Linux {}, {} CPUs)",
-        machine.kernel_release, machine.cpus
-    );
-    pleg::report::plot(&svg, &title, &outcomes)
-        .with_context(|| format!("plotting {}", svg.display()))?;
-    eprintln!("wrote {} and {}", json.display(), svg.display());
-    Ok(())
+    driver::run(&settings, &args.output.output()).await
 }
 
-async fn eviction_bench(args: EvictionArgs) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!(
-            "swiftlet loads eBPF programs and manages cgroups, which needs root: run `cargo xtask \
-             bench eviction`"
-        );
-    }
+async fn eviction_bench(mut args: EvictionArgs) -> Result<()> {
     let settings = eviction::Settings {
-        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
-        runtime_endpoint: args.runtime_endpoint,
+        swiftlet: args.agent.swiftlet(),
+        runtime_endpoint: args.agent.runtime_endpoint,
         modes: if args.modes.is_empty() {
             eviction::Mode::ALL.to_vec()
         } else {
@@ -447,67 +286,15 @@ async fn eviction_bench(args: EvictionArgs) -> Result<()> {
         },
         runs: args.runs.unwrap_or(if args.quick { 3 } else { 20 }),
         max_delay: eviction::MONITORING_PERIOD,
-        log_dir: args.out_dir.join("eviction"),
+        log_dir: args.output.log_dir::<eviction::Settings>(),
     };
-    eprintln!(
-        "eviction: modes {:?}, {} runs each; the pods' cgroup ({}/kubepods) limited to {} MiB, \
-         allocatableMemory.available<{}Mi; swiftlet logs in {}",
-        settings.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
-        settings.runs,
-        eviction::CGROUP_ROOT,
-        eviction::ALLOCATABLE_BYTES >> 20,
-        eviction::THRESHOLD_MIB,
-        settings.log_dir.display()
-    );
-    let outcomes = tokio::select! {
-        outcomes = eviction::run(&settings) => outcomes?,
-        signal = interrupted() => {
-            eprintln!("eviction: {signal}: clearing the benchmark's pods");
-            eviction::clean_up(&settings.runtime_endpoint).await?;
-            bail!("interrupted by {signal}");
-        }
-    };
-
-    let machine = Machine::detect();
-    let date = swiftlet_tests::bench::report::now_rfc3339();
-    let entries: Vec<eviction::report::Entry> = outcomes
-        .iter()
-        .map(|o| eviction::report::Entry::new(o, &machine, &date))
-        .collect();
-    println!("{}", eviction::report::markdown(&entries));
-    for verdict in eviction::report::verdicts(&entries) {
-        println!("{verdict}");
-    }
-    for problem in eviction::report::warnings(&entries) {
-        println!("WARNING: {problem}");
-    }
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let json = args
-        .json
-        .unwrap_or_else(|| args.out_dir.join("eviction.json"));
-    write_json(&json, &entries)?;
-    let svg = args.out_dir.join("eviction-latency.svg");
-    let title = format!(
-        "Memory pressure → eviction, kernel wake-ups vs the 10 s check (Linux {}, {} CPUs)",
-        machine.kernel_release, machine.cpus
-    );
-    eviction::report::plot(&svg, &title, &outcomes)
-        .with_context(|| format!("plotting {}", svg.display()))?;
-    eprintln!("wrote {} and {}", json.display(), svg.display());
-    Ok(())
+    driver::run(&settings, &args.output.output()).await
 }
 
-async fn cpumanager_bench(args: CpumanagerArgs) -> Result<()> {
-    if !nix::unistd::geteuid().is_root() {
-        bail!(
-            "swiftlet loads eBPF programs and manages cgroups, which needs root: run `cargo xtask \
-             bench cpumanager`"
-        );
-    }
+async fn cpumanager_bench(mut args: CpumanagerArgs) -> Result<()> {
     let settings = cpumanager::Settings {
-        swiftlet: args.swiftlet.unwrap_or_else(swiftlet_tests::swiftlet_bin),
-        runtime_endpoint: args.runtime_endpoint,
+        swiftlet: args.agent.swiftlet(),
+        runtime_endpoint: args.agent.runtime_endpoint,
         modes: if args.modes.is_empty() {
             cpumanager::Mode::ALL.to_vec()
         } else {
@@ -521,94 +308,7 @@ async fn cpumanager_bench(args: CpumanagerArgs) -> Result<()> {
         },
         overhead_rounds: if args.quick { 2 } else { 10 },
         overhead_window: Duration::from_millis(if args.quick { 200 } else { 1000 }),
-        log_dir: args.out_dir.join("cpumanager"),
+        log_dir: args.output.log_dir::<cpumanager::Settings>(),
     };
-    eprintln!(
-        "cpumanager: modes {:?}, {} runs each; --cpu-manager-policy static --reserved-cpus {}, \
-         a Guaranteed pod gets CPU {} beside a spinner in the shared pool; cgroup root {}; \
-         swiftlet logs in {}",
-        settings.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
-        settings.runs,
-        cpumanager::RESERVED_CPU,
-        cpumanager::EXCLUSIVE_CPU,
-        cpumanager::CGROUP_ROOT,
-        settings.log_dir.display()
-    );
-    let outcome = tokio::select! {
-        outcome = cpumanager::run(&settings) => outcome?,
-        signal = interrupted() => {
-            eprintln!("cpumanager: {signal}: clearing the benchmark's pods");
-            cpumanager::clean_up(&settings.runtime_endpoint).await?;
-            bail!("interrupted by {signal}");
-        }
-    };
-
-    let machine = Machine::detect();
-    let date = swiftlet_tests::bench::report::now_rfc3339();
-    let report = cpumanager::report::Report::new(&outcome, machine, &date);
-    println!("{}", report.markdown());
-    for verdict in report.verdicts() {
-        println!("{verdict}");
-    }
-    for problem in report.warnings() {
-        println!("WARNING: {problem}");
-    }
-    std::fs::create_dir_all(&args.out_dir)
-        .with_context(|| format!("creating {}", args.out_dir.display()))?;
-    let json = args
-        .json
-        .unwrap_or_else(|| args.out_dir.join("cpumanager.json"));
-    write_json(&json, &report)?;
-    let svg = args.out_dir.join("cpumanager-latency.svg");
-    let title = format!(
-        "Guaranteed container started → its CPU its own, events vs the 10 s reconcile (Linux {}, \
-         {} CPUs)",
-        report.machine.kernel_release, report.machine.cpus
-    );
-    cpumanager::report::plot(&svg, &title, &outcome.modes)
-        .with_context(|| format!("plotting {}", svg.display()))?;
-    eprintln!("wrote {} and {}", json.display(), svg.display());
-    Ok(())
-}
-
-/// The first SIGINT or SIGTERM ("SIGINT"/"SIGTERM"); never, if the handlers cannot be set.
-async fn interrupted() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut int), Ok(mut term)) => tokio::select! {
-            _ = int.recv() => "SIGINT",
-            _ = term.recv() => "SIGTERM",
-        },
-        _ => std::future::pending().await,
-    }
-}
-
-fn write_json(path: &Path, report: &impl serde::Serialize) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(report).context("serialising the results")?;
-    text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
-}
-
-fn write_plot(path: &Path, machine: &Machine, outcomes: &[Outcome]) -> Result<()> {
-    let curves: Vec<Curve<'_>> = outcomes
-        .iter()
-        .map(|o| Curve {
-            name: &o.scenario.name,
-            sorted_ns: &o.latencies_ns,
-        })
-        .collect();
-    let title = format!(
-        "Exit event latency, kernel to swiftlet (Linux {}, {} CPUs)",
-        machine.kernel_release, machine.cpus
-    );
-    let axes = Axes {
-        ns_per_unit: 1e3,
-        x_desc: "latency, kernel to userspace (µs, log scale)",
-        y_desc: "fraction of exit events",
-    };
-    plot::latency_cdf(path, &title, &axes, &curves)
-        .with_context(|| format!("plotting {}", path.display()))
+    driver::run(&settings, &args.output.output()).await
 }

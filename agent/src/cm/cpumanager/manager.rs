@@ -677,5 +677,4 @@ fn set_aside(checkpoint: &Path) -> Result<PathBuf, Error> {
 }
 
 #[cfg(test)]
-#[path = "manager_tests.rs"]
 mod tests;

@@ -234,8 +234,7 @@ impl StaticPolicy {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{PodSpec, ResourceRequirements},
-        apimachinery::pkg::api::resource::Quantity,
+        api::core::v1::ResourceRequirements, apimachinery::pkg::api::resource::Quantity,
     };
 
     fn set(text: &str) -> CpuSet {
@@ -259,13 +258,7 @@ mod tests {
     }
 
     fn pod(c: &Container) -> Pod {
-        Pod {
-            spec: Some(PodSpec {
-                containers: vec![c.clone()],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
+        crate::testing::pod().container(c.clone()).build()
     }
 
     #[test]

@@ -371,5 +371,4 @@ fn fs_stats(path: &Path, now: SystemTime) -> Option<FsStats> {
 }
 
 #[cfg(test)]
-#[path = "tests.rs"]
 mod tests;

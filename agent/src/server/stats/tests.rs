@@ -7,9 +7,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use k8s_openapi::api::core::v1::{
-    ContainerState, ContainerStateRunning, ContainerStatus, PodStatus,
-};
+use k8s_openapi::api::core::v1::{ContainerState, ContainerStateRunning, ContainerStatus};
 use serde_json::json;
 
 use super::*;
@@ -24,12 +22,9 @@ const POD: &str = "kubepods/burstable/podu1";
 const MI: u64 = 1 << 20;
 
 fn pod() -> Pod {
-    let mut pod = Pod::default();
-    pod.metadata.name = Some("web".into());
-    pod.metadata.namespace = Some("default".into());
-    pod.metadata.uid = Some("u1".into());
-    pod.status = Some(PodStatus {
-        container_statuses: Some(vec![
+    crate::testing::pod()
+        .named("default", "web", "u1")
+        .container_statuses(vec![
             ContainerStatus {
                 name: "app".into(),
                 container_id: Some("containerd://c0ffee".into()),
@@ -45,10 +40,8 @@ fn pod() -> Pod {
                 container_id: Some("containerd://dead".into()),
                 ..ContainerStatus::default()
             },
-        ]),
-        ..PodStatus::default()
-    });
-    pod
+        ])
+        .build()
 }
 
 fn proc_files(proc: &Path) {

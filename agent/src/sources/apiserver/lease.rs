@@ -214,5 +214,4 @@ impl LeaseController {
 }
 
 #[cfg(test)]
-#[path = "lease_tests.rs"]
 mod tests;

@@ -238,5 +238,4 @@ impl NodeStatusLoop {
 }
 
 #[cfg(test)]
-#[path = "node_tests.rs"]
 mod tests;

@@ -135,5 +135,4 @@ pub(super) async fn run(
 }
 
 #[cfg(test)]
-#[path = "pods_tests.rs"]
 mod tests;

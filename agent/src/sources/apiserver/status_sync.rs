@@ -162,5 +162,4 @@ fn patch_body(
 }
 
 #[cfg(test)]
-#[path = "status_sync_tests.rs"]
 mod tests;

@@ -38,7 +38,7 @@ use std::{
     collections::BTreeSet,
     ffi::OsString,
     path::{Path, PathBuf},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{Context as _, Result, bail};
@@ -58,6 +58,7 @@ use super::harness::{
     cri::Cri,
     http, manifests,
 };
+use super::{driver::Benchmark, machine::Machine, report::rfc3339};
 
 /// The cgroup root of every mode's swiftlet.
 pub const CGROUP_ROOT: &str = "/swiftlet-bench-cpumanager";
@@ -573,6 +574,62 @@ fn pod_folders(kubepods: &Path) -> BTreeSet<OsString> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+impl Benchmark for Settings {
+    const NAME: &'static str = "cpumanager";
+    const NEEDS_ROOT: &'static str =
+        "swiftlet loads eBPF programs and manages cgroups, which needs root";
+    const RUNS_PODS: bool = true;
+    type Outcome = Outcome;
+    type Report = report::Report;
+
+    fn announce(&self) -> Option<String> {
+        Some(format!(
+            "cpumanager: modes {:?}, {} runs each; --cpu-manager-policy static --reserved-cpus \
+             {}, a Guaranteed pod gets CPU {} beside a spinner in the shared pool; cgroup root \
+             {}; swiftlet logs in {}",
+            self.modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            self.runs,
+            RESERVED_CPU,
+            EXCLUSIVE_CPU,
+            CGROUP_ROOT,
+            self.log_dir.display()
+        ))
+    }
+
+    async fn run(&self) -> Result<Outcome> {
+        run(self).await
+    }
+
+    async fn clean_up(&self) -> Result<()> {
+        clean_up(&self.runtime_endpoint).await.map(drop)
+    }
+
+    fn report(&self, outcome: &Outcome, machine: &Machine, now: SystemTime) -> report::Report {
+        report::Report::new(outcome, machine.clone(), &rfc3339(now))
+    }
+
+    fn markdown(report: &report::Report) -> String {
+        report.markdown()
+    }
+
+    fn verdicts(report: &report::Report) -> Vec<String> {
+        report.verdicts()
+    }
+
+    fn warnings(report: &report::Report) -> Vec<String> {
+        report.warnings()
+    }
+
+    fn plot(&self, path: &Path, machine: &Machine, outcome: &Outcome) -> Result<()> {
+        let title = format!(
+            "Guaranteed container started → its CPU its own, events vs the 10 s reconcile (Linux \
+             {}, {} CPUs)",
+            machine.kernel_release, machine.cpus
+        );
+        report::plot(path, &title, &outcome.modes)
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,14 @@
 //! Tests of the merge: each of upstream's rules, one case each.
 
+use crate::testing;
 use std::{
     collections::BTreeMap,
     time::{Duration, SystemTime},
 };
 
 use k8s_openapi::{
-    api::core::v1::{Container, Pod, PodSpec, PodStatus},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    api::core::v1::{Container, Pod, PodStatus},
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 
 use super::*;
@@ -20,23 +21,13 @@ fn storage() -> PodStorage {
 }
 
 fn pod(name: &str, uid: &str, image: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some("default".to_owned()),
-            uid: Some(uid.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "c".to_owned(),
-                image: Some(image.to_owned()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        status: None,
-    }
+    testing::pod()
+        .named("default", name, uid)
+        .container(Container {
+            image: Some(image.to_owned()),
+            ..testing::container("c")
+        })
+        .build()
 }
 
 fn set(pods: Vec<Pod>) -> PodUpdate {

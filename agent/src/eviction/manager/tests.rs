@@ -1,8 +1,9 @@
+use crate::testing;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use k8s_openapi::{
-    api::core::v1::{Container, PodSpec, ResourceRequirements},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    api::core::v1::{Container, ResourceRequirements},
+    apimachinery::pkg::api::resource::Quantity,
 };
 
 use super::*;
@@ -21,29 +22,19 @@ fn pod(name: &str, memory: Option<&str>, priority_class: Option<&str>) -> Arc<Po
             ("cpu".to_owned(), Quantity("100m".into())),
         ])
     });
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            uid: Some(format!("uid-{name}")),
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            priority_class_name: priority_class.map(Into::into),
-            termination_grace_period_seconds: Some(30),
-            containers: vec![Container {
-                name: "main".into(),
-                resources: Some(ResourceRequirements {
-                    requests: limits.clone(),
-                    limits,
-                    ..Default::default()
-                }),
+    testing::pod()
+        .named("default", name, &format!("uid-{name}"))
+        .spec(|s| s.priority_class_name = priority_class.map(Into::into))
+        .grace_period(30)
+        .container(Container {
+            resources: Some(ResourceRequirements {
+                requests: limits.clone(),
+                limits,
                 ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
+            }),
+            ..testing::container("main")
+        })
+        .arc()
 }
 
 #[derive(Default)]

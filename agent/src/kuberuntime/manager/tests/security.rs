@@ -2,17 +2,15 @@
 //! asked for, and the `CreateContainerConfigError` a container that must not run gets (in the
 //! reason cache, so its status shows it, retried on the next sync).
 
+use crate::testing;
 use std::sync::{Arc, Mutex};
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::{
-    api::core::v1::{Container, Pod, PodSecurityContext, PodSpec, SecurityContext},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSecurityContext, SecurityContext};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{
+use crate::kuberuntime::{
     NoProbes,
     manager::KubeRuntimeManager,
     userns::{FIRST_HOST_ID, USERNS_LENGTH, UsernsManager},
@@ -29,25 +27,20 @@ fn manager(
     fake: &Arc<FakeRuntime>,
     seccomp_default: bool,
 ) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
-    super::fixtures::runtime_manager(fake, "swiftlet-manager-security-tests", seccomp_default)
+    crate::kuberuntime::fixtures::runtime_manager(
+        fake,
+        "swiftlet-manager-security-tests",
+        seccomp_default,
+    )
 }
 
 fn pod(sc: Option<PodSecurityContext>, containers: Vec<Container>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some("uid-1".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            host_network: Some(true),
-            security_context: sc,
-            containers,
-            ..Default::default()
-        }),
-        status: None,
-    }
+    testing::pod()
+        .named("default", "web", "uid-1")
+        .host_network(true)
+        .security_context(sc)
+        .containers(containers)
+        .build()
 }
 
 fn container(name: &str, sc: Option<SecurityContext>) -> Container {
@@ -71,7 +64,11 @@ fn non_root_container(name: &str) -> Container {
     )
 }
 
-async fn sync(m: &KubeRuntimeManager, fake: &FakeRuntime, p: &Pod) -> super::manager::SyncOutcome {
+async fn sync(
+    m: &KubeRuntimeManager,
+    fake: &FakeRuntime,
+    p: &Pod,
+) -> crate::kuberuntime::manager::SyncOutcome {
     let status = get_pod_status(fake, &PodUid::from("uid-1"), "web", "default")
         .await
         .expect("status");

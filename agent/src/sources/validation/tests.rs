@@ -1,25 +1,17 @@
 //! Tests of static pod validation beyond what the manifest tests cover.
 
-use k8s_openapi::{
-    api::core::v1::{
-        Container, ContainerPort, EnvVar, EnvVarSource, PodSpec, SecretKeySelector, Volume,
-        VolumeMount,
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, PodSpec, SecretKeySelector, Volume, VolumeMount,
 };
 
 use super::*;
 
 fn pod(name: &str, namespace: &str, spec: PodSpec) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(spec),
-        status: None,
-    }
+    crate::testing::pod()
+        .name(name)
+        .namespace(namespace)
+        .spec(|s| *s = spec)
+        .build()
 }
 
 fn container(name: &str) -> Container {

@@ -1,9 +1,9 @@
+use crate::testing;
 use std::time::Duration;
 
 use axum::http::Request as HttpRequest;
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, PodSpec, PodStatus,
+    ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
 };
 use tower::ServiceExt as _;
 
@@ -86,24 +86,12 @@ fn query_decoding_and_validation_as_upstream() {
 }
 
 fn pod(statuses: Vec<ContainerStatus>) -> Pod {
-    Pod {
-        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("prod".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "app".into(),
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: Some(PodStatus {
-            container_statuses: Some(statuses),
-            ..Default::default()
-        }),
-    }
+    testing::pod()
+        .namespace("prod")
+        .name("web")
+        .container(testing::container("app"))
+        .container_statuses(statuses)
+        .build()
 }
 
 fn running(id: &str) -> ContainerStatus {

@@ -1,9 +1,7 @@
 use super::*;
 use crate::container::RuntimeHandler;
-use k8s_openapi::{
-    api::core::v1::{AppArmorProfile, Container, PodSecurityContext, PodSpec, SecurityContext},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use crate::testing;
+use k8s_openapi::api::core::v1::{AppArmorProfile, Container, PodSecurityContext, SecurityContext};
 
 fn admission(apparmor: bool, features: Option<RuntimeFeatures>) -> SecurityAdmission {
     let (tx, rx) = watch::channel(features);
@@ -17,22 +15,14 @@ fn admission(apparmor: bool, features: Option<RuntimeFeatures>) -> SecurityAdmis
 }
 
 fn pod(sc: Option<PodSecurityContext>, container_sc: Option<SecurityContext>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("p".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            security_context: sc,
-            containers: vec![Container {
-                name: "app".into(),
-                security_context: container_sc,
-                ..Default::default()
-            }],
-            ..Default::default()
-        }),
-        status: None,
-    }
+    testing::pod()
+        .name("p")
+        .security_context(sc)
+        .container(Container {
+            security_context: container_sc,
+            ..testing::container("app")
+        })
+        .build()
 }
 
 fn apparmor(kind: &str, name: Option<&str>) -> AppArmorProfile {

@@ -1,27 +1,24 @@
 use super::*;
-use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, Sysctl};
+use crate::testing;
+use k8s_openapi::api::core::v1::{PodSecurityContext, Sysctl};
 
 fn pod(sysctls: &[&str], host_network: bool, host_ipc: bool) -> Pod {
-    Pod {
-        spec: Some(PodSpec {
-            host_network: Some(host_network),
-            host_ipc: Some(host_ipc),
-            security_context: Some(PodSecurityContext {
-                sysctls: Some(
-                    sysctls
-                        .iter()
-                        .map(|n| Sysctl {
-                            name: (*n).to_owned(),
-                            value: "1".into(),
-                        })
-                        .collect(),
-                ),
-                ..Default::default()
-            }),
+    testing::pod()
+        .host_network(host_network)
+        .spec(|s| s.host_ipc = Some(host_ipc))
+        .security_context(Some(PodSecurityContext {
+            sysctls: Some(
+                sysctls
+                    .iter()
+                    .map(|n| Sysctl {
+                        name: (*n).to_owned(),
+                        value: "1".into(),
+                    })
+                    .collect(),
+            ),
             ..Default::default()
-        }),
-        ..Default::default()
-    }
+        }))
+        .build()
 }
 
 fn allowlist(unsafe_patterns: &[&str]) -> Allowlist {

@@ -1,19 +1,18 @@
 //! `KubeRuntimeManager` against the in-memory CRI fake: the exact runtime calls of SyncPod for
 //! init containers, images, back-off and kills.
 
+mod security;
+
 use std::{
     path::PathBuf,
     sync::{Arc, Mutex},
     time::Duration,
 };
 
-use k8s_openapi::{
-    api::core::v1::{Container, Pod, PodSpec},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio_util::sync::CancellationToken;
 
-use super::{NoProbes, manager::KubeRuntimeManager};
+use crate::kuberuntime::{NoProbes, manager::KubeRuntimeManager};
 use crate::{
     container::{PodStatus, PodUid},
     cri::{
@@ -36,26 +35,17 @@ fn container(name: &str, policy: &str) -> Container {
 }
 
 fn pod(inits: Vec<Container>, containers: Vec<Container>, restart: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("default".into()),
-            uid: Some("uid-1".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            host_network: Some(true),
-            restart_policy: Some(restart.into()),
-            init_containers: (!inits.is_empty()).then_some(inits),
-            containers,
-            ..Default::default()
-        }),
-        status: None,
-    }
+    crate::testing::pod()
+        .named("default", "web", "uid-1")
+        .host_network(true)
+        .restart_policy(restart)
+        .init_containers(inits)
+        .containers(containers)
+        .build()
 }
 
 fn manager(fake: &Arc<FakeRuntime>) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
-    super::fixtures::runtime_manager(fake, "swiftlet-manager-tests", false)
+    crate::kuberuntime::fixtures::runtime_manager(fake, "swiftlet-manager-tests", false)
 }
 
 async fn status_of(fake: &FakeRuntime) -> PodStatus {

@@ -1,3 +1,4 @@
+use crate::testing;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     sync::{Arc, Mutex},
@@ -5,8 +6,8 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::core::v1::{Container, Pod, PodSpec, ResourceRequirements},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    api::core::v1::{Container, Pod, ResourceRequirements},
+    apimachinery::pkg::api::resource::Quantity,
 };
 
 use super::*;
@@ -71,19 +72,10 @@ fn container(name: &str, cpu: &str) -> Container {
 }
 
 fn pod(uid: &str, containers: Vec<Container>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            uid: Some(uid.into()),
-            name: Some(format!("pod-{uid}")),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    testing::pod()
+        .named("default", &format!("pod-{uid}"), uid)
+        .containers(containers)
+        .build()
 }
 
 struct Fixture {

@@ -1,26 +1,15 @@
 use super::*;
-use k8s_openapi::{
-    api::core::v1::{AppArmorProfile, Capabilities, PodSpec, SELinuxOptions, SeccompProfile},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use crate::testing;
+use k8s_openapi::api::core::v1::{AppArmorProfile, Capabilities, SELinuxOptions, SeccompProfile};
 
 use cri::security_profile::ProfileType;
 
 fn pod(sc: Option<PodSecurityContext>, containers: Vec<Container>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some("web".into()),
-            namespace: Some("prod".into()),
-            uid: Some("u1".into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            security_context: sc,
-            containers,
-            ..Default::default()
-        }),
-        status: None,
-    }
+    testing::pod()
+        .named("prod", "web", "u1")
+        .security_context(sc)
+        .containers(containers)
+        .build()
 }
 
 fn container(sc: Option<SecurityContext>) -> Container {

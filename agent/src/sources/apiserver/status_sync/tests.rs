@@ -1,14 +1,12 @@
 //! The status syncer against the scripted API server: which pods get a PATCH, its exact body, one
 //! PATCH per change, and how errors are taken.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use crate::testing;
+use std::{sync::Arc, time::Duration};
 
 use http::Method;
-use k8s_openapi::{
-    api::core::v1::{
-        ContainerState, ContainerStateRunning, ContainerStatus, PodStatus as ApiPodStatus,
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+use k8s_openapi::api::core::v1::{
+    ContainerState, ContainerStateRunning, ContainerStatus, PodStatus as ApiPodStatus,
 };
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
@@ -20,19 +18,10 @@ const STRATEGIC: &str = "application/strategic-merge-patch+json";
 const WEB_STATUS: &str = "/api/v1/namespaces/default/pods/web/status";
 
 fn pod(name: &str, uid: &str, source: &str) -> Arc<Pod> {
-    Arc::new(Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            uid: Some(uid.into()),
-            annotations: Some(BTreeMap::from([(
-                CONFIG_SOURCE_ANNOTATION.to_owned(),
-                source.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        ..Pod::default()
-    })
+    testing::pod()
+        .named("default", name, uid)
+        .annotation(CONFIG_SOURCE_ANNOTATION, source)
+        .arc()
 }
 
 fn running(message: Option<&str>) -> ApiPodStatus {

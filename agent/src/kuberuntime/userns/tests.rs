@@ -1,20 +1,13 @@
 use super::*;
 use crate::container::RuntimeHandler;
-use k8s_openapi::{api::core::v1::PodSpec, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use crate::testing;
 use std::os::unix::fs::PermissionsExt as _;
 
 fn pod(uid: &str, host_users: Option<bool>) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            uid: Some(uid.into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            host_users,
-            ..Default::default()
-        }),
-        status: None,
-    }
+    testing::pod()
+        .uid(uid)
+        .spec(|s| s.host_users = host_users)
+        .build()
 }
 
 fn features(user_namespaces: bool) -> watch::Receiver<Option<RuntimeFeatures>> {
