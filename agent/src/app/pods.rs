@@ -529,7 +529,7 @@ pub async fn start(
                 updates,
                 pleg_events,
                 probe_updates,
-                move || ready.all_ready(),
+                ready,
                 shutdown,
             )
             .await;

@@ -124,7 +124,13 @@ impl Kubelet {
         self.volumes.get().cloned()
     }
 
-    fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
+    /// `wanted`: every pod a source wants, once all sources have sent their first complete set.
+    fn admit(
+        &self,
+        pod: &Pod,
+        active: &[&Pod],
+        wanted: Option<&HashSet<PodUid>>,
+    ) -> Result<(), admission::Rejection> {
         admit(pod, active, &self.capacity, &self.node_name)?;
         if let Some(pressure) = self.pressure.get() {
             let conditions = pressure.borrow().clone();
@@ -133,10 +139,11 @@ impl Kubelet {
         self.security.admit(pod)?;
         // Last: allocating is the only check with a side effect.
         if let Some(cpus) = self.cpu_manager.get() {
-            cpus.admit(pod).map_err(|e| admission::Rejection {
-                reason: "UnexpectedAdmissionError".into(),
-                message: e.to_string(),
-            })?;
+            cpus.allocate(pod, wanted)
+                .map_err(|e| admission::Rejection {
+                    reason: "UnexpectedAdmissionError".into(),
+                    message: e.to_string(),
+                })?;
         }
         Ok(())
     }
@@ -165,9 +172,10 @@ impl Kubelet {
     }
 
     /// One update from the sources (upstream `syncLoopIteration`'s `configCh` case).
-    pub fn handle_update(&self, update: PodUpdate) {
+    /// `sources_complete`: the updates up to this one hold every source's first complete set.
+    pub fn handle_update(&self, update: PodUpdate, sources_complete: bool) {
         match update.op {
-            Op::Add => self.handle_additions(update.pods),
+            Op::Add => self.handle_additions(update.pods, sources_complete),
             Op::Update | Op::Delete => self.handle_updates(update.pods),
             Op::Remove => self.handle_removes(update.pods),
             Op::Reconcile => {
@@ -181,8 +189,9 @@ impl Kubelet {
         }
     }
 
-    /// Admits new pods oldest first (upstream `HandlePodAdditions`).
-    pub fn handle_additions(&self, mut pods: Vec<Pod>) {
+    /// Admits new pods oldest first (upstream `HandlePodAdditions`). Once the sources are
+    /// complete, the CPUs of pods none of them wants are released before each admission.
+    pub fn handle_additions(&self, mut pods: Vec<Pod>, sources_complete: bool) {
         pods.sort_by(|a, b| {
             a.metadata
                 .creation_timestamp
@@ -190,13 +199,22 @@ impl Kubelet {
                 .map(|t| t.0)
                 .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
         });
+        // The later pods of this batch are wanted too, though not in the pod manager yet.
+        let batch: Vec<PodUid> = pods.iter().map(pod_uid).collect();
         for pod in pods {
             let uid = pod_uid(&pod);
             let pod = self.pods.upsert(pod);
             if self.workers.phase(&uid).is_none() && !is_terminal_phase(&pod) {
                 let active = self.active_pods(&uid);
+                let wanted: Option<HashSet<PodUid>> = sources_complete.then(|| {
+                    active
+                        .iter()
+                        .map(|p| pod_uid(p))
+                        .chain(batch.iter().cloned())
+                        .collect()
+                });
                 let active: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
-                if let Err(rejection) = self.admit(&pod, &active) {
+                if let Err(rejection) = self.admit(&pod, &active, wanted.as_ref()) {
                     tracing::warn!(pod = %uid, reason = rejection.reason, message = rejection.message, "pod rejected");
                     self.rejected().insert(uid.clone());
                     self.status.set_pod_status(
