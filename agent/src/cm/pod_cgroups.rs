@@ -39,6 +39,16 @@ pub enum CgroupError {
     Pod { pod: String, reason: String },
 }
 
+/// `kubepods` below `cgroupRoot` (`cgroup_root`), relative to the cgroup root: where the pods'
+/// hierarchy lives, for the pod cgroups, the kernel programs' watch and the eviction observer.
+pub fn kubepods_path(cgroup_root: &std::path::Path) -> String {
+    cgroup_root
+        .join("kubepods")
+        .strip_prefix("/")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kubepods".into())
+}
+
 #[derive(Clone, Debug)]
 pub struct PodCgroupConfig {
     /// `cgroupsPerQOS`: without it pods run directly under the runtime's default parent.
