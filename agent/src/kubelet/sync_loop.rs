@@ -1,6 +1,8 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`): it only dispatches. It selects over
 //! source updates, PLEG events, probe result changes, a 1 s tick for pods whose resync is due, and housekeeping every
-//! 2 s once the sources have sent their first state.
+//! 2 s once the sources have sent their first state. It counts the source updates it receives,
+//! so each addition knows whether the sources' first sets are complete at that update: admission
+//! releases the CPUs of pods no longer wanted only then (the start-up order in ARCHITECTURE.md).
 
 use std::{sync::Arc, time::Duration};
 
