@@ -260,6 +260,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     result
 }
 
+/// A subscription to the kernel events the pump publishes.
+type KernelBus = broadcast::Receiver<Arc<StreamItem>>;
+
 /// Loads the kernel programs and starts pumping their events onto `bus`; what drives the PLEG
 /// follows (the kernel events, or a relist alone when they are unavailable and not required),
 /// and the eviction manager's subscription to the bus when there is one.
@@ -270,13 +273,7 @@ fn kernel_events(
     bus: &broadcast::Sender<Arc<StreamItem>>,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
-) -> Result<
-    (
-        pods::PlegSource,
-        Option<broadcast::Receiver<Arc<StreamItem>>>,
-    ),
-    Error,
-> {
+) -> Result<(pods::PlegSource, Option<KernelBus>), Error> {
     let want_kernel_pleg = config.pleg == PlegMode::Ebpf;
     let mut load = config.kernel.load_options();
     if want_kernel_pleg {
