@@ -1,7 +1,9 @@
 //! The CPU manager's static policy on the real kernel, cgroups and containerd, with
 //! `--reserved-cpus 0` on these 2-CPU machines: a Guaranteed pod with `cpu: 1` gets CPU 1 alone,
 //! everything else runs on CPU 0, deleting the pod gives CPU 1 back, a restart restores the
-//! assignment from the checkpoint, and the scheduler audit sees foreign work on CPU 1. What a
+//! assignment from the checkpoint, an agent started over the checkpoint of a killed agent whose
+//! pod is gone releases that pod's CPU before it admits the next, and the scheduler audit sees
+//! foreign work on CPU 1. What a
 //! container may run on is read where the kernel enforces it: its processes' `Cpus_allowed_list`.
 #![expect(
     clippy::expect_used,
@@ -360,4 +362,107 @@ fn a_container_done_for_good_gives_its_cpu_back() {
     let cp = checkpoint(&node);
     assert_eq!(cp["defaultCpuSet"], "0-1");
     assert!(node.pod("once").is_some(), "the pod itself is still there");
+}
+
+/// Removes pod `uid`'s containers and sandboxes through CRI, as a node reboot or an operator
+/// cleaning up after a killed agent would.
+fn remove_from_runtime(uid: &str) {
+    let endpoint = runtime_endpoint("remove_from_runtime").expect("endpoint");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(async {
+            use std::collections::HashMap;
+            use swiftlet::cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService};
+            let runtime = GrpcRuntime::connect(
+                GrpcRuntimeConfig {
+                    endpoint,
+                    request_timeout: Duration::from_secs(10),
+                    pull_image_timeout: None,
+                },
+                RuntimeMetrics::unregistered().expect("metrics"),
+            )
+            .await
+            .expect("connect");
+            let of_pod = HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid.to_owned())]);
+            let containers = runtime
+                .list_containers(Some(k8s_cri::v1::ContainerFilter {
+                    label_selector: of_pod.clone(),
+                    ..Default::default()
+                }))
+                .await
+                .expect("list containers");
+            assert!(
+                !containers.is_empty(),
+                "the killed agent's pod has containers"
+            );
+            for c in containers {
+                runtime
+                    .stop_container(&c.id, Duration::ZERO)
+                    .await
+                    .expect("stop container");
+                runtime
+                    .remove_container(&c.id)
+                    .await
+                    .expect("remove container");
+            }
+            let sandboxes = runtime
+                .list_pod_sandbox(Some(k8s_cri::v1::PodSandboxFilter {
+                    label_selector: of_pod,
+                    ..Default::default()
+                }))
+                .await
+                .expect("list sandboxes");
+            for s in sandboxes {
+                runtime.stop_pod_sandbox(&s.id).await.expect("stop sandbox");
+                runtime
+                    .remove_pod_sandbox(&s.id)
+                    .await
+                    .expect("remove sandbox");
+            }
+        });
+}
+
+#[test]
+fn an_agent_started_over_the_cpus_of_a_killed_agents_pod_releases_them_before_admission() {
+    let Some(mut node) = node(
+        "an_agent_started_over_the_cpus_of_a_killed_agents_pod_releases_them_before_admission",
+        "cpustale",
+        &[],
+    ) else {
+        return;
+    };
+    node.write_manifest("old.yaml", &manifest("old", TICK, &guaranteed("1")));
+    running(&node, "old");
+    let old_uid = uid(&node, "old");
+    assert_eq!(checkpoint(&node)["entries"][&old_uid]["main"], "1");
+
+    // The agent is killed (no shutdown of its own), then its pod leaves both the runtime and
+    // the sources while no agent runs: the checkpoint still gives CPU 1 to a pod that is gone.
+    let mut killed = node.agent.take().expect("the agent runs");
+    killed.child.kill().expect("SIGKILL the agent");
+    killed.child.wait().expect("reap the agent");
+    node.remove_manifest("old.yaml");
+    remove_from_runtime(&old_uid);
+    assert_eq!(checkpoint(&node)["entries"][&old_uid]["main"], "1");
+
+    // The new agent finds a Guaranteed pod that needs CPU 1 in its first set of pods.
+    node.write_manifest("new.yaml", &manifest("new", TICK, &guaranteed("1")));
+    node.restart();
+    let new = node.wait_pod("new", "Running or Failed", |p| {
+        matches!(status::phase(p), "Running" | "Failed")
+    });
+    let pod_status = new.status.clone().expect("status");
+    assert_eq!(
+        status::phase(&new),
+        "Running",
+        "admitted: {:?} {:?}",
+        pod_status.reason,
+        pod_status.message
+    );
+    assert_eq!(cpus_allowed(&node, "new"), "1");
+    let cp = checkpoint(&node);
+    assert!(cp["entries"].get(&old_uid).is_none(), "{cp}");
+    assert_eq!(cp["entries"][uid(&node, "new")]["main"], "1");
 }

@@ -81,7 +81,10 @@ pub fn start(
             } else {
                 OnBadCheckpoint::Refuse
             },
-            cgroup_id_of: cgroup_id_of(cgroup2, super::pods::kubepods_path(config)),
+            cgroup_id_of: cgroup_id_of(
+                cgroup2,
+                crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root),
+            ),
             audit,
         },
     )

@@ -50,7 +50,7 @@ pub async fn start(
     shutdown: &CancellationToken,
 ) -> Result<Arc<EvictionManager>, Error> {
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
-    let kubepods = super::pods::kubepods_path(config);
+    let kubepods = crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root);
     let (nodefs, imagefs) = node_filesystems(config, images).await;
     let eviction = &config.eviction;
     let observer = NodeObserver {
@@ -68,48 +68,7 @@ pub async fn start(
             .filter(|s| matches!(s, Signal::Pressure(_)))
             .collect(),
     };
-    let sources = Sources {
-        observe: Box::new({
-            let observer = observer.clone();
-            move || observer.observe()
-        }),
-        active_pods: Box::new({
-            let kubelet = kubelet.clone();
-            move || kubelet.pods_for_eviction()
-        }),
-        pod_usage: Box::new({
-            let observer = observer.clone();
-            let cgroups = cgroups.clone();
-            // The pods' logs, measured for disk ranking.
-            let log_root = config.logs.pod_logs_dir.clone();
-            move |pods: &[Arc<Pod>]| {
-                observer.pod_usage(
-                    pods,
-                    &|pod| cgroups.pod_path(pod).ok(),
-                    &|pod| container_names(&cache, pod),
-                    &log_root,
-                )
-            }
-        }),
-        reclaim_disk: Box::new({
-            let runtime = runtime.clone();
-            move || runtime.gc(SystemTime::now())
-        }),
-        empty_dir_usage: Box::new({
-            let volumes = kubelet.volume_manager();
-            move |pod: &Pod| {
-                let Some(volumes) = &volumes else {
-                    return Vec::new();
-                };
-                volumes
-                    .empty_dir_usage(&crate::pod_workers::pod_uid(pod))
-                    .into_iter()
-                    .map(|u| (u.volume, u.bytes))
-                    .collect()
-            }
-        }),
-        evictor: Arc::new(KubeletEvictor(kubelet.clone())),
-    };
+    let sources = sources(config, kubelet, cgroups, cache, runtime, &observer);
     let (manager, waker, wakes) = EvictionManager::new(
         eviction.clone(),
         sources,
@@ -167,6 +126,57 @@ pub async fn start(
         }
     });
     Ok(manager)
+}
+
+/// Where the eviction manager's figures come from and how it acts: the node observer, the
+/// kubelet's active pods and pod workers, the runtime's GC, the volume manager's emptyDirs.
+fn sources(
+    config: &Config,
+    kubelet: &Arc<Kubelet>,
+    cgroups: &Arc<PodCgroups>,
+    cache: Arc<PodCache>,
+    runtime: &Arc<KubeRuntimeManager>,
+    observer: &NodeObserver,
+) -> Sources {
+    Sources {
+        observe: Box::new({
+            let observer = observer.clone();
+            move || observer.observe()
+        }),
+        active_pods: Box::new({
+            let kubelet = kubelet.clone();
+            move || kubelet.pods_for_eviction()
+        }),
+        pod_usage: Box::new({
+            let observer = observer.clone();
+            let cgroups = cgroups.clone();
+            // The pods' logs, measured for disk ranking.
+            let log_root = config.logs.pod_logs_dir.clone();
+            move |pods: &[Arc<Pod>]| {
+                observer.pod_usage(
+                    pods,
+                    &|pod| cgroups.pod_path(pod).ok(),
+                    &|pod| container_names(&cache, pod),
+                    &log_root,
+                )
+            }
+        }),
+        reclaim_disk: Box::new({
+            let runtime = runtime.clone();
+            move || runtime.gc(SystemTime::now())
+        }),
+        empty_dir_usage: Box::new({
+            let volumes = kubelet.volume_manager();
+            move |pod: &Pod| {
+                volumes
+                    .empty_dir_usage(&crate::pod_workers::pod_uid(pod))
+                    .into_iter()
+                    .map(|u| (u.volume, u.bytes))
+                    .collect()
+            }
+        }),
+        evictor: Arc::new(KubeletEvictor(kubelet.clone())),
+    }
 }
 
 /// Container ids of the pod to their names, from the PLEG cache.

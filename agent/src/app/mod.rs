@@ -17,7 +17,6 @@ mod node;
 mod pods;
 mod process;
 mod psi;
-mod runtime_health;
 mod server;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
@@ -163,69 +162,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
     let cgroups = pods::cgroups(&config)?;
-    let want_kernel_pleg = config.pleg == PlegMode::Ebpf;
-    let mut load = config.kernel.load_options();
-    if want_kernel_pleg {
-        // The kernel-event PLEG needs the pods' events, and only those.
-        // Without QoS cgroups and with `cgroupRoot: /`, pods sit at the top of the hierarchy
-        // next to everything else: the whole machine is watched.
-        load.watch
-            .push(format!("/{}", pods::pods_parent(&config)).into());
-    }
+    let (source, kernel_bus) =
+        kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);
-    let mut kernel_bus = None;
-    let source = match KernelEvents::load(&load) {
-        Ok(events) => {
-            metrics
-                .registry
-                .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
-            let cgroup2_root = events.info().cgroup2_root.clone();
-            let pleg_events = bus.subscribe();
-            kernel_bus = Some(bus.subscribe());
-            tasks.spawn(pump(
-                events,
-                bus.clone(),
-                metrics.clone(),
-                health.clone(),
-                shutdown.clone(),
-            ));
-            if want_kernel_pleg {
-                pods::PlegSource::Kernel {
-                    events: pleg_events,
-                    cgroup2_root,
-                    period: config.pleg_relist_period,
-                }
-            } else {
-                pods::PlegSource::Relist {
-                    period: config.pleg_relist_period,
-                }
-            }
-        }
-        Err(e) if want_kernel_pleg && config.pleg_explicit => return Err(e.into()),
-        Err(e) => {
-            let why = format!("{e}");
-            if want_kernel_pleg {
-                tracing::warn!(
-                    error = why,
-                    hint = e.hint().unwrap_or_default(),
-                    "kernel events are unavailable: falling back to the relist PLEG"
-                );
-                health.set_note("pleg", format!("relist (kernel events unavailable: {why})"));
-            } else {
-                tracing::warn!(
-                    error = why,
-                    "kernel events are unavailable: swiftlet.v1.Events/Watch streams no kernel events"
-                );
-            }
-            // The default period belongs to the kernel-event PLEG; alone, the relist runs at 1 s.
-            let period = if config.pleg_relist_period == defaults::EBPF_PLEG_RELIST_PERIOD {
-                defaults::PLEG_RELIST_PERIOD
-            } else {
-                config.pleg_relist_period
-            };
-            pods::PlegSource::Relist { period }
-        }
-    };
     let mode = match &source {
         pods::PlegSource::Kernel { .. } => "ebpf",
         pods::PlegSource::Relist { .. } => "relist",
@@ -234,15 +173,19 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     tracing::info!(pleg = mode, "pod lifecycle events from the {mode} PLEG");
 
     let pods = pods::start(
-        &config,
-        &metrics,
-        &health,
-        &mut tasks,
-        &shutdown,
-        cgroups.clone(),
-        source,
-        published.clone(),
-        kernel_bus,
+        &mut pods::App {
+            config: &config,
+            metrics: &metrics,
+            health: &health,
+            tasks: &mut tasks,
+            shutdown: &shutdown,
+        },
+        pods::PodsInput {
+            cgroups: cgroups.clone(),
+            source,
+            published: published.clone(),
+            kernel_bus,
+        },
     )
     .await?;
 
@@ -311,6 +254,97 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         "swiftlet is running"
     );
 
+    let result = wait_then_shut_down(&mut tasks, &shutdown).await;
+    let _ = std::fs::remove_file(&config.grpc_socket);
+    drop(server_runtime);
+    result
+}
+
+/// A subscription to the kernel events the pump publishes.
+type KernelBus = broadcast::Receiver<Arc<StreamItem>>;
+
+/// Loads the kernel programs and starts pumping their events onto `bus`; what drives the PLEG
+/// follows (the kernel events, or a relist alone when they are unavailable and not required),
+/// and the eviction manager's subscription to the bus when there is one.
+fn kernel_events(
+    config: &Config,
+    metrics: &Metrics,
+    health: &Health,
+    bus: &broadcast::Sender<Arc<StreamItem>>,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<(pods::PlegSource, Option<KernelBus>), Error> {
+    let want_kernel_pleg = config.pleg == PlegMode::Ebpf;
+    let mut load = config.kernel.load_options();
+    if want_kernel_pleg {
+        // The kernel-event PLEG needs the pods' events, and only those. Without QoS cgroups and
+        // with `cgroupRoot: /`, pods sit at the top of the hierarchy next to everything else:
+        // the whole machine is watched.
+        let pods = crate::cm::pod_cgroups::pods_parent(&config.cgroup_root, config.cgroups_per_qos);
+        load.watch.push(format!("/{pods}").into());
+    }
+    let mut kernel_bus = None;
+    let source = match KernelEvents::load(&load) {
+        Ok(events) => {
+            metrics
+                .registry
+                .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
+            let cgroup2_root = events.info().cgroup2_root.clone();
+            let pleg_events = bus.subscribe();
+            kernel_bus = Some(bus.subscribe());
+            tasks.spawn(pump(
+                events,
+                bus.clone(),
+                metrics.clone(),
+                health.clone(),
+                shutdown.clone(),
+            ));
+            if want_kernel_pleg {
+                pods::PlegSource::Kernel {
+                    events: pleg_events,
+                    cgroup2_root,
+                    period: config.pleg_relist_period,
+                }
+            } else {
+                pods::PlegSource::Relist {
+                    period: config.pleg_relist_period,
+                }
+            }
+        }
+        Err(e) if want_kernel_pleg && config.pleg_explicit => return Err(e.into()),
+        Err(e) => {
+            let why = format!("{e}");
+            if want_kernel_pleg {
+                tracing::warn!(
+                    error = why,
+                    hint = e.hint().unwrap_or_default(),
+                    "kernel events are unavailable: falling back to the relist PLEG"
+                );
+                health.set_note("pleg", format!("relist (kernel events unavailable: {why})"));
+            } else {
+                tracing::warn!(
+                    error = why,
+                    "kernel events are unavailable: swiftlet.v1.Events/Watch streams no kernel events"
+                );
+            }
+            // The default period belongs to the kernel-event PLEG; alone, the relist runs at 1 s.
+            let period = if config.pleg_relist_period == defaults::EBPF_PLEG_RELIST_PERIOD {
+                defaults::PLEG_RELIST_PERIOD
+            } else {
+                config.pleg_relist_period
+            };
+            pods::PlegSource::Relist { period }
+        }
+    };
+    Ok((source, kernel_bus))
+}
+
+/// Runs until a signal or until a task ends (an error of the agent), then cancels everything
+/// and gives the tasks [`SHUTDOWN_GRACE`] to finish.
+async fn wait_then_shut_down(
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<(), Error> {
     let mut result = Ok(());
     tokio::select! {
         () = shutdown_signal() => tracing::info!("shutting down (pods keep running)"),
@@ -339,8 +373,6 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         );
         tasks.abort_all();
     }
-    let _ = std::fs::remove_file(&config.grpc_socket);
-    drop(server_runtime);
     result
 }
 

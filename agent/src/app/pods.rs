@@ -1,13 +1,21 @@
-//! Building the pod half of the agent: the CRI client, cgroups, runtime manager, PLEG, pod workers,
-//! the kubelet core and its sources, each task spawned into the app's task set.
+//! Building the pod half of the agent, in start-up order: the CRI client, cgroups, the CPU
+//! manager (restored from its checkpoint), the volume and runtime managers, the PLEG (relisting
+//! the runtime), pod workers and the kubelet core, the eviction manager, the node's status, the
+//! sources, and last the sync loop that admits pods. Each component comes from its own
+//! constructor; this file only connects them and spawns their tasks into the app's task set.
 
 use std::{
+    collections::BTreeSet,
     path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
 
-use tokio::{sync::broadcast, task::JoinSet};
+use k8s_openapi::api::core::v1::ContainerImage;
+use tokio::{
+    sync::{Notify, broadcast, mpsc, watch},
+    task::JoinSet,
+};
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, node::NodeFacts};
@@ -17,13 +25,17 @@ use crate::{
         pod_cgroups::{PodCgroupConfig, PodCgroups},
     },
     config::Config,
+    container::RuntimeFeatures,
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
+    eviction::{EvictionManager, NodeCondition},
     kernel::StreamItem,
     kubelet::{
-        Kubelet,
+        Kubelet, KubeletParts,
         admission::NodeCapacity,
+        allocatable,
         metrics::KubeletMetrics,
         pod_manager::PodManager,
+        runtime_health::RuntimeHealth,
         security_admission::{AppArmorHost, SecurityAdmission},
         sync_loop,
         syncer::KubeletSyncer,
@@ -36,14 +48,14 @@ use crate::{
     },
     metrics::Metrics,
     pleg::{
-        Health as PlegHealth, Pleg, PlegConfig, PublishedEvent,
+        Health as PlegHealth, Pleg, PlegConfig, PodLifecycleEvent, PublishedEvent,
         ebpf::{self, EbpfPleg, EbpfPlegMetrics},
         facts::KernelFacts,
         records::{Outputs, PodRecords},
         relist::{PlegMetrics, RelistPleg},
     },
     pod_workers::{OnSynced, PodWorkers, WorkerConfig},
-    prober::{ProbeManager, metrics::ProberMetrics},
+    prober::{ProbeManager, ProbeUpdate, metrics::ProberMetrics},
     server::Health,
     sources::{
         ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
@@ -104,7 +116,7 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
     let cgroups = Arc::new(PodCgroups::new(
         PodCgroupConfig {
             per_qos: config.cgroups_per_qos,
-            root: pods_parent(config),
+            root: crate::cm::pod_cgroups::pods_parent(&config.cgroup_root, config.cgroups_per_qos),
             pod_pids_limit: config.pod_pids_limit,
             allocatable_memory,
         },
@@ -116,102 +128,278 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
     Ok(cgroups)
 }
 
-/// Where pod cgroups live, relative to the cgroup root: `kubepods` below `cgroupRoot`, or
-/// without QoS cgroups (`cgroupsPerQOS: false`) the `cgroupRoot` itself (empty for `/`).
-pub fn pods_parent(config: &Config) -> String {
-    if config.cgroups_per_qos {
-        kubepods_path(config)
-    } else {
-        config
-            .cgroup_root
-            .display()
-            .to_string()
-            .trim_matches('/')
-            .to_owned()
+/// What the pod half is built from, besides the app's shared parts.
+pub struct PodsInput {
+    pub cgroups: Arc<PodCgroups>,
+    pub source: PlegSource,
+    pub published: broadcast::Sender<Arc<PublishedEvent>>,
+    pub kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
+}
+
+/// The app's shared parts every builder hands tasks and registrations to.
+pub struct App<'a> {
+    pub config: &'a Config,
+    pub metrics: &'a Metrics,
+    pub health: &'a Health,
+    pub tasks: &'a mut JoinSet<Result<(), Error>>,
+    pub shutdown: &'a CancellationToken,
+}
+
+impl App<'_> {
+    /// Runs `task` in the app's task set until shutdown; a task that ends stops the agent.
+    fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.spawn(async move {
+            task.await;
+            Ok(())
+        });
     }
 }
 
-/// `kubepods` below `cgroupRoot`, relative to the cgroup root.
-pub fn kubepods_path(config: &Config) -> String {
-    config
-        .cgroup_root
-        .join("kubepods")
-        .strip_prefix("/")
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "kubepods".into())
+/// The CRI client and what start-up learns from it.
+struct Runtime {
+    client: Arc<GrpcRuntime>,
+    name: String,
+    /// `<name>://<version>`, for the Node object.
+    version: String,
+    features_tx: watch::Sender<Option<RuntimeFeatures>>,
+    features: watch::Receiver<Option<RuntimeFeatures>>,
 }
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the composition root hands every part in"
-)]
-pub async fn start(
-    config: &Config,
-    metrics: &Metrics,
-    health: &Health,
-    tasks: &mut JoinSet<Result<(), Error>>,
-    shutdown: &CancellationToken,
-    cgroups: Arc<PodCgroups>,
-    source: PlegSource,
-    published: broadcast::Sender<Arc<PublishedEvent>>,
-    kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
-) -> Result<Pods, Error> {
+/// The PLEG and its outputs.
+struct PlegParts {
+    pleg: Arc<dyn Pleg>,
+    events: mpsc::Receiver<PodLifecycleEvent>,
+    /// Container deaths, for the container GC.
+    gc_events: broadcast::Receiver<Arc<PublishedEvent>>,
+}
+
+/// Builds and starts the pod half. The start-up order (ARCHITECTURE.md): restore state (the CPU
+/// manager's and user namespaces' checkpoints, in their constructors), reconcile with the
+/// runtime (the PLEG relists it, the CPU manager reconciles) and with the sources (the sync
+/// loop learns when their first sets are complete), then admit.
+pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
+    let config = app.config;
     let node = NodeFacts::detect();
-    let runtime = GrpcRuntime::connect(
-        GrpcRuntimeConfig {
-            endpoint: config.container_runtime_endpoint.clone(),
-            request_timeout: config.runtime_request_timeout,
-            pull_image_timeout: None,
-        },
-        RuntimeMetrics::register(&metrics.registry)?,
-    )
-    .await
-    .map_err(Error::Runtime)?;
-    let runtime = Arc::new(runtime);
-    let runtime_name = runtime.runtime_name().to_owned();
-    let runtime_version = format!(
-        "{}://{}",
-        runtime.version_info().runtime_name,
-        runtime.version_info().runtime_version
-    );
-    tracing::info!(
-        endpoint = config.container_runtime_endpoint,
-        runtime = runtime_name,
-        "connected to the container runtime"
-    );
-
-    // The runtime's features decide admission from the first pod on: asked once now, then kept
-    // current by the runtime health check.
-    let features = match runtime.status().await {
-        Ok(status) => Some(crate::cri::convert::runtime_features(&status)),
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the runtime's features yet (CRI Status)");
-            None
-        }
-    };
-    tracing::info!(
-        supplemental_groups_policy = features
-            .as_ref()
-            .is_some_and(|f| f.supplemental_groups_policy),
-        user_namespaces = features
-            .as_ref()
-            .is_some_and(|f| f.handler_supports_user_namespaces("")),
-        "the container runtime's features"
-    );
-    let (features_tx, features) = tokio::sync::watch::channel(features);
-
+    let runtime = connect_runtime(app).await?;
     if !node.has_cap_sys_resource {
         tracing::info!(
             "no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0"
         );
     }
-
-    let cpu_manager = super::cpumanager::start(config, metrics, runtime.clone(), tasks, shutdown)?;
+    let cpu_manager = super::cpumanager::start(
+        config,
+        app.metrics,
+        runtime.client.clone(),
+        app.tasks,
+        app.shutdown,
+    )?;
+    let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let mut manager = KubeRuntimeManager::new(
-        runtime.clone(),
-        runtime.clone(),
+    let manager = runtime_manager(
+        config,
+        &node,
+        &runtime,
         reasons.clone(),
+        cpu_manager.clone(),
+        volumes.clone(),
+    )?;
+    let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
+    let status = Arc::new(StatusManager::default());
+    super::psi::register_psi_metrics(
+        &app.metrics.registry,
+        &input.cgroups,
+        pleg.pleg.cache(),
+        &status,
+    )?;
+    let annotate = cpu_manager.clone().map(|cpus| {
+        Arc::new(move |uid: &str| cpus.pod_annotations(uid)) as crate::server::http::Annotator
+    });
+    let (kubelet, probe_updates) = build_kubelet(
+        app,
+        &node,
+        &runtime,
+        &pleg.pleg,
+        CoreParts {
+            manager: manager.clone(),
+            status: status.clone(),
+            cgroups: input.cgroups.clone(),
+            reasons,
+            cpu_manager,
+            volumes: volumes.clone(),
+        },
+    )?;
+    let eviction = super::eviction::start(
+        config,
+        i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
+        &kubelet,
+        &input.cgroups,
+        pleg.pleg.cache(),
+        &manager,
+        runtime.client.as_ref(),
+        input.kernel_bus,
+        app.metrics,
+        app.health,
+        app.tasks,
+        app.shutdown,
+    )
+    .await?;
+    let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
+    let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
+    start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
+    super::housekeeping::start(
+        config,
+        runtime.client.clone(),
+        runtime.client.clone(),
+        &kubelet,
+        pod_config.sources_ready(),
+        pod_config.sources_ready(),
+        pleg.gc_events,
+        eviction.conditions(),
+        &app.metrics.registry,
+        app.tasks,
+        app.shutdown,
+    )?;
+    // Last: the merge, then the sync loop, which admits pods.
+    let ready = pod_config.sources_ready();
+    let shutdown = app.shutdown.clone();
+    app.spawn(async move {
+        // With no source registered the merge has nothing to do and returns at once: that is
+        // not a failure of the agent, so the task lives on until shutdown.
+        pod_config.run(shutdown.clone()).await;
+        shutdown.cancelled().await;
+    });
+    let shutdown = app.shutdown.clone();
+    app.spawn(sync_loop::run(
+        kubelet,
+        updates,
+        pleg.events,
+        probe_updates,
+        ready,
+        shutdown,
+    ));
+    Ok(Pods {
+        logs: super::housekeeping::logs_state(status.clone(), runtime.client.clone()),
+        status,
+        node: reporting.local_node,
+        annotate,
+        evictions: eviction.decision_sender(),
+        runtime: runtime.client,
+    })
+}
+
+/// What the kubelet core acts through, built before it.
+struct CoreParts {
+    manager: Arc<KubeRuntimeManager>,
+    status: Arc<StatusManager>,
+    cgroups: Arc<PodCgroups>,
+    reasons: Arc<Mutex<ReasonCache>>,
+    cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    volumes: Arc<VolumeManager>,
+}
+
+/// The probe manager, the pod workers and the kubelet core, built once with all it needs
+/// (upstream `NewMainKubelet`).
+fn build_kubelet(
+    app: &App<'_>,
+    node: &NodeFacts,
+    runtime: &Runtime,
+    pleg: &Arc<dyn Pleg>,
+    parts: CoreParts,
+) -> Result<(Arc<Kubelet>, mpsc::UnboundedReceiver<ProbeUpdate>), Error> {
+    let config = app.config;
+    let (probes, probe_updates) = ProbeManager::new(
+        runtime.client.clone(),
+        parts.status.clone(),
+        ProberMetrics::register(&app.metrics.registry)?,
+    );
+    let workers = pod_workers(
+        app,
+        pleg,
+        KubeletSyncerParts {
+            runtime: parts.manager.clone(),
+            status: parts.status.clone(),
+            cgroups: parts.cgroups.clone(),
+            reasons: parts.reasons,
+            host_ip: node.host_ip.map(|ip| ip.to_string()),
+            probes: probes.clone(),
+            volumes: parts.volumes.clone(),
+        },
+    )?;
+    // Admission fits pods into allocatable, as upstream's does.
+    let (cpu_millis, memory_bytes) =
+        allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
+    let kubelet = Kubelet::new(KubeletParts {
+        node_name: config.node_name.clone(),
+        pods: workers.pods,
+        workers: workers.workers,
+        cache: pleg.cache(),
+        status: parts.status,
+        runtime: parts.manager,
+        cgroups: parts.cgroups,
+        capacity: NodeCapacity {
+            max_pods: config.max_pods as usize,
+            cpu_millis,
+            memory_bytes,
+        },
+        security: security_admission(config, runtime.features.clone())?,
+        cpu_manager: parts.cpu_manager,
+        probes,
+        volumes: parts.volumes,
+    });
+    Ok((Arc::new(kubelet), probe_updates))
+}
+
+/// Connects to the CRI runtime and reads its features once: admission decides from the first
+/// pod on with them, and the runtime health check keeps them current.
+async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
+    let config = app.config;
+    let client = GrpcRuntime::connect(
+        GrpcRuntimeConfig {
+            endpoint: config.container_runtime_endpoint.clone(),
+            request_timeout: config.runtime_request_timeout,
+            pull_image_timeout: None,
+        },
+        RuntimeMetrics::register(&app.metrics.registry)?,
+    )
+    .await
+    .map_err(Error::Runtime)?;
+    let client = Arc::new(client);
+    let name = client.runtime_name().to_owned();
+    let version = format!(
+        "{}://{}",
+        client.version_info().runtime_name,
+        client.version_info().runtime_version
+    );
+    tracing::info!(
+        endpoint = config.container_runtime_endpoint,
+        runtime = name,
+        "connected to the container runtime"
+    );
+    let (features_tx, features) =
+        watch::channel(RuntimeHealth::features_now(client.as_ref()).await);
+    Ok(Runtime {
+        client,
+        name,
+        version,
+        features_tx,
+        features,
+    })
+}
+
+/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts and the user
+/// namespace ranges (restored from their checkpoint).
+fn runtime_manager(
+    config: &Config,
+    node: &NodeFacts,
+    runtime: &Runtime,
+    reasons: Arc<Mutex<ReasonCache>>,
+    cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    volumes: Arc<VolumeManager>,
+) -> Result<Arc<KubeRuntimeManager>, Error> {
+    let mut manager = KubeRuntimeManager::new(
+        runtime.client.clone(),
+        runtime.client.clone(),
+        reasons,
         RuntimeManagerConfig {
             node_name: config.node_name.clone(),
             log_root: config.logs.pod_logs_dir.clone(),
@@ -224,26 +412,35 @@ pub async fn start(
             security: SecurityOptions::new(&config.root_dir, config.security.seccomp_default),
         },
     );
-    if let Some(cpus) = &cpu_manager {
-        manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus.clone())));
+    if let Some(cpus) = cpu_manager {
+        manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    let volumes = volume_manager(config, &node, metrics, tasks, shutdown)?;
-    manager = manager.with_mounts(volumes.clone());
-    let userns =
-        UsernsManager::load(&config.root_dir, features.clone()).map_err(Error::UserNamespaces)?;
-    manager = manager.with_userns(Arc::new(userns));
-    let manager = Arc::new(manager);
+    manager = manager.with_mounts(volumes);
+    let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
+        .map_err(Error::UserNamespaces)?;
+    Ok(Arc::new(manager.with_userns(Arc::new(userns))))
+}
+
+/// The relist PLEG, wrapped by the kernel-event PLEG when kernel events drive it; running, and
+/// in the health checks.
+fn start_pleg(
+    app: &mut App<'_>,
+    manager: &Arc<KubeRuntimeManager>,
+    runtime_name: &str,
+    source: PlegSource,
+    published: broadcast::Sender<Arc<PublishedEvent>>,
+) -> Result<PlegParts, Error> {
     let period = match &source {
         PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
     };
-    let pleg_metrics = PlegMetrics::register(&metrics.registry)?;
+    let pleg_metrics = PlegMetrics::register(&app.metrics.registry)?;
     let kernel_metrics = match source {
-        PlegSource::Kernel { .. } => Some(EbpfPlegMetrics::register(&metrics.registry)?),
+        PlegSource::Kernel { .. } => Some(EbpfPlegMetrics::register(&app.metrics.registry)?),
         PlegSource::Relist { .. } => None,
     };
     let gc_events = published.subscribe();
-    let (records, pleg_events) = PodRecords::new(
-        &runtime_name,
+    let (records, events) = PodRecords::new(
+        runtime_name,
         KernelFacts::new(kernel_metrics.as_ref().map(EbpfPlegMetrics::facts)),
         Outputs {
             observer: Some(published),
@@ -263,14 +460,9 @@ pub async fn start(
         },
         pleg_metrics,
     );
-    tasks.spawn({
-        let relist = relist.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            relist.run(shutdown).await;
-            Ok(())
-        }
-    });
+    let runner = relist.clone();
+    let shutdown = app.shutdown.clone();
+    app.spawn(async move { runner.run(shutdown).await });
     let pleg: Arc<dyn Pleg> = match (source, kernel_metrics) {
         (
             PlegSource::Kernel {
@@ -280,55 +472,76 @@ pub async fn start(
             },
             Some(kernel_metrics),
         ) => {
+            let pods = crate::cm::pod_cgroups::pods_parent(
+                &app.config.cgroup_root,
+                app.config.cgroups_per_qos,
+            );
             let ebpf = EbpfPleg::new(
                 relist,
                 records,
                 cgroup2_root,
-                &pods_parent(config),
+                &pods,
                 kernel_metrics,
                 ebpf::Processes::default(),
             );
-            let shutdown = shutdown.clone();
             let runner = ebpf.clone();
-            tasks.spawn(async move {
-                runner.run(events, shutdown).await;
-                Ok(())
-            });
+            let shutdown = app.shutdown.clone();
+            app.spawn(async move { runner.run(events, shutdown).await });
             ebpf
         }
         _ => relist,
     };
-    {
-        let pleg = pleg.clone();
-        health.add_check(
-            "pleg",
-            Arc::new(move || match pleg.health() {
-                PlegHealth::Healthy => None,
-                PlegHealth::Unhealthy(why) => Some(why),
-            }),
-        );
-    }
-
-    let status = Arc::new(StatusManager::default());
-    super::psi::register_psi_metrics(&metrics.registry, &cgroups, pleg.cache(), &status)?;
-    let pod_manager = Arc::new(PodManager::default());
-    let kubelet_metrics = KubeletMetrics::register(&metrics.registry)?;
-    let (probes, probe_updates) = ProbeManager::new(
-        runtime.clone(),
-        status.clone(),
-        ProberMetrics::register(&metrics.registry)?,
+    let checked = pleg.clone();
+    app.health.add_check(
+        "pleg",
+        Arc::new(move || match checked.health() {
+            PlegHealth::Healthy => None,
+            PlegHealth::Unhealthy(why) => Some(why),
+        }),
     );
+    Ok(PlegParts {
+        pleg,
+        events,
+        gc_events,
+    })
+}
+
+/// What the pod workers' sync functions act through, besides the pod manager and metrics.
+struct KubeletSyncerParts {
+    runtime: Arc<KubeRuntimeManager>,
+    status: Arc<StatusManager>,
+    cgroups: Arc<PodCgroups>,
+    reasons: Arc<Mutex<ReasonCache>>,
+    host_ip: Option<String>,
+    probes: ProbeManager,
+    volumes: Arc<VolumeManager>,
+}
+
+struct Workers {
+    pods: Arc<PodManager>,
+    workers: Arc<PodWorkers>,
+}
+
+/// The pod manager and the pod workers, which sync through [`KubeletSyncer`] and ask the PLEG
+/// for a fresh status after each sync.
+fn pod_workers(
+    app: &App<'_>,
+    pleg: &Arc<dyn Pleg>,
+    parts: KubeletSyncerParts,
+) -> Result<Workers, Error> {
+    let pods = Arc::new(PodManager::default());
+    let metrics = KubeletMetrics::register(&app.metrics.registry)?;
     let syncer = Arc::new(KubeletSyncer {
-        metrics: kubelet_metrics.clone(),
+        metrics: metrics.clone(),
         started: Mutex::new(Default::default()),
-        runtime: manager.clone(),
-        status: status.clone(),
-        cgroups: cgroups.clone(),
-        reasons,
-        pods: pod_manager.clone(),
-        host_ip: node.host_ip.map(|ip| ip.to_string()),
-        probes: probes.clone(),
-        volumes: volumes.clone(),
+        runtime: parts.runtime,
+        status: parts.status,
+        cgroups: parts.cgroups,
+        reasons: parts.reasons,
+        pods: pods.clone(),
+        host_ip: parts.host_ip,
+        probes: parts.probes,
+        volumes: parts.volumes,
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();
@@ -338,141 +551,62 @@ pub async fn start(
         syncer,
         pleg.cache(),
         WorkerConfig {
-            resync_interval: config.sync_frequency,
+            resync_interval: app.config.sync_frequency,
             ..WorkerConfig::default()
         },
         Some(on_synced),
-        kubelet_metrics.pod_worker_duration,
+        metrics.pod_worker_duration,
     );
-    let kubelet = Arc::new(Kubelet::new(
-        config.node_name.clone(),
-        pod_manager,
-        workers,
-        pleg.cache(),
-        status.clone(),
-        manager.clone(),
-        cgroups.clone(),
-        {
-            // Admission fits pods into allocatable, as upstream's does.
-            let (cpu_millis, memory_bytes) = allocatable(config, &node);
-            NodeCapacity {
-                max_pods: config.max_pods as usize,
-                cpu_millis,
-                memory_bytes,
-            }
-        },
-        security_admission(config, features.clone())?,
-    ));
+    Ok(Workers { pods, workers })
+}
 
-    let annotate = cpu_manager.clone().map(|cpus| {
-        Arc::new(move |uid: &str| cpus.pod_annotations(uid)) as crate::server::http::Annotator
-    });
-    if let Some(cpus) = cpu_manager {
-        kubelet.set_cpu_manager(cpus);
-    }
-    kubelet.set_probes(probes);
-    kubelet.set_volume_manager(volumes.clone());
+/// What the node's status is made of, for `/node` and the API server source.
+struct NodeReporting {
+    local_node: Arc<LocalNode>,
+    description: NodeDescription,
+    readiness: ReadinessCheck,
+    pressure: PressureCheck,
+    images: ImagesCheck,
+    /// Notified when something the Node object shows changed, so it is posted at once.
+    changed: Arc<Notify>,
+}
 
-    let eviction = super::eviction::start(
-        config,
-        i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
-        &kubelet,
-        &cgroups,
-        pleg.cache(),
-        &manager,
-        runtime.as_ref(),
-        kernel_bus,
-        metrics,
-        health,
-        tasks,
-        shutdown,
-    )
-    .await?;
-
-    let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
-    if let Some(dir) = &config.static_pod_path {
-        let source = StaticPodSource::new(
-            StaticPodOptions::new(
-                dir.clone(),
-                config.node_name.clone(),
-                config.file_check_frequency,
-            ),
-            pod_config.channel(Source::File),
-        );
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            source.run(shutdown).await;
-            Ok(())
-        });
-        tracing::info!(dir = %dir.display(), "static pods from this folder");
-    }
-    let node_changed = Arc::new(tokio::sync::Notify::new());
-    let runtime_health = super::runtime_health::RuntimeHealth::default();
-    tasks.spawn({
+/// The node's status: the runtime health check, the pressure conditions and the image list
+/// (refreshed every 30 s, as upstream's image cache), each waking the status update on change.
+fn node_status(
+    app: &mut App<'_>,
+    node: &NodeFacts,
+    runtime: &Runtime,
+    pleg: &Arc<dyn Pleg>,
+    eviction: &EvictionManager,
+) -> NodeReporting {
+    let changed = Arc::new(Notify::new());
+    let runtime_health = RuntimeHealth::default();
+    {
         let health = runtime_health.clone();
-        let runtime: Arc<dyn crate::cri::RuntimeService> = runtime.clone();
-        let changed = node_changed.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            health.run(runtime, changed, features_tx, shutdown).await;
-            Ok(())
-        }
-    });
-    tasks.spawn({
+        let client: Arc<dyn crate::cri::RuntimeService> = runtime.client.clone();
+        let (changed, features) = (changed.clone(), runtime.features_tx.clone());
+        let shutdown = app.shutdown.clone();
+        app.spawn(async move { health.run(client, changed, features, shutdown).await });
+    }
+    {
         // A pressure condition set or cleared is posted at once.
-        let mut conditions = eviction.conditions();
-        let changed = node_changed.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            loop {
-                tokio::select! {
-                    seen = conditions.changed() => {
-                        if seen.is_err() {
-                            break;
-                        }
-                        changed.notify_one();
-                    }
-                    () = shutdown.cancelled() => break,
-                }
-            }
-            // Without an eviction manager nothing changes; a task that ends stops the agent.
-            shutdown.cancelled().await;
-            Ok(())
-        }
-    });
-    // Upstream's image list cache is refreshed every 30 s too.
+        let (conditions, changed) = (eviction.conditions(), changed.clone());
+        let shutdown = app.shutdown.clone();
+        app.spawn(notify_on_change(conditions, changed, shutdown));
+    }
     let images_seen = Arc::new(Mutex::new(Vec::new()));
-    tasks.spawn({
-        let images = runtime.clone();
-        let seen = images_seen.clone();
-        let changed = node_changed.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(30));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = tick.tick() => {}
-                    () = shutdown.cancelled() => return Ok(()),
-                }
-                match crate::cri::ImageService::list_images(images.as_ref(), None).await {
-                    Ok(list) => {
-                        let listed = crate::sources::node_images(&list, crate::sources::MAX_IMAGES);
-                        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
-                        if *seen != listed {
-                            *seen = listed;
-                            changed.notify_one();
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "cannot list the node's images"),
-                }
-            }
-        }
+    {
+        let (images, seen) = (runtime.client.clone(), images_seen.clone());
+        let (changed, shutdown) = (changed.clone(), app.shutdown.clone());
+        app.spawn(refresh_images(images, seen, changed, shutdown));
+    }
+    let images: ImagesCheck = Arc::new(move || {
+        images_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     });
-    let images: ImagesCheck = {
-        let seen = images_seen.clone();
-        Arc::new(move || seen.lock().unwrap_or_else(|p| p.into_inner()).clone())
-    };
     let readiness: ReadinessCheck = {
         let pleg = pleg.clone();
         Arc::new(move || {
@@ -494,91 +628,126 @@ pub async fn start(
                 .collect()
         })
     };
-    let description = describe_node(config, &node, runtime_version);
+    let description = describe_node(app.config, node, runtime.version.clone());
     // The Node object as the API server would get it, served locally too (`/node`).
     let local_node = Arc::new(LocalNode::new(
-        config.node_name.clone(),
+        app.config.node_name.clone(),
         description.clone(),
         readiness.clone(),
         pressure.clone(),
         images.clone(),
         Arc::new(SystemTime::now) as WallClock,
     ));
-    if let Some(kubeconfig) = &config.kubeconfig {
-        let client = client_from_kubeconfig(kubeconfig)
-            .await
-            .map_err(Error::ApiServer)?;
-        volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
-        let source = ApiServerSource {
-            client,
-            options: ApiServerOptions::new(
-                config.node_name.clone(),
-                config.node_status_update_frequency,
-                config.node_lease_duration_seconds,
-            ),
-            node: description,
-            status: status.clone(),
-            readiness,
-            pressure,
-            node_changed,
-            images,
-            pods: pod_config.channel(Source::Api),
-            clock: Arc::new(SystemTime::now) as WallClock,
-        };
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            source.run(shutdown).await;
-            Ok(())
-        });
-        tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
+    NodeReporting {
+        local_node,
+        description,
+        readiness,
+        pressure,
+        images,
+        changed,
     }
-    super::housekeeping::start(
-        config,
-        runtime.clone(),
-        runtime.clone(),
-        &kubelet,
-        pod_config.sources_ready(),
-        pod_config.sources_ready(),
-        gc_events,
-        eviction.conditions(),
-        &metrics.registry,
-        tasks,
-        shutdown,
-    )?;
-    let ready = pod_config.sources_ready();
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            // With no source registered the merge has nothing to do and returns at once: that is
-            // not a failure of the agent, so the task lives on until shutdown.
-            pod_config.run(shutdown.clone()).await;
-            shutdown.cancelled().await;
-            Ok(())
+}
+
+/// Notifies `changed` whenever the pressure conditions change, until shutdown.
+async fn notify_on_change(
+    mut conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+    changed: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            seen = conditions.changed() => {
+                if seen.is_err() {
+                    break;
+                }
+                changed.notify_one();
+            }
+            () = shutdown.cancelled() => break,
         }
-    });
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            sync_loop::run(
-                kubelet,
-                updates,
-                pleg_events,
-                probe_updates,
-                move || ready.all_ready(),
-                shutdown,
-            )
-            .await;
-            Ok(())
+    }
+    // Without an eviction manager nothing changes; a task that ends stops the agent.
+    shutdown.cancelled().await;
+}
+
+/// Lists the node's images every 30 s (upstream's image list cache is refreshed as often);
+/// `changed` is notified when the list the Node object shows changes.
+async fn refresh_images(
+    images: Arc<GrpcRuntime>,
+    seen: Arc<Mutex<Vec<ContainerImage>>>,
+    changed: Arc<Notify>,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(30));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shutdown.cancelled() => return,
         }
-    });
-    Ok(Pods {
-        logs: super::housekeeping::logs_state(status.clone(), runtime.clone()),
-        status,
-        node: local_node,
-        annotate,
-        evictions: eviction.decision_sender(),
-        runtime,
-    })
+        match crate::cri::ImageService::list_images(images.as_ref(), None).await {
+            Ok(list) => {
+                let listed = crate::sources::node_images(&list, crate::sources::MAX_IMAGES);
+                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                if *seen != listed {
+                    *seen = listed;
+                    changed.notify_one();
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot list the node's images"),
+        }
+    }
+}
+
+/// The pod sources: static pods from `staticPodPath`, and the API server's pods (which also
+/// registers the node and posts its status) with `--kubeconfig`.
+async fn start_sources(
+    app: &mut App<'_>,
+    pod_config: &mut PodConfig,
+    node: &NodeReporting,
+    status: &Arc<StatusManager>,
+    volumes: &Arc<VolumeManager>,
+) -> Result<(), Error> {
+    let config = app.config;
+    if let Some(dir) = &config.static_pod_path {
+        let source = StaticPodSource::new(
+            StaticPodOptions::new(
+                dir.clone(),
+                config.node_name.clone(),
+                config.file_check_frequency,
+            ),
+            pod_config.channel(Source::File),
+        );
+        let shutdown = app.shutdown.clone();
+        app.spawn(async move { source.run(shutdown).await });
+        tracing::info!(dir = %dir.display(), "static pods from this folder");
+    }
+    let Some(kubeconfig) = &config.kubeconfig else {
+        return Ok(());
+    };
+    let client = client_from_kubeconfig(kubeconfig)
+        .await
+        .map_err(Error::ApiServer)?;
+    volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
+    let source = ApiServerSource {
+        client,
+        options: ApiServerOptions::new(
+            config.node_name.clone(),
+            config.node_status_update_frequency,
+            config.node_lease_duration_seconds,
+        ),
+        node: node.description.clone(),
+        status: status.clone(),
+        readiness: node.readiness.clone(),
+        pressure: node.pressure.clone(),
+        node_changed: node.changed.clone(),
+        images: node.images.clone(),
+        pods: pod_config.channel(Source::Api),
+        clock: Arc::new(SystemTime::now) as WallClock,
+    };
+    let shutdown = app.shutdown.clone();
+    app.spawn(async move { source.run(shutdown).await });
+    tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
+    Ok(())
 }
 
 /// Admission's security checks: the safe sysctls of the running kernel plus
@@ -609,14 +778,10 @@ fn security_admission(
 }
 
 /// The volume manager, its reconciler running, with pod directories below `rootDir`.
-fn volume_manager(
-    config: &Config,
-    node: &NodeFacts,
-    metrics: &Metrics,
-    tasks: &mut JoinSet<Result<(), Error>>,
-    shutdown: &CancellationToken,
-) -> Result<Arc<VolumeManager>, Error> {
-    let (_, allocatable_memory) = allocatable(config, node);
+fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManager>, Error> {
+    let config = app.config;
+    let (_, allocatable_memory) =
+        allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
     // Upstream `setupDataDirs`: the root dir, `pods` and the pod log directory 0750, before any
     // pod's directory is made below them (wider ones an older agent left are narrowed).
     let dirs = PodDirs::new(config.root_dir.clone());
@@ -634,61 +799,12 @@ fn volume_manager(
             cluster_domain: config.cluster_domain.clone(),
             wait_budget: default_wait_budget(),
         },
-        VolumeMetrics::register(&metrics.registry)?,
+        VolumeMetrics::register(&app.metrics.registry)?,
     );
     let runner = volumes.clone();
-    let shutdown = shutdown.clone();
-    tasks.spawn(async move {
-        runner.run(shutdown).await;
-        Ok(())
-    });
+    let shutdown = app.shutdown.clone();
+    app.spawn(async move { runner.run(shutdown).await });
     Ok(volumes)
-}
-
-/// Node allocatable CPU (millicores) and memory (bytes), as upstream computes it: capacity minus
-/// kube and system reservations, and for memory also the hard `memory.available` threshold.
-fn allocatable(config: &Config, node: &NodeFacts) -> (i64, i64) {
-    let memory = i64::try_from(node.memory_bytes).unwrap_or(i64::MAX);
-    let eviction = config
-        .eviction
-        .thresholds
-        .iter()
-        .filter(|t| t.is_hard() && t.signal == crate::eviction::thresholds::Signal::MemoryAvailable)
-        .map(|t| crate::eviction::logic::quantity(t.value, memory))
-        .max()
-        .unwrap_or(0);
-    (
-        (node.cpu_millis - config.reserved.cpu_millis()).max(0),
-        (memory - config.reserved.memory_bytes() - eviction).max(0),
-    )
-}
-
-/// `ephemeral-storage` capacity and allocatable: the size of the filesystem holding the root dir,
-/// minus the kube and system reservations and the hard `nodefs.available` threshold (upstream
-/// `GetNodeAllocatableAbsolute`). `None` when the filesystem cannot be read.
-fn ephemeral_storage(config: &Config) -> Option<(u64, u64)> {
-    let dir = config
-        .root_dir
-        .ancestors()
-        .find(|p| p.exists())
-        .unwrap_or(std::path::Path::new("/"));
-    let stat = nix::sys::statvfs::statvfs(dir).ok()?;
-    #[allow(
-        clippy::useless_conversion,
-        reason = "the field widths differ by platform"
-    )]
-    let capacity = u64::from(stat.blocks()).saturating_mul(u64::from(stat.fragment_size()));
-    let capacity_i = i64::try_from(capacity).unwrap_or(i64::MAX);
-    let eviction = config
-        .eviction
-        .thresholds
-        .iter()
-        .filter(|t| t.is_hard() && t.signal == crate::eviction::thresholds::Signal::NodeFsAvailable)
-        .map(|t| crate::eviction::logic::quantity(t.value, capacity_i))
-        .max()
-        .unwrap_or(0);
-    let allocatable = (capacity_i - config.reserved.ephemeral_storage_bytes() - eviction).max(0);
-    Some((capacity, u64::try_from(allocatable).unwrap_or(0)))
 }
 
 /// What the Node object says about this machine.
@@ -698,9 +814,10 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
             .map(|s| s.trim().to_owned())
             .unwrap_or_default()
     };
-    let (allocatable_cpu_millis, allocatable_memory_bytes) = allocatable(config, node);
+    let (allocatable_cpu_millis, allocatable_memory_bytes) =
+        allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
     let (ephemeral_storage_bytes, allocatable_ephemeral_storage_bytes) =
-        ephemeral_storage(config).unzip();
+        allocatable::ephemeral_storage(config).unzip();
     NodeDescription {
         hostname: config.node_name.clone(),
         internal_ip: node.host_ip,

@@ -37,7 +37,7 @@ pub async fn summary_provider(
     let memory_capacity = NodeFacts::memory_total().unwrap_or(0);
     let observer = NodeObserver {
         layout,
-        kubepods: super::pods::kubepods_path(config),
+        kubepods: crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root),
         memory_capacity,
         allocatable_memory: memory_capacity - config.reserved.memory_bytes(),
         nodefs,

@@ -39,6 +39,30 @@ pub enum CgroupError {
     Pod { pod: String, reason: String },
 }
 
+/// `kubepods` below `cgroupRoot` (`cgroup_root`), relative to the cgroup root: where the pods'
+/// hierarchy lives, for the pod cgroups, the kernel programs' watch and the eviction observer.
+pub fn kubepods_path(cgroup_root: &std::path::Path) -> String {
+    cgroup_root
+        .join("kubepods")
+        .strip_prefix("/")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "kubepods".into())
+}
+
+/// Where pod cgroups live, relative to the cgroup root: `kubepods` below `cgroupRoot`, or without
+/// QoS cgroups (`cgroupsPerQOS: false`) the `cgroupRoot` itself (empty for `/`).
+pub fn pods_parent(cgroup_root: &std::path::Path, per_qos: bool) -> String {
+    if per_qos {
+        kubepods_path(cgroup_root)
+    } else {
+        cgroup_root
+            .display()
+            .to_string()
+            .trim_matches('/')
+            .to_owned()
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct PodCgroupConfig {
     /// `cgroupsPerQOS`: without it there are no QoS cgroups and pods' cgroups sit directly in

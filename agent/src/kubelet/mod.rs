@@ -1,10 +1,14 @@
 //! The kubelet core (upstream `pkg/kubelet/kubelet.go`): the sync loop that dispatches source
 //! updates, PLEG events and periodic work to the pod workers, admission, housekeeping, and the
-//! sync functions the workers call. Everything it acts through is handed in by `app`.
+//! sync functions the workers call. Everything it acts through is handed in by `app`, at
+//! construction ([`KubeletParts`]). Also what the kubelet computes about the node for the rest:
+//! allocatable (`allocatable.rs`) and the runtime's health (`runtime_health.rs`).
 
 pub mod admission;
+pub mod allocatable;
 pub mod metrics;
 pub mod pod_manager;
+pub mod runtime_health;
 pub mod security_admission;
 pub mod sync_loop;
 pub mod syncer;
@@ -55,32 +59,55 @@ pub struct Kubelet {
     security: SecurityAdmission,
     /// Pods admission turned away: they keep their Failed status and never get a worker.
     rejected: Mutex<HashSet<PodUid>>,
-    /// The eviction manager's node conditions, once it runs: admission turns pods away under
-    /// pressure.
+    /// The eviction manager's node conditions: admission turns pods away under pressure.
+    ///
+    /// The one part bound after construction, because of a real cycle: the eviction manager
+    /// chooses among the kubelet's active pods and evicts through its pod workers
+    /// ([`KubeletEvictor`]), so it is built after the kubelet, and hands its conditions back
+    /// with [`Kubelet::set_pressure`] before the sync loop runs (upstream's kubelet likewise
+    /// gets the eviction admit handler from a manager that is started with `GetActivePods`).
     pressure: OnceLock<watch::Receiver<BTreeSet<NodeCondition>>>,
     /// The CPU manager, under the static policy.
-    cpu_manager: OnceLock<Arc<CpuManager>>,
-    probes: OnceLock<ProbeManager>,
-    /// The volume manager: housekeeping removes the directories of pods nobody wants.
-    volumes: OnceLock<Arc<VolumeManager>>,
+    cpu_manager: Option<Arc<CpuManager>>,
+    /// Housekeeping stops the probes of pods that are gone.
+    probes: ProbeManager,
+    /// Housekeeping removes the directories of pods nobody wants.
+    volumes: Arc<VolumeManager>,
+}
+
+/// What the kubelet core is built from, each part already built by its own constructor
+/// (upstream `NewMainKubelet` hands the Kubelet its managers the same way).
+pub struct KubeletParts {
+    pub node_name: String,
+    pub pods: Arc<PodManager>,
+    pub workers: Arc<PodWorkers>,
+    pub cache: Arc<PodCache>,
+    pub status: Arc<StatusManager>,
+    pub runtime: Arc<KubeRuntimeManager>,
+    pub cgroups: Arc<PodCgroups>,
+    pub capacity: NodeCapacity,
+    pub security: SecurityAdmission,
+    pub cpu_manager: Option<Arc<CpuManager>>,
+    pub probes: ProbeManager,
+    pub volumes: Arc<VolumeManager>,
 }
 
 impl Kubelet {
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the composition root hands every part in"
-    )]
-    pub fn new(
-        node_name: String,
-        pods: Arc<PodManager>,
-        workers: Arc<PodWorkers>,
-        cache: Arc<PodCache>,
-        status: Arc<StatusManager>,
-        runtime: Arc<KubeRuntimeManager>,
-        cgroups: Arc<PodCgroups>,
-        capacity: NodeCapacity,
-        security: SecurityAdmission,
-    ) -> Kubelet {
+    pub fn new(parts: KubeletParts) -> Kubelet {
+        let KubeletParts {
+            node_name,
+            pods,
+            workers,
+            cache,
+            status,
+            runtime,
+            cgroups,
+            capacity,
+            security,
+            cpu_manager,
+            probes,
+            volumes,
+        } = parts;
         Kubelet {
             node_name,
             pods,
@@ -93,38 +120,28 @@ impl Kubelet {
             security,
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
-            cpu_manager: OnceLock::new(),
-            probes: OnceLock::new(),
-            volumes: OnceLock::new(),
+            cpu_manager,
+            probes,
+            volumes,
         }
     }
 
-    /// Housekeeping from now on also stops the probes of pods that are gone.
-    pub fn set_probes(&self, probes: ProbeManager) {
-        let _ = self.probes.set(probes);
-    }
-
-    /// Admission from now on also checks the node's pressure conditions.
+    /// Admission from now on also checks the node's pressure conditions (see `pressure`).
     pub fn set_pressure(&self, conditions: watch::Receiver<BTreeSet<NodeCondition>>) {
         let _ = self.pressure.set(conditions);
     }
 
-    /// Admission from now on also allocates exclusive CPUs, and container events reach the CPU
-    /// manager.
-    pub fn set_cpu_manager(&self, manager: Arc<CpuManager>) {
-        let _ = self.cpu_manager.set(manager);
+    pub fn volume_manager(&self) -> Arc<VolumeManager> {
+        self.volumes.clone()
     }
 
-    /// Housekeeping from now on also cleans up orphaned pod directories.
-    pub fn set_volume_manager(&self, volumes: Arc<VolumeManager>) {
-        let _ = self.volumes.set(volumes);
-    }
-
-    pub fn volume_manager(&self) -> Option<Arc<VolumeManager>> {
-        self.volumes.get().cloned()
-    }
-
-    fn admit(&self, pod: &Pod, active: &[&Pod]) -> Result<(), admission::Rejection> {
+    /// `wanted`: every pod a source wants, once all sources have sent their first complete set.
+    fn admit(
+        &self,
+        pod: &Pod,
+        active: &[&Pod],
+        wanted: Option<&HashSet<PodUid>>,
+    ) -> Result<(), admission::Rejection> {
         admit(pod, active, &self.capacity, &self.node_name)?;
         if let Some(pressure) = self.pressure.get() {
             let conditions = pressure.borrow().clone();
@@ -132,11 +149,12 @@ impl Kubelet {
         }
         self.security.admit(pod)?;
         // Last: allocating is the only check with a side effect.
-        if let Some(cpus) = self.cpu_manager.get() {
-            cpus.admit(pod).map_err(|e| admission::Rejection {
-                reason: "UnexpectedAdmissionError".into(),
-                message: e.to_string(),
-            })?;
+        if let Some(cpus) = &self.cpu_manager {
+            cpus.allocate(pod, wanted)
+                .map_err(|e| admission::Rejection {
+                    reason: "UnexpectedAdmissionError".into(),
+                    message: e.to_string(),
+                })?;
         }
         Ok(())
     }
@@ -165,9 +183,10 @@ impl Kubelet {
     }
 
     /// One update from the sources (upstream `syncLoopIteration`'s `configCh` case).
-    pub fn handle_update(&self, update: PodUpdate) {
+    /// `sources_complete`: the updates up to this one hold every source's first complete set.
+    pub fn handle_update(&self, update: PodUpdate, sources_complete: bool) {
         match update.op {
-            Op::Add => self.handle_additions(update.pods),
+            Op::Add => self.handle_additions(update.pods, sources_complete),
             Op::Update | Op::Delete => self.handle_updates(update.pods),
             Op::Remove => self.handle_removes(update.pods),
             Op::Reconcile => {
@@ -181,8 +200,9 @@ impl Kubelet {
         }
     }
 
-    /// Admits new pods oldest first (upstream `HandlePodAdditions`).
-    pub fn handle_additions(&self, mut pods: Vec<Pod>) {
+    /// Admits new pods oldest first (upstream `HandlePodAdditions`). Once the sources are
+    /// complete, the CPUs of pods none of them wants are released before each admission.
+    pub fn handle_additions(&self, mut pods: Vec<Pod>, sources_complete: bool) {
         pods.sort_by(|a, b| {
             a.metadata
                 .creation_timestamp
@@ -190,13 +210,22 @@ impl Kubelet {
                 .map(|t| t.0)
                 .cmp(&b.metadata.creation_timestamp.as_ref().map(|t| t.0))
         });
+        // The later pods of this batch are wanted too, though not in the pod manager yet.
+        let batch: Vec<PodUid> = pods.iter().map(pod_uid).collect();
         for pod in pods {
             let uid = pod_uid(&pod);
             let pod = self.pods.upsert(pod);
             if self.workers.phase(&uid).is_none() && !is_terminal_phase(&pod) {
                 let active = self.active_pods(&uid);
+                let wanted: Option<HashSet<PodUid>> = sources_complete.then(|| {
+                    active
+                        .iter()
+                        .map(|p| pod_uid(p))
+                        .chain(batch.iter().cloned())
+                        .collect()
+                });
                 let active: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
-                if let Err(rejection) = self.admit(&pod, &active) {
+                if let Err(rejection) = self.admit(&pod, &active, wanted.as_ref()) {
                     tracing::warn!(pod = %uid, reason = rejection.reason, message = rejection.message, "pod rejected");
                     self.rejected().insert(uid.clone());
                     self.status.set_pod_status(
@@ -277,7 +306,7 @@ impl Kubelet {
 
     /// A PLEG event wakes the pod's worker (upstream `syncLoopIteration`'s `plegCh` case).
     pub fn handle_pleg_event(&self, event: &PodLifecycleEvent) {
-        if let Some(cpus) = self.cpu_manager.get() {
+        if let Some(cpus) = &self.cpu_manager {
             self.cpu_event(cpus, event);
         }
         if event.kind == EventType::ContainerChanged {
@@ -462,10 +491,10 @@ impl Kubelet {
                 tracing::debug!(pod = %uid, error = %e, "orphaned pod cgroup not removed yet");
             }
         }
-        if let Some(cpus) = self.cpu_manager.get() {
+        if let Some(cpus) = &self.cpu_manager {
             self.cpu_housekeeping(cpus);
         }
-        if let Some(probes) = self.probes.get() {
+        {
             let live: HashSet<PodUid> = desired_uids
                 .iter()
                 .filter(|uid| {
@@ -475,13 +504,13 @@ impl Kubelet {
                 })
                 .cloned()
                 .collect();
-            probes.cleanup_pods(&live);
+            self.probes.cleanup_pods(&live);
         }
-        if let Some(volumes) = self.volumes.get() {
+        {
             // Upstream `cleanupOrphanedPodDirs`: pods no source wants, no worker handles and
             // the runtime no longer runs.
             let in_runtime: HashSet<PodUid> = self.cache.pods().into_iter().collect();
-            volumes.cleanup_orphaned_pod_dirs(|uid| {
+            self.volumes.cleanup_orphaned_pod_dirs(|uid| {
                 desired_uids.contains(uid)
                     || in_runtime.contains(uid)
                     || phases.get(uid).is_some_and(|p| *p != WorkerPhase::Finished)

@@ -29,6 +29,12 @@ pub struct MergeStopped;
 struct ReadyState {
     registered: BTreeSet<Source>,
     seen: BTreeSet<Source>,
+    /// How many merged updates, counted from the first, hold every source's first complete set.
+    /// Known before those updates are queued (unlike `seen`), so the reader of the updates can
+    /// tell, at the update it handles, whether the set of wanted pods is complete (upstream
+    /// marks a source seen before it delivers its updates: `SeenAllSources` holds when the
+    /// kubelet admits the first pods of the last source).
+    complete_through: Option<u64>,
 }
 
 impl ReadyState {
@@ -99,6 +105,7 @@ impl PodConfig {
         } = self;
         // Only the sources' senders keep the input open from here on.
         drop(input_tx);
+        let mut queued: u64 = 0;
         loop {
             let update = tokio::select! {
                 () = cancel.cancelled() => return,
@@ -108,7 +115,18 @@ impl PodConfig {
                 },
             };
             tracing::debug!(source = %update.source, op = ?update.op, pods = update.pods.len(), "pod source update");
-            for merged in storage.merge(update) {
+            let merged_updates = storage.merge(update);
+            let count = u64::try_from(merged_updates.len()).unwrap_or(u64::MAX);
+            let seen = storage.seen_sources();
+            ready.send_if_modified(|s| {
+                let complete = s.complete_through.is_none() && s.registered.is_subset(seen);
+                if complete {
+                    s.complete_through = Some(queued.saturating_add(count));
+                }
+                complete
+            });
+            for merged in merged_updates {
+                queued = queued.saturating_add(1);
                 tracing::debug!(source = %merged.source, op = ?merged.op, pods = merged.pods.len(), "merged pod update");
                 let sent = tokio::select! {
                     () = cancel.cancelled() => return,
@@ -167,6 +185,14 @@ impl SourcesReady {
         self.rx.borrow().all_ready()
     }
 
+    /// Whether the first `received` merged updates hold every source's first complete set: for
+    /// the reader of the updates, which asks it about the update in its hands (admission
+    /// releases the CPUs of pods no source wants only then, as upstream's `removeStaleState`).
+    pub fn complete_within(&self, received: u64) -> bool {
+        let state = self.rx.borrow();
+        state.registered.is_empty() || state.complete_through.is_some_and(|t| received >= t)
+    }
+
     /// Waits until [`Self::all_ready`]; returns at once if it already is. Errs if the merge
     /// stopped first.
     pub async fn wait(&mut self) -> Result<(), MergeStopped> {
@@ -208,6 +234,31 @@ mod tests {
         cancel.cancel();
         task.await.expect("task");
         assert_eq!(file.set(vec![]).await, Err(MergeStopped));
+    }
+
+    #[tokio::test]
+    async fn the_reader_knows_at_which_update_every_source_has_sent_its_set() {
+        let (mut config, mut updates) = PodConfig::new(Box::new(SystemTime::now));
+        let file = config.channel(Source::File);
+        let api = config.channel(Source::Api);
+        let ready = config.sources_ready();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(config.run(cancel.clone()));
+
+        file.set(vec![]).await.expect("send");
+        updates.recv().await.expect("the file source's set");
+        assert!(
+            !ready.complete_within(1),
+            "the API source has not sent a set yet"
+        );
+        api.set(vec![]).await.expect("send");
+        updates.recv().await.expect("the API source's set");
+        // Known as soon as the update is in the reader's hands, without waiting for the merge.
+        assert!(ready.complete_within(2));
+        assert!(!ready.complete_within(1));
+
+        cancel.cancel();
+        task.await.expect("task");
     }
 
     #[tokio::test]

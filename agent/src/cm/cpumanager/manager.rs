@@ -201,6 +201,20 @@ impl CpuManager {
         self.audit.as_ref()
     }
 
+    /// Admission's call (upstream `Allocate`): first releases the CPUs of pods no longer wanted
+    /// (`removeStaleState`), then allocates `pod`'s. `wanted` is every pod that may hold CPUs,
+    /// `pod` included, or `None` while the sources have not all sent their first complete set
+    /// (upstream's `sourcesReady` guard): a pod missing from a partial view is not stale.
+    ///
+    /// Releasing first is what lets an agent started over a checkpoint of killed pods (a node
+    /// reboot, a killed agent whose containers were removed) admit a pod that needs their CPUs.
+    pub fn allocate(&self, pod: &Pod, wanted: Option<&HashSet<PodUid>>) -> Result<(), AdmitError> {
+        if let Some(wanted) = wanted {
+            self.remove_stale(wanted);
+        }
+        self.admit(pod)
+    }
+
     /// Allocates the exclusive CPUs of every container of `pod` (init containers first, their
     /// CPUs reusable by the later ones, as upstream), all or nothing.
     pub fn admit(&self, pod: &Pod) -> Result<(), AdmitError> {

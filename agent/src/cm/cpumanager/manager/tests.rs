@@ -366,3 +366,52 @@ async fn a_pod_admitted_before_a_restart_is_admitted_again_without_new_cpus() {
         .expect("admitted again after the restart");
     assert_eq!(m.assignments(), first);
 }
+
+#[tokio::test]
+async fn allocate_releases_the_cpus_of_pods_no_longer_wanted_first() {
+    let f = Fixture::new("stale");
+    {
+        // An earlier agent admitted `old` and was killed; its containers are gone.
+        let m = f
+            .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+            .expect("manager");
+        m.admit(&pod("old", vec![container("main", "1")]))
+            .expect("admit");
+    }
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("restart over the checkpoint");
+    let new = pod("new", vec![container("main", "1")]);
+
+    // While the sources have not all spoken, `old` may still be wanted: its CPU stays its own.
+    let refused = m
+        .allocate(&new, None)
+        .expect_err("CPU 1 still held by `old`");
+    assert!(
+        refused.to_string().contains("not enough cpus available"),
+        "{refused}"
+    );
+    let still_wanted = HashSet::from([PodUid("old".into()), PodUid("new".into())]);
+    assert!(m.allocate(&new, Some(&still_wanted)).is_err());
+    assert_eq!(
+        m.assignments()
+            .entries
+            .get("old")
+            .and_then(|c| c.get("main")),
+        Some(&set("1"))
+    );
+
+    // Once no source wants `old`, its CPU is released before `new` is allocated.
+    m.allocate(&new, Some(&HashSet::from([PodUid("new".into())])))
+        .expect("allocated after the stale state is released");
+    let assignments = m.assignments();
+    assert!(!assignments.entries.contains_key("old"));
+    assert_eq!(
+        assignments.entries.get("new").and_then(|c| c.get("main")),
+        Some(&set("1"))
+    );
+    let restored = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("the checkpoint holds the result");
+    assert_eq!(restored.assignments(), assignments);
+}

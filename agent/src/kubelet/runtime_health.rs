@@ -81,6 +81,28 @@ impl RuntimeHealth {
         }
     }
 
+    /// The runtime's features, asked once at start-up: admission decides from the first pod on
+    /// with them, and [`Self::run`] keeps them current. `None` when the runtime does not answer.
+    pub async fn features_now(runtime: &dyn RuntimeService) -> Option<RuntimeFeatures> {
+        let features = match runtime.status().await {
+            Ok(status) => Some(crate::cri::convert::runtime_features(&status)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the runtime's features yet (CRI Status)");
+                None
+            }
+        };
+        tracing::info!(
+            supplemental_groups_policy = features
+                .as_ref()
+                .is_some_and(|f| f.supplemental_groups_policy),
+            user_namespaces = features
+                .as_ref()
+                .is_some_and(|f| f.handler_supports_user_namespaces("")),
+            "the container runtime's features"
+        );
+        features
+    }
+
     /// Asks the runtime every period until `shutdown`; `changed` is notified when the problem
     /// changes, `features` gets the runtime's features when they change.
     pub async fn run(
