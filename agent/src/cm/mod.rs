@@ -4,11 +4,13 @@
 //! and through CRI, and the scheduler audit's view of the exclusive CPUs).
 
 pub mod cpumanager;
-pub mod layout;
+pub mod helpers;
 pub mod pod_cgroups;
 pub mod pressure_targets;
 pub mod psi;
 pub mod qos;
-pub mod quantity;
 
-pub use layout::{CgroupLayout, LayoutError};
+// The node's cgroup layout and resource quantities are facts every loop reads (`cgroup`, `pod`,
+// below them all); these keep the paths `cm`'s callers have always used.
+pub use crate::cgroup::layout::{self, CgroupLayout, LayoutError};
+pub use crate::pod::quantity;

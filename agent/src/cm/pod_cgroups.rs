@@ -404,10 +404,9 @@ impl PodLimits {
         }
         let has_containers = !spec.containers.is_empty();
         Ok(PodLimits {
-            cpu_shares: crate::kuberuntime::container_config::milli_cpu_to_shares(cpu_requests)
-                as u64,
+            cpu_shares: super::helpers::milli_cpu_to_shares(cpu_requests) as u64,
             cpu_quota_us: (has_containers && all_cpu_limited)
-                .then(|| crate::kuberuntime::container_config::milli_cpu_to_quota(cpu_limits)),
+                .then(|| super::helpers::milli_cpu_to_quota(cpu_limits)),
             memory_bytes: (has_containers && all_memory_limited).then_some(memory_limits),
         })
     }

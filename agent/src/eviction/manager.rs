@@ -31,7 +31,7 @@ use super::{
     rank::{UsageByPod, eviction_message, rank},
     thresholds::{EvictionConfig, Signal, Threshold},
 };
-use crate::pod_workers::pod_uid;
+use crate::pod::pod_uid;
 
 /// What woke the manager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -8,7 +8,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{container::PodUid, pod_workers::pod_uid};
+use crate::{container::PodUid, pod::pod_uid};
 
 #[derive(Default)]
 pub struct PodManager {

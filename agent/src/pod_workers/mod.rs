@@ -190,9 +190,7 @@ pub fn is_static(pod: &Pod) -> bool {
         .is_some_and(|source| source != "api")
 }
 
-pub fn pod_uid(pod: &Pod) -> PodUid {
-    PodUid(pod.metadata.uid.clone().unwrap_or_default())
-}
+pub use crate::pod::pod_uid;
 
 /// Whether a pod's (API) status says it is done.
 pub fn is_terminal_phase(pod: &Pod) -> bool {

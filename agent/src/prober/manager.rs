@@ -12,11 +12,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::{ProbeKind, ProbeUpdate, ResultsManager, metrics::ProberMetrics, worker::Worker};
+use super::{
+    ContainerProbeResults, ProbeKind, ProbeOutcome, ProbeUpdate, ResultsManager,
+    metrics::ProberMetrics, worker::Worker,
+};
 use crate::{
     container::{ContainerId, PodUid},
     cri::RuntimeService,
-    kuberuntime::{ContainerProbeResults, ProbeOutcome, spec},
+    pod::spec,
     status::{ContainerReadiness, StatusManager},
 };
 

@@ -6,7 +6,25 @@ use std::{collections::HashMap, sync::Mutex};
 use tokio::sync::mpsc;
 
 use super::ProbeKind;
-use crate::{container::PodUid, kuberuntime::ProbeOutcome};
+use crate::container::{ContainerId, PodUid};
+
+/// The settled result of a probe (upstream `proberesults.Result`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    Success,
+    Failure,
+}
+
+/// The probe results the decisions depend on, per container instance (upstream the liveness and
+/// startup `proberesults.Manager`s). `None` means no result yet.
+pub trait ContainerProbeResults {
+    /// A failed liveness probe gets the container killed and, unless `restartPolicy: Never`,
+    /// restarted.
+    fn liveness(&self, id: &ContainerId) -> Option<ProbeOutcome>;
+    /// A failed startup probe gets the container killed; a sidecar with a startup probe holds the
+    /// next init container back until it succeeds.
+    fn startup(&self, id: &ContainerId) -> Option<ProbeOutcome>;
+}
 
 /// A result changed: the sync loop syncs the pod (upstream `results.Update`).
 #[derive(Clone, Debug, PartialEq, Eq)]

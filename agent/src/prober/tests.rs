@@ -18,7 +18,7 @@ use super::{
 use crate::{
     container::{ContainerId, PodUid},
     cri::fake::{Call, FakeRuntime},
-    kuberuntime::{ContainerProbeResults, ProbeOutcome},
+    prober::{ContainerProbeResults, ProbeOutcome},
     status::ContainerReadiness,
 };
 

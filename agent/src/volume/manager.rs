@@ -35,7 +35,7 @@ use crate::hostfs::Dir;
 
 /// The objects read for this pass, by (pod, volume).
 type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
-use crate::{container::PodUid, pod_workers::pod_uid};
+use crate::{container::PodUid, pod::pod_uid};
 
 /// Upstream's reconciler period; here only the safety net (changes kick it at once).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
