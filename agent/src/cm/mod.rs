@@ -1,7 +1,8 @@
-//! Container management on the node's cgroups: which cgroup layout the node has, pod QoS classes
-//! and OOM score adjustments, resource quantities, the QoS hierarchy and pod cgroups, and their
-//! pressure (PSI), and the CPU manager (`cpumanager/`: the static policy, applied at admission
-//! and through CRI, and the scheduler audit's view of the exclusive CPUs).
+//! Container management on the node's cgroups: OOM score adjustments, CPU requests as cgroup
+//! values (`helpers`), the QoS hierarchy and pod cgroups, and their pressure (PSI), and the CPU
+//! manager (`cpumanager/`: the static policy, applied at admission and through CRI, and the
+//! scheduler audit's view of the exclusive CPUs). Which cgroup layout the node has (`cgroup`),
+//! QoS classes and resource quantities (`pod`) are facts below every loop, re-exported here.
 
 pub mod cpumanager;
 pub mod helpers;
