@@ -3,6 +3,7 @@
 
 pub mod app;
 pub mod cgroup;
+pub mod clock;
 pub mod cm;
 pub mod commands;
 pub mod config;
@@ -13,6 +14,7 @@ pub mod hostfs;
 pub mod kernel;
 pub mod kubelet;
 pub mod kuberuntime;
+pub mod lock;
 pub mod logs;
 pub mod metrics;
 #[cfg(test)]

@@ -21,4 +21,4 @@ pub mod sandbox;
 pub mod spec;
 
 pub use admission::Rejection;
-pub use identity::pod_uid;
+pub use identity::{format_pod, full_name, pod_uid};

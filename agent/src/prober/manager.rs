@@ -2,6 +2,7 @@
 //! a pod's containers and sidecars, stops them as the pod terminates or goes, and answers the
 //! runtime manager and status generation from the recorded results.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
@@ -109,7 +110,7 @@ pub(super) struct Shared {
 
 impl Shared {
     fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Handle>> {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+        self.workers.lock_unpoisoned()
     }
 
     /// A worker that ended takes itself out, unless a newer one has taken its key.

@@ -1,6 +1,7 @@
 //! The settled probe results by container instance (upstream `prober/results.Manager`): one map
 //! per probe kind, and a channel that carries every change to the sync loop.
 
+use crate::lock::MutexExt as _;
 use std::{collections::HashMap, sync::Mutex};
 
 use tokio::sync::mpsc;
@@ -55,7 +56,7 @@ impl ResultsManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ProbeKind, String), ProbeOutcome>> {
-        self.results.lock().unwrap_or_else(|p| p.into_inner())
+        self.results.lock_unpoisoned()
     }
 
     pub fn get(&self, kind: ProbeKind, container_id: &str) -> Option<ProbeOutcome> {
