@@ -1,11 +1,7 @@
 //! The QoS cgroup hierarchy and per-pod cgroups (upstream `pkg/kubelet/cm`
-//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) with the cgroupfs driver:
-//!
-//! ```text
-//! kubepods/                         Guaranteed pods directly below
-//! kubepods/burstable/pod<uid>/      one per Burstable pod
-//! kubepods/besteffort/pod<uid>/     cpu shares 2
-//! ```
+//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) with the cgroupfs driver,
+//! at the paths `cgroup::pods` defines (`kubepods[/burstable|/besteffort]/pod<uid>`); the
+//! besteffort level gets cpu shares 2.
 //!
 //! Pod cgroups carry the pod-level limits (CPU shares from requests, CPU quota and memory limit
 //! when every container sets one, pids.max from `podPidsLimit`); the runtime creates the
@@ -26,7 +22,13 @@ use super::{
     qos::{QosClass, pod_qos},
     quantity,
 };
-use crate::container::PodUid;
+use crate::{
+    cgroup::{
+        PodCgroupLayout,
+        pods::{pod_dir_name, uid_of_pod_dir},
+    },
+    container::PodUid,
+};
 
 /// The controllers swiftlet writes pod-level limits to.
 const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
@@ -66,11 +68,17 @@ impl Default for PodCgroupConfig {
 pub struct PodCgroups {
     config: PodCgroupConfig,
     layout: CgroupLayout,
+    pods: PodCgroupLayout,
 }
 
 impl PodCgroups {
     pub fn new(config: PodCgroupConfig, layout: CgroupLayout) -> Self {
-        PodCgroups { config, layout }
+        let pods = PodCgroupLayout::with_kubepods(&config.root, config.per_qos);
+        PodCgroups {
+            config,
+            layout,
+            pods,
+        }
     }
 
     /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent).
@@ -78,16 +86,13 @@ impl PodCgroups {
         if !self.config.per_qos {
             return Ok(());
         }
-        for path in [
-            self.config.root.clone(),
-            format!("{}/burstable", self.config.root),
-            format!("{}/besteffort", self.config.root),
-        ] {
+        let best_effort = self.pods.qos_dir(QosClass::BestEffort);
+        for path in self.pods.qos_dirs() {
             let cg = self.create(&path)?;
-            if path.ends_with("besteffort") {
+            if path == best_effort {
                 set(&path, cpu(&cg)?.set_shares(2))?;
             }
-            if path == self.config.root
+            if path == self.pods.kubepods()
                 && let Some(limit) = self.config.allocatable_memory
             {
                 let mem: &MemController =
@@ -101,18 +106,17 @@ impl PodCgroups {
     /// The pod's cgroup relative to the root, e.g. `kubepods/burstable/pod<uid>`.
     pub fn pod_path(&self, pod: &Pod) -> Result<String, CgroupError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if !self.config.per_qos {
-            return Ok(format!("pod{uid}"));
-        }
-        let class = pod_qos(pod).map_err(|e| CgroupError::Pod {
-            pod: uid.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(match class {
-            QosClass::Guaranteed => format!("{}/pod{uid}", self.config.root),
-            QosClass::Burstable => format!("{}/burstable/pod{uid}", self.config.root),
-            QosClass::BestEffort => format!("{}/besteffort/pod{uid}", self.config.root),
-        })
+        // Without QoS cgroups the class does not matter, so a spec it cannot be computed from
+        // is no error here.
+        let class = if self.pods.per_qos() {
+            pod_qos(pod).map_err(|e| CgroupError::Pod {
+                pod: uid.to_owned(),
+                reason: e.to_string(),
+            })?
+        } else {
+            QosClass::BestEffort
+        };
+        Ok(self.pods.pod_dir(class, uid))
     }
 
     /// The sandbox's `cgroup_parent` (cgroupfs driver: an absolute cgroup path).
@@ -156,8 +160,8 @@ impl PodCgroups {
     /// Removes a pod's cgroup wherever it is (its QoS class may have been computed differently
     /// by an earlier run). Missing cgroups are fine.
     pub fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
-        for parent in self.parents() {
-            let path = format!("{parent}/pod{uid}");
+        for parent in self.pods.qos_dirs() {
+            let path = format!("{parent}/{}", pod_dir_name(&uid.0));
             let cg = Cgroup::load_with_specified_controllers(
                 hierarchies::auto(),
                 &path,
@@ -209,15 +213,12 @@ impl PodCgroups {
             return Vec::new();
         };
         let mut uids = Vec::new();
-        for parent in self.parents() {
+        for parent in self.pods.qos_dirs() {
             let Ok(entries) = std::fs::read_dir(base.join(&parent)) else {
                 continue;
             };
             for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if let Some(uid) = name.strip_prefix("pod") {
-                    uids.push(PodUid(uid.to_owned()));
-                }
+                uids.extend(uid_of_pod_dir(&entry.file_name().to_string_lossy()));
             }
         }
         uids
@@ -229,21 +230,7 @@ impl PodCgroups {
         let Ok(root) = self.layout.cgroup2_root() else {
             return Vec::new();
         };
-        let parents = if self.config.per_qos {
-            self.parents()
-        } else {
-            vec![String::new()]
-        };
-        pressure_targets::pod_dirs(root, &parents)
-    }
-
-    fn parents(&self) -> Vec<String> {
-        let root = &self.config.root;
-        vec![
-            root.clone(),
-            format!("{root}/burstable"),
-            format!("{root}/besteffort"),
-        ]
+        pressure_targets::pod_dirs(root, &self.pods.pod_parents())
     }
 
     /// A mount where pod cgroups can be listed: the memory controller's, or cgroup2.
