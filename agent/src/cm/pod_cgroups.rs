@@ -19,8 +19,8 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{
     CgroupLayout,
     pressure_targets::{self, PodCgroupDir},
-    qos::{QosClass, pod_qos},
-    quantity,
+    qos::{QosClass, QosError, pod_qos},
+    quantity::{self, QuantityError},
 };
 use crate::{
     cgroup::{
@@ -37,8 +37,18 @@ const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 pub enum CgroupError {
     #[error("cgroup {path}: {reason}")]
     Cgroup { path: String, reason: String },
-    #[error("pod {pod}: {reason}")]
-    Pod { pod: String, reason: String },
+    #[error("pod {pod}: {source}")]
+    Qos {
+        pod: String,
+        #[source]
+        source: QosError,
+    },
+    #[error("pod {pod}: {source}")]
+    Limits {
+        pod: String,
+        #[source]
+        source: QuantityError,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -109,9 +119,9 @@ impl PodCgroups {
         // Without QoS cgroups the class does not matter, so a spec it cannot be computed from
         // is no error here.
         let class = if self.pods.per_qos() {
-            pod_qos(pod).map_err(|e| CgroupError::Pod {
+            pod_qos(pod).map_err(|source| CgroupError::Qos {
                 pod: uid.to_owned(),
-                reason: e.to_string(),
+                source,
             })?
         } else {
             QosClass::BestEffort
@@ -131,9 +141,9 @@ impl PodCgroups {
         }
         let path = self.pod_path(pod)?;
         let cg = self.create(&path)?;
-        let limits = PodLimits::of(pod).map_err(|reason| CgroupError::Pod {
+        let limits = PodLimits::of(pod).map_err(|source| CgroupError::Limits {
             pod: path.clone(),
-            reason,
+            source,
         })?;
         let cpu = cpu(&cg)?;
         set(&path, cpu.set_shares(limits.cpu_shares))?;
@@ -351,7 +361,7 @@ pub struct PodLimits {
 }
 
 impl PodLimits {
-    pub fn of(pod: &Pod) -> Result<PodLimits, String> {
+    pub fn of(pod: &Pod) -> Result<PodLimits, QuantityError> {
         let spec = pod.spec.clone().unwrap_or_default();
         let (mut cpu_requests, mut cpu_limits, mut memory_limits) = (0i64, 0i64, 0i64);
         let (mut all_cpu_limited, mut all_memory_limited) = (true, true);
@@ -368,17 +378,14 @@ impl PodLimits {
             };
             let cpu_limit = get(&r.limits, "cpu")
                 .map(|q| quantity::cpu_millis(&q))
-                .transpose()
-                .map_err(|e| e.to_string())?;
+                .transpose()?;
             let cpu_request = get(&r.requests, "cpu")
                 .map(|q| quantity::cpu_millis(&q))
-                .transpose()
-                .map_err(|e| e.to_string())?
+                .transpose()?
                 .or(cpu_limit);
             let memory_limit = get(&r.limits, "memory")
                 .map(|q| quantity::memory_bytes(&q))
-                .transpose()
-                .map_err(|e| e.to_string())?;
+                .transpose()?;
             cpu_requests += cpu_request.unwrap_or(0);
             match cpu_limit {
                 Some(l) => cpu_limits += l,

@@ -535,7 +535,7 @@ impl KubeRuntimeManager {
                 self.fail(
                     &uid,
                     container,
-                    StartFailure::new(StartFailureReason::PostStartHookError, message),
+                    StartFailure::new(StartFailureReason::PostStartHookError, message.to_string()),
                     pod,
                     outcome,
                 );
