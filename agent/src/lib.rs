@@ -2,6 +2,8 @@
 //! The binary (`main.rs`) only wires; everything lives in these modules.
 
 pub mod app;
+pub mod cgroup;
+pub mod clock;
 pub mod cm;
 pub mod commands;
 pub mod config;
@@ -12,9 +14,13 @@ pub mod hostfs;
 pub mod kernel;
 pub mod kubelet;
 pub mod kuberuntime;
+pub mod lock;
 pub mod logs;
 pub mod metrics;
+#[cfg(test)]
+mod module_graph_tests;
 pub mod pleg;
+pub mod pod;
 pub mod pod_workers;
 pub mod prober;
 pub mod server;

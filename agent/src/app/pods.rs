@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Error, node::NodeFacts};
 use crate::{
+    cgroup::PodCgroupLayout,
     cm::{
         CgroupLayout,
         pod_cgroups::{PodCgroupConfig, PodCgroups},
@@ -46,6 +47,7 @@ use crate::{
         security_context::SecurityOptions,
         userns::UsernsManager,
     },
+    lock::MutexExt as _,
     metrics::Metrics,
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PodLifecycleEvent, PublishedEvent,
@@ -116,7 +118,7 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
     let cgroups = Arc::new(PodCgroups::new(
         PodCgroupConfig {
             per_qos: config.cgroups_per_qos,
-            root: crate::cm::pod_cgroups::pods_parent(&config.cgroup_root, config.cgroups_per_qos),
+            root: crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root),
             pod_pids_limit: config.pod_pids_limit,
             allocatable_memory,
         },
@@ -472,15 +474,12 @@ fn start_pleg(
             },
             Some(kernel_metrics),
         ) => {
-            let pods = crate::cm::pod_cgroups::pods_parent(
-                &app.config.cgroup_root,
-                app.config.cgroups_per_qos,
-            );
+            let pods = PodCgroupLayout::new(&app.config.cgroup_root, app.config.cgroups_per_qos);
             let ebpf = EbpfPleg::new(
                 relist,
                 records,
                 cgroup2_root,
-                &pods,
+                pods,
                 kernel_metrics,
                 ebpf::Processes::default(),
             );
@@ -601,12 +600,7 @@ fn node_status(
         let (changed, shutdown) = (changed.clone(), app.shutdown.clone());
         app.spawn(refresh_images(images, seen, changed, shutdown));
     }
-    let images: ImagesCheck = Arc::new(move || {
-        images_seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    });
+    let images: ImagesCheck = Arc::new(move || images_seen.lock_unpoisoned().clone());
     let readiness: ReadinessCheck = {
         let pleg = pleg.clone();
         Arc::new(move || {
@@ -687,7 +681,7 @@ async fn refresh_images(
         match crate::cri::ImageService::list_images(images.as_ref(), None).await {
             Ok(list) => {
                 let listed = crate::sources::node_images(&list, crate::sources::MAX_IMAGES);
-                let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+                let mut seen = seen.lock_unpoisoned();
                 if *seen != listed {
                     *seen = listed;
                     changed.notify_one();

@@ -1,14 +1,17 @@
-//! Container management on the node's cgroups: which cgroup layout the node has, pod QoS classes
-//! and OOM score adjustments, resource quantities, the QoS hierarchy and pod cgroups, and their
-//! pressure (PSI), and the CPU manager (`cpumanager/`: the static policy, applied at admission
-//! and through CRI, and the scheduler audit's view of the exclusive CPUs).
+//! Container management on the node's cgroups: OOM score adjustments, CPU requests as cgroup
+//! values (`helpers`), the QoS hierarchy and pod cgroups, and their pressure (PSI), and the CPU
+//! manager (`cpumanager/`: the static policy, applied at admission and through CRI, and the
+//! scheduler audit's view of the exclusive CPUs). Which cgroup layout the node has (`cgroup`),
+//! QoS classes and resource quantities (`pod`) are facts below every loop, re-exported here.
 
 pub mod cpumanager;
-pub mod layout;
+pub mod helpers;
 pub mod pod_cgroups;
 pub mod pressure_targets;
 pub mod psi;
 pub mod qos;
-pub mod quantity;
 
-pub use layout::{CgroupLayout, LayoutError};
+// The node's cgroup layout and resource quantities are facts every loop reads (`cgroup`, `pod`,
+// below them all); these keep the paths `cm`'s callers have always used.
+pub use crate::cgroup::layout::{self, CgroupLayout, LayoutError};
+pub use crate::pod::quantity;

@@ -1,11 +1,7 @@
 //! The QoS cgroup hierarchy and per-pod cgroups (upstream `pkg/kubelet/cm`
-//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) with the cgroupfs driver:
-//!
-//! ```text
-//! kubepods/                         Guaranteed pods directly below
-//! kubepods/burstable/pod<uid>/      one per Burstable pod
-//! kubepods/besteffort/pod<uid>/     cpu shares 2
-//! ```
+//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) with the cgroupfs driver,
+//! at the paths `cgroup::pods` defines (`kubepods[/burstable|/besteffort]/pod<uid>`); the
+//! besteffort level gets cpu shares 2.
 //!
 //! Pod cgroups carry the pod-level limits (CPU shares from requests, CPU quota and memory limit
 //! when every container sets one, pids.max from `podPidsLimit`); the runtime creates the
@@ -23,10 +19,16 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{
     CgroupLayout,
     pressure_targets::{self, PodCgroupDir},
-    qos::{QosClass, pod_qos},
-    quantity,
+    qos::{QosClass, QosError, pod_qos},
+    quantity::{self, QuantityError},
 };
-use crate::container::PodUid;
+use crate::{
+    cgroup::{
+        PodCgroupLayout,
+        pods::{pod_dir_name, uid_of_pod_dir},
+    },
+    container::PodUid,
+};
 
 /// The controllers swiftlet writes pod-level limits to.
 const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
@@ -35,41 +37,34 @@ const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
 pub enum CgroupError {
     #[error("cgroup {path}: {reason}")]
     Cgroup { path: String, reason: String },
-    #[error("pod {pod}: {reason}")]
-    Pod { pod: String, reason: String },
+    #[error("pod {pod}: {source}")]
+    Qos {
+        pod: String,
+        #[source]
+        source: QosError,
+    },
+    #[error("pod {pod}: {source}")]
+    Limits {
+        pod: String,
+        #[source]
+        source: QuantityError,
+    },
 }
 
 /// `kubepods` below `cgroupRoot` (`cgroup_root`), relative to the cgroup root: where the pods'
 /// hierarchy lives, for the pod cgroups, the kernel programs' watch and the eviction observer.
 pub fn kubepods_path(cgroup_root: &std::path::Path) -> String {
-    cgroup_root
-        .join("kubepods")
-        .strip_prefix("/")
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| "kubepods".into())
-}
-
-/// Where pod cgroups live, relative to the cgroup root: `kubepods` below `cgroupRoot`, or without
-/// QoS cgroups (`cgroupsPerQOS: false`) the `cgroupRoot` itself (empty for `/`).
-pub fn pods_parent(cgroup_root: &std::path::Path, per_qos: bool) -> String {
-    if per_qos {
-        kubepods_path(cgroup_root)
-    } else {
-        cgroup_root
-            .display()
-            .to_string()
-            .trim_matches('/')
-            .to_owned()
-    }
+    PodCgroupLayout::new(cgroup_root, true)
+        .kubepods()
+        .to_owned()
 }
 
 #[derive(Clone, Debug)]
 pub struct PodCgroupConfig {
     /// `cgroupsPerQOS`: without it there are no QoS cgroups and pods' cgroups sit directly in
-    /// `root`.
+    /// `cgroupRoot`.
     pub per_qos: bool,
-    /// Where pod cgroups live, relative to the cgroup root: `kubepods` (below `cgroupRoot`), or
-    /// without QoS cgroups the `cgroupRoot` itself (empty for `/`).
+    /// The top of the hierarchy, relative to the cgroup root: `kubepods` below `cgroupRoot`.
     pub root: String,
     /// `podPidsLimit`; -1 means none.
     pub pod_pids_limit: i64,
@@ -92,32 +87,36 @@ impl Default for PodCgroupConfig {
 pub struct PodCgroups {
     config: PodCgroupConfig,
     layout: CgroupLayout,
+    pods: PodCgroupLayout,
 }
 
 impl PodCgroups {
     pub fn new(config: PodCgroupConfig, layout: CgroupLayout) -> Self {
-        PodCgroups { config, layout }
+        let pods = PodCgroupLayout::with_kubepods(&config.root, config.per_qos);
+        PodCgroups {
+            config,
+            layout,
+            pods,
+        }
     }
 
-    /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent); without
-    /// QoS cgroups only the `cgroupRoot` the pods go into (unless it is `/`).
+    /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent).
     pub fn ensure_qos_hierarchy(&self) -> Result<(), CgroupError> {
         if !self.config.per_qos {
-            if !self.config.root.is_empty() {
-                self.create(&self.config.root)?;
+            // Pods go straight into `cgroupRoot`, made here unless it is the root itself.
+            let parent = self.pods.pods_parent();
+            if !parent.is_empty() {
+                self.create(parent)?;
             }
             return Ok(());
         }
-        for path in [
-            self.config.root.clone(),
-            format!("{}/burstable", self.config.root),
-            format!("{}/besteffort", self.config.root),
-        ] {
+        let best_effort = self.pods.qos_dir(QosClass::BestEffort);
+        for path in self.pods.qos_dirs() {
             let cg = self.create(&path)?;
-            if path.ends_with("besteffort") {
+            if path == best_effort {
                 set(&path, cpu(&cg)?.set_shares(2))?;
             }
-            if path == self.config.root
+            if path == self.pods.kubepods()
                 && let Some(limit) = self.config.allocatable_memory
             {
                 let mem: &MemController =
@@ -131,22 +130,17 @@ impl PodCgroups {
     /// The pod's cgroup relative to the root, e.g. `kubepods/burstable/pod<uid>`.
     pub fn pod_path(&self, pod: &Pod) -> Result<String, CgroupError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if !self.config.per_qos {
-            return Ok(if self.config.root.is_empty() {
-                format!("pod{uid}")
-            } else {
-                format!("{}/pod{uid}", self.config.root)
-            });
-        }
-        let class = pod_qos(pod).map_err(|e| CgroupError::Pod {
-            pod: uid.to_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(match class {
-            QosClass::Guaranteed => format!("{}/pod{uid}", self.config.root),
-            QosClass::Burstable => format!("{}/burstable/pod{uid}", self.config.root),
-            QosClass::BestEffort => format!("{}/besteffort/pod{uid}", self.config.root),
-        })
+        // Without QoS cgroups the class does not matter, so a spec it cannot be computed from
+        // is no error here.
+        let class = if self.pods.per_qos() {
+            pod_qos(pod).map_err(|source| CgroupError::Qos {
+                pod: uid.to_owned(),
+                source,
+            })?
+        } else {
+            QosClass::BestEffort
+        };
+        Ok(self.pods.pod_dir(class, uid))
     }
 
     /// The sandbox's `cgroup_parent` (cgroupfs driver: an absolute cgroup path).
@@ -161,9 +155,9 @@ impl PodCgroups {
         }
         let path = self.pod_path(pod)?;
         let cg = self.create(&path)?;
-        let limits = PodLimits::of(pod).map_err(|reason| CgroupError::Pod {
+        let limits = PodLimits::of(pod).map_err(|source| CgroupError::Limits {
             pod: path.clone(),
-            reason,
+            source,
         })?;
         let cpu = cpu(&cg)?;
         set(&path, cpu.set_shares(limits.cpu_shares))?;
@@ -190,13 +184,13 @@ impl PodCgroups {
     /// Removes a pod's cgroup wherever it is (its QoS class may have been computed differently
     /// by an earlier run). Missing cgroups are fine.
     pub fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
-        for parent in self.parents() {
-            // Relative, also below an empty parent: joined to a mount point, an absolute path
-            // would replace it.
+        for parent in self.pods.pod_parents() {
+            // Relative also below an empty parent (`cgroupRoot: /` without QoS cgroups): joined
+            // to a mount point, an absolute path would replace it.
             let path = if parent.is_empty() {
-                format!("pod{uid}")
+                pod_dir_name(&uid.0)
             } else {
-                format!("{parent}/pod{uid}")
+                format!("{parent}/{}", pod_dir_name(&uid.0))
             };
             let cg = Cgroup::load_with_specified_controllers(
                 hierarchies::auto(),
@@ -249,15 +243,12 @@ impl PodCgroups {
             return Vec::new();
         };
         let mut uids = Vec::new();
-        for parent in self.parents() {
+        for parent in self.pods.pod_parents() {
             let Ok(entries) = std::fs::read_dir(base.join(&parent)) else {
                 continue;
             };
             for entry in entries.flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if let Some(uid) = name.strip_prefix("pod") {
-                    uids.push(PodUid(uid.to_owned()));
-                }
+                uids.extend(uid_of_pod_dir(&entry.file_name().to_string_lossy()));
             }
         }
         uids
@@ -269,20 +260,7 @@ impl PodCgroups {
         let Ok(root) = self.layout.cgroup2_root() else {
             return Vec::new();
         };
-        pressure_targets::pod_dirs(root, &self.parents())
-    }
-
-    /// The cgroups pod cgroups are created in.
-    fn parents(&self) -> Vec<String> {
-        let root = &self.config.root;
-        if !self.config.per_qos {
-            return vec![root.clone()];
-        }
-        vec![
-            root.clone(),
-            format!("{root}/burstable"),
-            format!("{root}/besteffort"),
-        ]
+        pressure_targets::pod_dirs(root, &self.pods.pod_parents())
     }
 
     /// A mount where pod cgroups can be listed: the memory controller's, or cgroup2.
@@ -403,7 +381,7 @@ pub struct PodLimits {
 }
 
 impl PodLimits {
-    pub fn of(pod: &Pod) -> Result<PodLimits, String> {
+    pub fn of(pod: &Pod) -> Result<PodLimits, QuantityError> {
         let spec = pod.spec.clone().unwrap_or_default();
         let (mut cpu_requests, mut cpu_limits, mut memory_limits) = (0i64, 0i64, 0i64);
         let (mut all_cpu_limited, mut all_memory_limited) = (true, true);
@@ -420,17 +398,14 @@ impl PodLimits {
             };
             let cpu_limit = get(&r.limits, "cpu")
                 .map(|q| quantity::cpu_millis(&q))
-                .transpose()
-                .map_err(|e| e.to_string())?;
+                .transpose()?;
             let cpu_request = get(&r.requests, "cpu")
                 .map(|q| quantity::cpu_millis(&q))
-                .transpose()
-                .map_err(|e| e.to_string())?
+                .transpose()?
                 .or(cpu_limit);
             let memory_limit = get(&r.limits, "memory")
                 .map(|q| quantity::memory_bytes(&q))
-                .transpose()
-                .map_err(|e| e.to_string())?;
+                .transpose()?;
             cpu_requests += cpu_request.unwrap_or(0);
             match cpu_limit {
                 Some(l) => cpu_limits += l,
@@ -443,10 +418,9 @@ impl PodLimits {
         }
         let has_containers = !spec.containers.is_empty();
         Ok(PodLimits {
-            cpu_shares: crate::kuberuntime::container_config::milli_cpu_to_shares(cpu_requests)
-                as u64,
+            cpu_shares: super::helpers::milli_cpu_to_shares(cpu_requests) as u64,
             cpu_quota_us: (has_containers && all_cpu_limited)
-                .then(|| crate::kuberuntime::container_config::milli_cpu_to_quota(cpu_limits)),
+                .then(|| super::helpers::milli_cpu_to_quota(cpu_limits)),
             memory_bytes: (has_containers && all_memory_limited).then_some(memory_limits),
         })
     }
@@ -456,8 +430,8 @@ impl PodLimits {
 mod tests {
     use super::*;
     use k8s_openapi::{
-        api::core::v1::{Container, ResourceRequirements},
-        apimachinery::pkg::api::resource::Quantity,
+        api::core::v1::{Container, PodSpec, ResourceRequirements},
+        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
     };
 
     /// (name, value) pairs of requests, then of limits, per container.
@@ -471,23 +445,29 @@ mod tests {
                     .collect()
             })
         };
-        crate::testing::pod()
-            .uid("u1")
-            .containers(
-                resources
+        Pod {
+            metadata: ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: resources
                     .iter()
                     .enumerate()
                     .map(|(i, (requests, limits))| Container {
+                        name: format!("c{i}"),
                         resources: Some(ResourceRequirements {
                             requests: map(requests),
                             limits: map(limits),
                             ..Default::default()
                         }),
-                        ..crate::testing::container(&format!("c{i}"))
+                        ..Default::default()
                     })
                     .collect(),
-            )
-            .build()
+                ..Default::default()
+            }),
+            status: None,
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Which pod and container cgroups exist on the cgroup2 mount, and whose they are: what the
 //! per-pod and per-container pressure metrics read (cAdvisor's `container_pressure_*`).
 //!
-//! With the cgroupfs driver a pod's cgroup is `kubepods[/burstable|/besteffort]/pod<uid>` and the
-//! runtime names each container's cgroup below it by the container's id; the sandbox's pause
+//! With the cgroupfs driver a pod's cgroup is `kubepods[/burstable|/besteffort]/pod<uid>`
+//! (`cgroup::pods`) and the runtime names each container's cgroup below it by the container's id; the sandbox's pause
 //! container has one too, which is no container of the pod's and is left out.
 //!
 //! Not here: where names come from (the composition root joins the status manager and the PLEG
@@ -13,7 +13,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::container::PodUid;
+use crate::{cgroup::pods::uid_of_pod_dir, container::PodUid};
 
 /// The cgroup2 directory of a pod (`container` empty, as cAdvisor labels the pod-level cgroup)
 /// or of one of its containers.
@@ -53,7 +53,7 @@ pub fn pod_dirs(cgroup2_root: &Path, parents: &[String]) -> Vec<PodCgroupDir> {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(uid) = name.strip_prefix("pod").filter(|u| !u.is_empty()) else {
+            let Some(uid) = uid_of_pod_dir(&name) else {
                 continue;
             };
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -61,7 +61,7 @@ pub fn pod_dirs(cgroup2_root: &Path, parents: &[String]) -> Vec<PodCgroupDir> {
             }
             let dir = entry.path();
             pods.push(PodCgroupDir {
-                uid: PodUid(uid.to_owned()),
+                uid,
                 children: subdirectories(&dir),
                 dir,
             });

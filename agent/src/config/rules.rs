@@ -16,7 +16,7 @@ use super::{
 };
 use crate::{
     cm::{cpumanager::CpuSet, quantity::Quantity},
-    kubelet::sysctl::Allowlist,
+    pod::sysctl::Allowlist,
 };
 
 /// Upstream's smallest `containerLogMonitorInterval`.

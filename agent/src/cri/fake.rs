@@ -26,9 +26,10 @@ mod runtime;
 #[cfg(test)]
 mod tests;
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{Mutex, MutexGuard},
     time::Duration,
 };
 
@@ -166,7 +167,7 @@ impl FakeRuntime {
 
     // A panicking test thread must not hide the fake from the test's other assertions.
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock_unpoisoned()
     }
 
     /// Logs the call and applies a scripted failure; the state for the call to act on.

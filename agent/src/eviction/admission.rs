@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{NodeCondition, manager::is_critical};
 use crate::{
     cm::qos::{QosClass, pod_qos},
-    kubelet::admission::Rejection,
+    pod::Rejection,
 };
 
 const MEMORY_PRESSURE_TAINT: &str = "node.kubernetes.io/memory-pressure";

@@ -8,6 +8,7 @@
 //! (`observe.rs`), how a pod is killed (the [`Evictor`] the app hands in). Upstream:
 //! `pkg/kubelet/eviction/eviction_manager.go`.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{BTreeSet, HashMap},
     sync::{Arc, Mutex},
@@ -31,7 +32,7 @@ use super::{
     rank::{UsageByPod, eviction_message, rank},
     thresholds::{EvictionConfig, Signal, Threshold},
 };
-use crate::pod_workers::pod_uid;
+use crate::pod::pod_uid;
 
 /// What woke the manager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -288,7 +289,7 @@ impl EvictionManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Runs until `shutdown`: waits for a wake-up or the periodic check, then decides.

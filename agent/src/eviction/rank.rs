@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use super::logic::{Observation, Resource, quantity};
 use super::thresholds::{Operator, Threshold, ThresholdValue};
 use crate::{
-    cm::quantity::memory_bytes, container::PodUid, kubelet::admission::pod_requests,
-    pod_workers::pod_uid,
+    container::PodUid,
+    pod::{pod_uid, quantity::memory_bytes, resources::pod_requests},
 };
 
 /// What a pod uses, read at the moment of the decision.

@@ -2,7 +2,7 @@
 
 use std::{io, path::PathBuf};
 
-use crate::cm::LayoutError;
+use crate::cgroup::LayoutError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

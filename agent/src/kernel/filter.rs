@@ -1,6 +1,7 @@
 //! The in-kernel cgroup filter: resolving the subtrees a user names (`--cgroup PATH`) to cgroup2
 //! ids, levels and paths, and writing them to the programs' `WATCHED`/`WATCH_COUNT` maps.
 
+use crate::lock::MutexExt as _;
 use std::{
     os::unix::fs::MetadataExt as _,
     path::{Component, Path, PathBuf},
@@ -125,7 +126,7 @@ impl FilterHandle {
                 max: MAX_WATCHED as usize,
             });
         }
-        let mut maps = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut maps = self.inner.lock_unpoisoned();
         let map_err = |source| Error::Map {
             map: swiftlet_common::names::WATCHED,
             source,
@@ -170,11 +171,7 @@ impl FilterHandle {
     }
 
     pub fn current(&self) -> Vec<Watch> {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .current
-            .clone()
+        self.inner.lock_unpoisoned().current.clone()
     }
 }
 

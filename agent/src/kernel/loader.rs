@@ -23,7 +23,7 @@ use super::{
     Error, FilterHandle, TaskLayout, Watch, counters::CounterReader, stream::RingReader, tracefs,
     tracefs::Format,
 };
-use crate::cm::CgroupLayout;
+use crate::cgroup::CgroupLayout;
 
 /// The programs, built by `build.rs` from the `ebpf` crate. The scheduler audit loads the same
 /// object (its own programs only).

@@ -9,12 +9,13 @@
 //! detaches it. Not here: what the numbers mean for pods (the CPU manager, the metrics).
 //! Upstream counterpart: none; the kubelet's CPU manager writes cpusets and never checks them.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{BTreeMap, HashMap},
     io,
     os::unix::fs::MetadataExt as _,
     path::Path,
-    sync::{Arc, Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex},
 };
 
 use aya::{
@@ -174,14 +175,16 @@ impl SchedAudit {
         if cpu >= MAX_CPUS {
             return Err(Error::CpuOutOfRange { cpu, max: MAX_CPUS });
         }
-        lock(&self.inner.owners)
+        self.inner
+            .owners
+            .lock_unpoisoned()
             .set(cpu, cgroup_id, 0)
             .map_err(map_error(names::SCHED_OWNER))
     }
 
     /// The owned CPUs: `(cpu, owner cgroup id)`, ascending by CPU.
     pub fn owners(&self) -> Result<Vec<(u32, u64)>, Error> {
-        let owners = lock(&self.inner.owners);
+        let owners = self.inner.owners.lock_unpoisoned();
         let mut owned = Vec::new();
         for cpu in 0..self.inner.possible_cpus.min(MAX_CPUS) {
             let owner = owners.get(&cpu, 0).map_err(map_error(names::SCHED_OWNER))?;
@@ -195,7 +198,7 @@ impl SchedAudit {
     /// Time cgroups ran on CPUs owned by others, cumulative since the load: one entry per CPU
     /// and (owner, intruder) pair that has any, sorted.
     pub fn foreign(&self) -> Result<Vec<ForeignRun>, Error> {
-        let foreign = lock(&self.inner.foreign);
+        let foreign = self.inner.foreign.lock_unpoisoned();
         // A map keyed by the whole entry: an iteration that restarts (a key removed under it)
         // cannot list one twice.
         let mut runs = BTreeMap::new();
@@ -211,7 +214,7 @@ impl SchedAudit {
     /// Run-queue latency histograms by cgroup2 id, summed over CPUs. Cgroups that have not run
     /// for a long while may have been evicted (the map is LRU).
     pub fn runqueue(&self) -> Result<HashMap<u64, RunqHistogram>, Error> {
-        let runq = lock(&self.inner.runq);
+        let runq = self.inner.runq.lock_unpoisoned();
         let mut by_cgroup = HashMap::new();
         for entry in runq.iter() {
             let (cgroup, per_cpu) = entry.map_err(map_error(names::SCHED_RUNQ))?;
@@ -234,7 +237,7 @@ impl SchedAudit {
     /// run-queue histogram. Its CPUs' ownership is the caller's to clear.
     pub fn remove_cgroup(&self, cgroup_id: u64) -> Result<(), Error> {
         {
-            let mut foreign = lock(&self.inner.foreign);
+            let mut foreign = self.inner.foreign.lock_unpoisoned();
             let keys: Vec<ForeignKey> = foreign
                 .keys()
                 .filter_map(Result::ok)
@@ -244,7 +247,7 @@ impl SchedAudit {
                 ignore_missing(foreign.remove(&key)).map_err(map_error(names::SCHED_FOREIGN))?;
             }
         }
-        ignore_missing(lock(&self.inner.runq).remove(&cgroup_id))
+        ignore_missing(self.inner.runq.lock_unpoisoned().remove(&cgroup_id))
             .map_err(map_error(names::SCHED_RUNQ))
     }
 }
@@ -317,11 +320,6 @@ fn page_size() -> u32 {
         .flatten()
         .and_then(|p| u32::try_from(p).ok())
         .unwrap_or(4096)
-}
-
-/// A poisoned lock only means another reader panicked; the map handle is still good.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn map_error(map: &'static str) -> impl Fn(MapError) -> Error {

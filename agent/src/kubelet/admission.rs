@@ -4,7 +4,8 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::cm::quantity;
+pub use crate::pod::Rejection;
+use crate::pod::resources::pod_requests;
 
 /// What the node offers.
 #[derive(Clone, Debug)]
@@ -12,17 +13,6 @@ pub struct NodeCapacity {
     pub max_pods: usize,
     pub cpu_millis: i64,
     pub memory_bytes: i64,
-}
-
-/// Why a pod was not admitted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Rejection {
-    /// `OutOfpods`, `OutOfcpu`, `OutOfmemory`, `NodeName`, `UnexpectedAdmissionError`; the
-    /// eviction manager's `Evicted`; `SysctlForbidden`, `AppArmor`,
-    /// `SupplementalGroupsPolicyNotSupported`, `UserNamespacesNotSupported`
-    /// (`security_admission.rs`).
-    pub reason: String,
-    pub message: String,
 }
 
 /// Decides whether `pod` fits next to `active` (the admitted pods that are not terminal).
@@ -46,7 +36,12 @@ pub fn admit(
     if active.len() + 1 > node.max_pods {
         return Err(out_of("pods", 1, active.len() as i64, node.max_pods as i64));
     }
-    let requests = |p: &Pod| -> Result<(i64, i64), Rejection> { pod_requests(p) };
+    let requests = |p: &Pod| -> Result<(i64, i64), Rejection> {
+        pod_requests(p).map_err(|e| Rejection {
+            reason: "UnexpectedAdmissionError".into(),
+            message: e.to_string(),
+        })
+    };
     let (cpu, memory) = requests(pod)?;
     let mut used_cpu = 0;
     let mut used_memory = 0;
@@ -72,48 +67,6 @@ fn out_of(resource: &str, requested: i64, used: i64, capacity: i64) -> Rejection
              capacity: {capacity}"
         ),
     }
-}
-
-/// The pod's effective requests (upstream: the larger of the sum of regular containers and the
-/// largest init container), CPU in millis and memory in bytes.
-pub fn pod_requests(pod: &Pod) -> Result<(i64, i64), Rejection> {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let of = |c: &k8s_openapi::api::core::v1::Container| -> Result<(i64, i64), Rejection> {
-        let r = c.resources.clone().unwrap_or_default();
-        let get = |key: &str| {
-            r.requests
-                .as_ref()
-                .and_then(|m| m.get(key))
-                .or_else(|| r.limits.as_ref().and_then(|m| m.get(key)))
-                .map(|q| q.0.clone())
-        };
-        let bad = |e: quantity::QuantityError| Rejection {
-            reason: "UnexpectedAdmissionError".into(),
-            message: format!("container {}: {e}", c.name),
-        };
-        let cpu = get("cpu")
-            .map(|q| quantity::cpu_millis(&q))
-            .transpose()
-            .map_err(bad)?;
-        let memory = get("memory")
-            .map(|q| quantity::memory_bytes(&q))
-            .transpose()
-            .map_err(bad)?;
-        Ok((cpu.unwrap_or(0), memory.unwrap_or(0)))
-    };
-    let mut cpu = 0;
-    let mut memory = 0;
-    for c in &spec.containers {
-        let (c, m) = of(c)?;
-        cpu += c;
-        memory += m;
-    }
-    for c in spec.init_containers.iter().flatten() {
-        let (c, m) = of(c)?;
-        cpu = cpu.max(c);
-        memory = memory.max(m);
-    }
-    Ok((cpu, memory))
 }
 
 #[cfg(test)]

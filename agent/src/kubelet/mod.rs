@@ -12,7 +12,7 @@ pub mod runtime_health;
 pub mod security_admission;
 pub mod sync_loop;
 pub mod syncer;
-pub mod sysctl;
+pub use crate::pod::sysctl;
 
 use std::{
     collections::{BTreeSet, HashSet},
@@ -34,6 +34,7 @@ use crate::{
     container::PodUid,
     eviction::{Evictor, NodeCondition},
     kuberuntime::{manager::KubeRuntimeManager, should_container_be_restarted},
+    lock::MutexExt as _,
     pleg::{EventType, PodCache, PodLifecycleEvent, relist::running_pod_of},
     pod_workers::{
         KillOptions, PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase,
@@ -179,7 +180,7 @@ impl Kubelet {
     }
 
     fn rejected(&self) -> std::sync::MutexGuard<'_, HashSet<PodUid>> {
-        self.rejected.lock().unwrap_or_else(|p| p.into_inner())
+        self.rejected.lock_unpoisoned()
     }
 
     /// One update from the sources (upstream `syncLoopIteration`'s `configCh` case).

@@ -1,6 +1,7 @@
 //! The desired pods (upstream `pkg/kubelet/pod/pod_manager.go`): what the sources say should run
 //! on this node, by UID and by full name. Everyone else reads it; only the sync loop writes it.
 
+use crate::lock::RwLockExt as _;
 use std::{
     collections::HashMap,
     sync::{Arc, RwLock},
@@ -8,7 +9,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{container::PodUid, pod_workers::pod_uid};
+use crate::{container::PodUid, pod::pod_uid};
 
 #[derive(Default)]
 pub struct PodManager {
@@ -20,38 +21,25 @@ impl PodManager {
     pub fn upsert(&self, pod: Pod) -> Arc<Pod> {
         let pod = Arc::new(pod);
         self.pods
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
+            .write_unpoisoned()
             .insert(pod_uid(&pod), pod.clone());
         pod
     }
 
     pub fn remove(&self, uid: &PodUid) -> Option<Arc<Pod>> {
-        self.pods
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid)
+        self.pods.write_unpoisoned().remove(uid)
     }
 
     pub fn get(&self, uid: &PodUid) -> Option<Arc<Pod>> {
-        self.pods
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(uid)
-            .cloned()
+        self.pods.read_unpoisoned().get(uid).cloned()
     }
 
     pub fn pods(&self) -> Vec<Arc<Pod>> {
-        self.pods
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect()
+        self.pods.read_unpoisoned().values().cloned().collect()
     }
 
     pub fn len(&self) -> usize {
-        self.pods.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.pods.read_unpoisoned().len()
     }
 
     pub fn is_empty(&self) -> bool {

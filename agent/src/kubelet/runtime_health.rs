@@ -11,7 +11,7 @@ use std::{
 use k8s_cri::v1 as cri;
 use tokio_util::sync::CancellationToken;
 
-use crate::{container::RuntimeFeatures, cri::RuntimeService};
+use crate::{container::RuntimeFeatures, cri::RuntimeService, lock::MutexExt as _};
 
 /// Upstream checks the runtime this often.
 const PERIOD: Duration = Duration::from_secs(5);
@@ -30,7 +30,7 @@ pub struct RuntimeHealth(Arc<Mutex<State>>);
 
 impl RuntimeHealth {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock_unpoisoned()
     }
 
     /// Why the node is not ready on the runtime's account, upstream's wording; `None` if it is.

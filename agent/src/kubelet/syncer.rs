@@ -2,6 +2,7 @@
 //! `SyncTerminatingRuntimePod`, `SyncTerminatedPod` in `kubelet.go`): generate and record the
 //! pod's status, make its cgroup, and hand the runtime work to `kuberuntime`.
 
+use crate::lock::MutexExt as _;
 use std::{
     sync::{Arc, Mutex},
     time::{Duration, SystemTime},
@@ -45,7 +46,7 @@ pub struct KubeletSyncer {
 impl KubeletSyncer {
     fn record_status(&self, pod: &Pod, runtime: &PodStatus, terminal: bool) -> bool {
         let previous = self.status.with_status(pod);
-        let reasons = self.reasons.lock().unwrap_or_else(|p| p.into_inner());
+        let reasons = self.reasons.lock_unpoisoned();
         let generate = if terminal {
             generate_terminal_api_pod_status
         } else {
@@ -77,12 +78,7 @@ impl KubeletSyncer {
     /// The first time a pod runs: how long since the agent first saw it (its `config.seen`).
     fn observe_start(&self, pod: &Pod) {
         let uid = pod_uid(pod);
-        if !self
-            .started
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(uid)
-        {
+        if !self.started.lock_unpoisoned().insert(uid) {
             return;
         }
         let seen = pod
@@ -113,7 +109,7 @@ impl KubeletSyncer {
         let uid = pod_uid(pod);
         let handle = self.pods.get(&uid).unwrap_or_else(|| Arc::new(pod.clone()));
         let result = self.volumes.wait_for_attach_and_mount(handle, cancel).await;
-        let mut reasons = self.reasons.lock().unwrap_or_else(|p| p.into_inner());
+        let mut reasons = self.reasons.lock_unpoisoned();
         reasons.remove_reason(&uid, StartFailureReason::ContainerCreating);
         let e = match result {
             Ok(()) => return Ok(()),
@@ -224,10 +220,7 @@ impl PodSyncer for KubeletSyncer {
     async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let uid: PodUid = pod_uid(pod);
         self.probes.remove_pod(&uid);
-        self.started
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&uid);
+        self.started.lock_unpoisoned().remove(&uid);
         // Upstream `WaitForUnmount`: a terminated pod's volumes are torn down.
         self.volumes
             .wait_for_unmount(&uid, &CancellationToken::new())

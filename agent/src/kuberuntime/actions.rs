@@ -10,12 +10,16 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
-    ContainerProbeResults, ProbeOutcome, SandboxChange,
-    init::compute_init_container_actions,
+    ContainerProbeResults, ProbeOutcome, SandboxChange, init::compute_init_container_actions,
     pod_sandbox_changed,
-    spec::{self, RestartPolicy},
 };
-use crate::container::{ContainerId, ContainerState, ContainerStatus, PodStatus, container_hash};
+use crate::{
+    container::{ContainerId, ContainerState, ContainerStatus, PodStatus, container_hash},
+    pod::{
+        restart::{exit_code, should_container_be_restarted},
+        spec::{self, RestartPolicy},
+    },
+};
 
 /// Why a running container is killed; the grace period depends on it (a probe can carry its own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,33 +198,6 @@ fn plan_new_sandbox(pod: &Pod, status: &PodStatus, actions: &mut PodActions) {
     } else {
         actions.init_containers_to_start = vec![0];
     }
-}
-
-/// Whether an instance of a spec container that is not running should be started (upstream
-/// `kubecontainer.ShouldContainerBeRestarted`): never for a deleted pod; always when it never ran,
-/// is only created or in an unknown state; otherwise as the container's restart policy says (its
-/// own when set, so a sidecar always restarts, else the pod's).
-pub fn should_container_be_restarted(container: &Container, pod: &Pod, status: &PodStatus) -> bool {
-    if spec::is_deleted(pod) {
-        return false;
-    }
-    let Some(latest) = status.latest(&container.name) else {
-        return true;
-    };
-    match latest.state {
-        ContainerState::Running => false,
-        ContainerState::Unknown | ContainerState::Created => true,
-        ContainerState::Exited => match spec::container_restart_policy(pod, container) {
-            RestartPolicy::Never => false,
-            RestartPolicy::OnFailure => exit_code(latest) != 0,
-            RestartPolicy::Always => true,
-        },
-    }
-}
-
-/// The exit code of an exited instance; a missing one reads as 0, the CRI's zero value.
-pub(super) fn exit_code(instance: &ContainerStatus) -> i32 {
-    instance.exit_code.unwrap_or(0)
 }
 
 fn container_succeeded(container: &Container, status: &PodStatus) -> bool {

@@ -229,7 +229,7 @@ fn elapsed(earlier: SystemTime, later: SystemTime) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kuberuntime::fixtures::{container, runtime, t};
+    use crate::pod::fixtures::{container, runtime, t};
 
     fn key() -> ContainerBackoffKey {
         ContainerBackoffKey::new(&PodUid::from("uid-1"), &container("app"))

@@ -15,6 +15,9 @@ use super::{
         namespace_options, verify_run_as_non_root,
     },
 };
+pub use crate::cm::helpers::{
+    CPU_PERIOD_US, MIN_QUOTA_US, MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares,
+};
 use crate::{
     cm::quantity,
     container::{
@@ -24,13 +27,6 @@ use crate::{
         container_hash,
     },
 };
-
-/// The CFS period the kubelet uses (100 ms).
-pub const CPU_PERIOD_US: i64 = 100_000;
-/// The smallest CPU shares value (upstream `MinShares`).
-pub const MIN_SHARES: i64 = 2;
-/// The smallest CFS quota (upstream `MinQuotaPeriod`, 1 ms).
-pub const MIN_QUOTA_US: i64 = 1_000;
 
 /// Which list of the spec a container comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,22 +207,6 @@ pub fn linux_resources(
         oom_score_adj,
         ..Default::default()
     })
-}
-
-/// 1024 shares per CPU, at least 2.
-pub fn milli_cpu_to_shares(millis: i64) -> i64 {
-    if millis == 0 {
-        return MIN_SHARES;
-    }
-    (millis * 1024 / 1000).max(MIN_SHARES)
-}
-
-/// The CFS quota for a limit, at least 1 ms.
-pub fn milli_cpu_to_quota(millis: i64) -> i64 {
-    if millis == 0 {
-        return 0;
-    }
-    (millis * CPU_PERIOD_US / 1000).max(MIN_QUOTA_US)
 }
 
 #[cfg(test)]

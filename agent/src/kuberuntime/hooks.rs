@@ -15,14 +15,69 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 
 use crate::{
     cri::RuntimeService,
+    pod::format_pod,
     prober::{
-        http,
-        probe::{Target, http_request},
+        http::{self, HttpError},
+        probe::{ProbeError, Target, http_request},
     },
 };
 
-/// Runs `handler` for the container instance `container_id`; the error is the message upstream
-/// puts in the `FailedPostStartHook`/`FailedPreStopHook` event.
+/// Why a hook failed; its text is the message upstream puts in the
+/// `FailedPostStartHook`/`FailedPreStopHook` event. `pod` is `name_namespace(uid)`.
+#[derive(Debug, thiserror::Error)]
+pub enum HookError {
+    #[error(
+        "Exec lifecycle hook ({command:?}) for Container {container:?} in Pod {pod:?} failed - \
+         error: command {command:?} exited with {exit_code}, message: {output:?}"
+    )]
+    ExecExited {
+        command: Vec<String>,
+        container: String,
+        pod: String,
+        exit_code: i32,
+        output: String,
+    },
+    #[error(
+        "Exec lifecycle hook ({command:?}) for Container {container:?} in Pod {pod:?} failed - \
+         error: {source}, message: \"\""
+    )]
+    Exec {
+        command: Vec<String>,
+        container: String,
+        pod: String,
+        #[source]
+        source: crate::cri::Error,
+    },
+    #[error(
+        "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: \
+         {source}"
+    )]
+    HttpRequest {
+        path: String,
+        container: String,
+        pod: String,
+        #[source]
+        source: ProbeError,
+    },
+    #[error(
+        "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: \
+         {source}"
+    )]
+    Http {
+        path: String,
+        container: String,
+        pod: String,
+        #[source]
+        source: HttpError,
+    },
+    #[error(
+        "Lifecycle hook for Container {container:?} in Pod {pod:?} failed - error: invalid \
+         handler: none of exec, httpGet or sleep is set"
+    )]
+    NoHandler { container: String, pod: String },
+}
+
+/// Runs `handler` for the container instance `container_id`.
 pub async fn run(
     runtime: &dyn RuntimeService,
     handler: &LifecycleHandler,
@@ -30,13 +85,8 @@ pub async fn run(
     container: &Container,
     container_id: &str,
     pod_ip: Option<&str>,
-) -> Result<(), String> {
-    let pod_name = format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.uid.as_deref().unwrap_or_default()
-    );
+) -> Result<(), HookError> {
+    let pod_name = format_pod(pod);
     if let Some(exec) = &handler.exec {
         let command = exec.command.clone().unwrap_or_default();
         return match runtime
@@ -47,17 +97,20 @@ pub async fn run(
             Ok(response) => {
                 let mut output = String::from_utf8_lossy(&response.stdout).into_owned();
                 output.push_str(&String::from_utf8_lossy(&response.stderr));
-                Err(format!(
-                    "Exec lifecycle hook ({command:?}) for Container {:?} in Pod {pod_name:?} \
-                     failed - error: command {command:?} exited with {}, message: {output:?}",
-                    container.name, response.exit_code
-                ))
+                Err(HookError::ExecExited {
+                    command,
+                    container: container.name.clone(),
+                    pod: pod_name,
+                    exit_code: response.exit_code,
+                    output,
+                })
             }
-            Err(e) => Err(format!(
-                "Exec lifecycle hook ({command:?}) for Container {:?} in Pod {pod_name:?} failed \
-                 - error: {e}, message: \"\"",
-                container.name
-            )),
+            Err(source) => Err(HookError::Exec {
+                command,
+                container: container.name.clone(),
+                pod: pod_name,
+                source,
+            }),
         };
     }
     if let Some(get) = &handler.http_get {
@@ -69,19 +122,27 @@ pub async fn run(
             name: &container.name,
         };
         let path = get.path.clone().unwrap_or_default();
-        let fail = |e: String| {
-            format!(
-                "HTTP lifecycle hook ({path}) for Container {:?} in Pod {pod_name:?} failed - \
-                 error: {e}",
-                container.name
-            )
+        let request = match http_request(get, &target) {
+            Ok(request) => request,
+            Err(source) => {
+                return Err(HookError::HttpRequest {
+                    path,
+                    container: container.name.clone(),
+                    pod: pod_name,
+                    source,
+                });
+            }
         };
-        let request = http_request(get, &target).map_err(|e| fail(e.to_string()))?;
         // No timeout of its own: the caller bounds a preStop by the grace period.
         return http::get_unbounded(&request)
             .await
             .map(drop)
-            .map_err(|e| fail(e.to_string()));
+            .map_err(|source| HookError::Http {
+                path,
+                container: container.name.clone(),
+                pod: pod_name,
+                source,
+            });
     }
     if let Some(sleep) = &handler.sleep {
         tokio::time::sleep(Duration::from_secs(
@@ -90,11 +151,10 @@ pub async fn run(
         .await;
         return Ok(());
     }
-    Err(format!(
-        "Lifecycle hook for Container {:?} in Pod {pod_name:?} failed - error: invalid handler: \
-         none of exec, httpGet or sleep is set",
-        container.name
-    ))
+    Err(HookError::NoHandler {
+        container: container.name.clone(),
+        pod: pod_name,
+    })
 }
 
 #[cfg(test)]
@@ -131,7 +191,9 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            run(&fake, &handler, &pod(), &app(), &id, None).await,
+            run(&fake, &handler, &pod(), &app(), &id, None)
+                .await
+                .map_err(|e| e.to_string()),
             Ok(())
         );
         fake.set_exec_result(
@@ -142,7 +204,9 @@ mod tests {
                 exit_code: 2,
             },
         );
-        let err = run(&fake, &handler, &pod(), &app(), &id, None).await;
+        let err = run(&fake, &handler, &pod(), &app(), &id, None)
+            .await
+            .map_err(|e| e.to_string());
         assert_eq!(
             err,
             Err(
@@ -174,10 +238,10 @@ mod tests {
                 _ = tick.tick() => ticks += 1,
             }
         };
-        assert_eq!(done, Ok(()));
+        assert!(done.is_ok());
         assert!(ticks >= 5, "the hook ended after {ticks} ticks");
         let empty = LifecycleHandler::default();
         let err = run(&fake, &empty, &pod(), &app(), "c1", None).await;
-        assert!(err.is_err_and(|m| m.contains("invalid handler")));
+        assert!(err.is_err_and(|e| e.to_string().contains("invalid handler")));
     }
 }

@@ -12,6 +12,7 @@
 //! How full the image filesystem is comes from the runtime's `ImageFsInfo` (which filesystem)
 //! and `statvfs` of its mountpoint (capacity and space available), injected for tests.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{HashMap, HashSet},
     io,
@@ -164,7 +165,7 @@ impl ImageGcManager {
     }
 
     fn records(&self) -> std::sync::MutexGuard<'_, HashMap<String, ImageRecord>> {
-        self.records.lock().unwrap_or_else(|p| p.into_inner())
+        self.records.lock_unpoisoned()
     }
 
     /// Records the images present and which are in use now (upstream `detectImages`); returns

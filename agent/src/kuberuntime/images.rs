@@ -3,6 +3,7 @@
 //! pull, a failed pull backs off (`ErrImagePull`, then `ImagePullBackOff`), and `Never` with a
 //! missing image is `ErrImageNeverPull`. Everything goes through the CRI ImageService.
 
+use crate::lock::MutexExt as _;
 use std::{
     sync::{Arc, Mutex},
     time::SystemTime,
@@ -75,7 +76,7 @@ impl ImagePuller {
     }
 
     fn backoff(&self) -> std::sync::MutexGuard<'_, ImagePullBackoff> {
-        self.backoff.lock().unwrap_or_else(|p| p.into_inner())
+        self.backoff.lock_unpoisoned()
     }
 
     /// The image reference to create the container from, or why it cannot be had.

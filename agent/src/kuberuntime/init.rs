@@ -11,10 +11,12 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     ContainerProbeResults, KillReason, PodActions, ProbeOutcome,
-    actions::exit_code,
     spec::{self, RestartPolicy},
 };
-use crate::container::{ContainerState, ContainerStatus, PodStatus, container_hash};
+use crate::{
+    container::{ContainerState, ContainerStatus, PodStatus, container_hash},
+    pod::restart::exit_code,
+};
 
 /// Adds the init-container part of the plan to `actions`; returns whether the pod is initialized.
 /// Sets `actions.kill_pod` when a failed init container must not be retried.

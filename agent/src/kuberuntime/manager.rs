@@ -4,6 +4,7 @@
 //! back-off and the image, with every failure recorded in the reason cache so the pod's status
 //! says why. The only component that changes what the runtime runs.
 
+use crate::lock::MutexExt as _;
 use std::{
     path::PathBuf,
     sync::{
@@ -34,6 +35,7 @@ use crate::{
     cm::qos,
     container::{ContainerState, PodStatus, PodUid, RunningPod, SandboxState},
     cri::{ImageService, RuntimeService},
+    pod::format_pod,
     status::{ReasonCache, StartFailure, StartFailureReason},
 };
 
@@ -102,8 +104,8 @@ pub struct SyncOutcome {
     pub retry_in: Option<Duration>,
 }
 
-/// Where the manager reads the time (back-offs compare it with the runtime's timestamps).
-pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+// Back-offs compare the manager's clock with the runtime's timestamps.
+pub use crate::clock::Clock;
 
 pub struct KubeRuntimeManager {
     clock: Clock,
@@ -116,15 +118,6 @@ pub struct KubeRuntimeManager {
     lifecycle: Arc<dyn ContainerLifecycle>,
     mounts: Arc<dyn ContainerMounts>,
     userns: Arc<UsernsManager>,
-}
-
-fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or("default"),
-        pod.metadata.uid.as_deref().unwrap_or_default()
-    )
 }
 
 impl KubeRuntimeManager {
@@ -177,7 +170,7 @@ impl KubeRuntimeManager {
     }
 
     fn reasons(&self) -> std::sync::MutexGuard<'_, ReasonCache> {
-        self.reasons.lock().unwrap_or_else(|p| p.into_inner())
+        self.reasons.lock_unpoisoned()
     }
 
     /// Drives the pod's runtime state one step towards its spec.
@@ -194,12 +187,12 @@ impl KubeRuntimeManager {
         if actions.is_noop() {
             return outcome;
         }
-        tracing::debug!(pod = %full_name(pod), ?actions, "sync pod");
+        tracing::debug!(pod = %format_pod(pod), ?actions, "sync pod");
         let grace = pod_grace(pod);
         if actions.kill_pod {
             if let Err(e) = self.kill_pod_status(Some(pod), status, grace).await {
                 outcome.errors.push(SyncError::KillPod {
-                    pod: full_name(pod),
+                    pod: format_pod(pod),
                     source: e,
                 });
                 return outcome;
@@ -212,7 +205,7 @@ impl KubeRuntimeManager {
                     .await
                 {
                     outcome.errors.push(SyncError::KillContainer {
-                        pod: full_name(pod),
+                        pod: format_pod(pod),
                         container: kill.name.clone(),
                         source: e,
                     });
@@ -230,7 +223,7 @@ impl KubeRuntimeManager {
             Ok(userns) => userns,
             Err(e) => {
                 outcome.errors.push(SyncError::SandboxConfig {
-                    pod: full_name(pod),
+                    pod: format_pod(pod),
                     reason: e.to_string(),
                 });
                 return outcome;
@@ -247,7 +240,7 @@ impl KubeRuntimeManager {
             Ok(config) => config,
             Err(e) => {
                 outcome.errors.push(SyncError::SandboxConfig {
-                    pod: full_name(pod),
+                    pod: format_pod(pod),
                     reason: e.to_string(),
                 });
                 return outcome;
@@ -269,7 +262,7 @@ impl KubeRuntimeManager {
                 Ok(id) => id,
                 Err(e) => {
                     outcome.errors.push(SyncError::CreateSandbox {
-                        pod: full_name(pod),
+                        pod: format_pod(pod),
                         source: e,
                     });
                     return outcome;
@@ -282,7 +275,7 @@ impl KubeRuntimeManager {
                     .map(crate::cri::convert::sandbox_ips)
                     .unwrap_or_default(),
                 Err(e) => {
-                    tracing::warn!(pod = %full_name(pod), error = %e, "cannot read the new sandbox's status");
+                    tracing::warn!(pod = %format_pod(pod), error = %e, "cannot read the new sandbox's status");
                     Vec::new()
                 }
             };
@@ -377,15 +370,14 @@ impl KubeRuntimeManager {
         let finished = last_finished_at(status, &container.name);
         let gate = self
             .crash_backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .check_restart(&key, finished, now);
         if let Err(wait) = gate {
             let message = format!(
                 "back-off {}s restarting failed container={} pod={}",
                 wait.window.as_secs(),
                 container.name,
-                full_name(pod)
+                format_pod(pod)
             );
             self.fail(
                 &uid,
@@ -516,7 +508,7 @@ impl KubeRuntimeManager {
             );
             return false;
         }
-        tracing::info!(pod = %full_name(pod), container = container.name, id, "started container");
+        tracing::info!(pod = %format_pod(pod), container = container.name, id, "started container");
         if let Some(handler) = container
             .lifecycle
             .as_ref()
@@ -531,19 +523,19 @@ impl KubeRuntimeManager {
             let result = tokio::select! {
                 result = hook => result,
                 () = cancel.cancelled() => {
-                    tracing::info!(pod = %full_name(pod), container = container.name, "postStart hook cancelled: the pod is terminating");
+                    tracing::info!(pod = %format_pod(pod), container = container.name, "postStart hook cancelled: the pod is terminating");
                     return false;
                 }
             };
             if let Err(message) = result {
-                tracing::warn!(pod = %full_name(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
+                tracing::warn!(pod = %format_pod(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
                 if let Err(e) = self.stop_container(&id, pod_grace(pod)).await {
-                    tracing::warn!(pod = %full_name(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");
+                    tracing::warn!(pod = %format_pod(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");
                 }
                 self.fail(
                     &uid,
                     container,
-                    StartFailure::new(StartFailureReason::PostStartHookError, message),
+                    StartFailure::new(StartFailureReason::PostStartHookError, message.to_string()),
                     pod,
                     outcome,
                 );
@@ -568,7 +560,7 @@ impl KubeRuntimeManager {
             StartFailureReason::CrashLoopBackOff | StartFailureReason::ImagePullBackOff
         ) {
             outcome.errors.push(SyncError::Start {
-                pod: full_name(pod),
+                pod: format_pod(pod),
                 container: container.name.clone(),
                 failure: format!("{}: {}", failure.reason, failure.message),
             });
@@ -637,10 +629,10 @@ impl KubeRuntimeManager {
             match tokio::time::timeout(grace, run).await {
                 Ok(Ok(())) => {}
                 Ok(Err(message)) => {
-                    tracing::warn!(pod = %full_name(pod), container = name, reason = "FailedPreStopHook", "{message}");
+                    tracing::warn!(pod = %format_pod(pod), container = name, reason = "FailedPreStopHook", "{message}");
                 }
                 Err(_) => {
-                    tracing::warn!(pod = %full_name(pod), container = name, grace_secs = grace.as_secs(), "preStop hook did not complete within the grace period");
+                    tracing::warn!(pod = %format_pod(pod), container = name, grace_secs = grace.as_secs(), "preStop hook did not complete within the grace period");
                 }
             }
             grace = grace.saturating_sub(began.elapsed());
@@ -742,8 +734,7 @@ impl KubeRuntimeManager {
             }
         }
         self.crash_backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .retain(|k| k.pod_uid != status.uid);
         self.reasons().remove_pod(&status.uid);
         Ok(())
@@ -756,10 +747,7 @@ impl KubeRuntimeManager {
 
     /// Housekeeping of the back-offs.
     pub fn gc(&self, now: SystemTime) {
-        self.crash_backoff
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .gc(now);
+        self.crash_backoff.lock_unpoisoned().gc(now);
         self.images.gc(now);
     }
 }

@@ -24,11 +24,9 @@ mod init;
 pub mod lifecycle;
 pub mod manager;
 pub mod mounts;
-mod sandbox;
 pub mod sandbox_config;
 pub mod security_context;
 pub mod security_profiles;
-pub mod spec;
 pub mod userns;
 
 #[cfg(test)]
@@ -36,9 +34,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use actions::{
-    ContainerToKill, KillReason, PodActions, compute_pod_actions, should_container_be_restarted,
-};
+pub use actions::{ContainerToKill, KillReason, PodActions, compute_pod_actions};
 pub use backoff::{
     Backoff, CRASH_LOOP_INITIAL, CRASH_LOOP_MAX, ContainerBackoffKey, CrashLoopBackoff,
     IMAGE_PULL_INITIAL, IMAGE_PULL_MAX, ImageBackoffKey, ImagePullBackoff, InBackoff,
@@ -46,27 +42,18 @@ pub use backoff::{
 };
 pub use lifecycle::{ContainerLifecycle, NoLifecycle};
 pub use mounts::{ContainerMounts, MountsError, NoMounts};
-pub use sandbox::{SandboxChange, SandboxCheck, pod_sandbox_changed};
+// The pod facts the decisions are made of live in `pod`, below every loop; these keep the
+// paths the runtime's callers have always used.
+pub use crate::pod::{
+    restart::should_container_be_restarted,
+    sandbox::{SandboxChange, SandboxCheck, pod_sandbox_changed},
+    spec,
+};
 
+// The probe results' types are the prober's (as upstream's `proberesults`), re-exported for the
+// decisions' callers.
 use crate::container::ContainerId;
-
-/// The settled result of a probe (upstream `proberesults.Result`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProbeOutcome {
-    Success,
-    Failure,
-}
-
-/// The probe results the decisions depend on, per container instance (upstream the liveness and
-/// startup `proberesults.Manager`s). `None` means no result yet.
-pub trait ContainerProbeResults {
-    /// A failed liveness probe gets the container killed and, unless `restartPolicy: Never`,
-    /// restarted.
-    fn liveness(&self, id: &ContainerId) -> Option<ProbeOutcome>;
-    /// A failed startup probe gets the container killed; a sidecar with a startup probe holds the
-    /// next init container back until it succeeds.
-    fn startup(&self, id: &ContainerId) -> Option<ProbeOutcome>;
-}
+pub use crate::prober::{ContainerProbeResults, ProbeOutcome};
 
 /// For pods before the probe manager exists: nothing ever fails, and every startup probe counts
 /// as passed so that a sidecar with one does not hold its pod back forever.

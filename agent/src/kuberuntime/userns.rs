@@ -14,6 +14,7 @@
 //! (`kubelet::security_admission`), and this manager refuses again at sandbox creation with
 //! upstream's message, should the runtime have changed in between.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::{Read as _, Write as _},
@@ -104,7 +105,7 @@ impl UsernsManager {
     }
 
     fn ranges(&self) -> MutexGuard<'_, Ranges> {
-        self.ranges.lock().unwrap_or_else(|p| p.into_inner())
+        self.ranges.lock_unpoisoned()
     }
 
     /// Whether the runtime's `handler` supports user namespaces, by its last `Status` answer.

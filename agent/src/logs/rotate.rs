@@ -72,7 +72,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Rot
     }
 }
 
-pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+pub use crate::clock::Clock;
 
 pub struct ContainerLogManager {
     runtime: Arc<dyn RuntimeService>,

@@ -12,6 +12,7 @@ use std::{
 use tokio::sync::watch;
 
 use crate::container::{PodStatus, PodUid};
+use crate::lock::MutexExt as _;
 
 #[derive(Clone, Debug)]
 struct Entry {
@@ -90,6 +91,11 @@ impl PodCache {
 
     /// The cached status, or an empty one (timestamped with the global time) if the runtime has
     /// nothing for this pod.
+    /// When the pod's own entry (status or error) was observed, if it has one.
+    pub fn observed_at(&self, uid: &PodUid) -> Option<SystemTime> {
+        lock(&self.entries).get(uid).map(|e| e.modified)
+    }
+
     pub fn get(&self, uid: &PodUid) -> Cached {
         let global = *lock(&self.global);
         match lock(&self.entries).get(uid) {
@@ -129,7 +135,7 @@ impl PodCache {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 #[cfg(test)]

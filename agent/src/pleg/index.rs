@@ -2,7 +2,8 @@
 //! carries only a cgroup id) is mapped to its pod and container in O(1).
 //!
 //! The cgroupfs driver names container cgroups after their pod and id:
-//! `/kubepods[/burstable|/besteffort]/pod<uid>/<container or sandbox id>`. The index is filled by
+//! `/kubepods[/burstable|/besteffort]/pod<uid>/<container or sandbox id>` (`cgroup::pods` says where
+//! exactly: below `cgroupRoot`, without QoS levels). The index is filled by
 //! a walk of that tree at start (containers created before swiftlet started) and kept current from
 //! cgroup mkdir/rmdir events. Each entry also remembers the container's init process — the first
 //! process that exec'd in the cgroup, or, for containers found running, the process that is pid 1
@@ -14,7 +15,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::container::PodUid;
+use crate::{
+    cgroup::{PodCgroupLayout, pods::pod_dir_name},
+    container::PodUid,
+};
 
 /// What a cgroup is, in pod terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,60 +39,35 @@ pub struct ContainerCgroup {
 #[derive(Debug)]
 pub struct ContainerIndex {
     containers: HashMap<u64, ContainerCgroup>,
-    /// Where pod cgroups live, relative to the cgroup2 root (`kubepods`, `<cgroupRoot>/kubepods`,
-    /// or without QoS cgroups the `cgroupRoot`; empty for the root itself).
-    pods: String,
+    /// Where pod cgroups live.
+    pods: PodCgroupLayout,
 }
 
 impl Default for ContainerIndex {
     fn default() -> Self {
-        ContainerIndex::under("kubepods")
+        ContainerIndex::under(PodCgroupLayout::new(Path::new("/"), true))
     }
-}
-
-/// `(pod uid, container id)` of a container cgroup path relative to the cgroup2 root, `None` for
-/// any other cgroup (the QoS levels, the pod's own cgroup, anything outside `pods`, which is
-/// itself relative to the cgroup2 root: `kubepods`, `<cgroupRoot>/kubepods`, or without QoS
-/// cgroups the `cgroupRoot`, empty for the root).
-pub fn parse_container_path(path: &str, pods: &str) -> Option<(PodUid, String)> {
-    let path = path.trim_start_matches('/');
-    let pods = pods.trim_matches('/');
-    let rest = if pods.is_empty() {
-        path
-    } else {
-        path.strip_prefix(pods)?.strip_prefix('/')?
-    };
-    let mut parts = rest.split('/');
-    let mut next = parts.next()?;
-    if next == "burstable" || next == "besteffort" {
-        next = parts.next()?;
-    }
-    let uid = next.strip_prefix("pod")?;
-    let id = parts.next()?;
-    if parts.next().is_some() || uid.is_empty() || id.is_empty() {
-        return None;
-    }
-    Some((PodUid(uid.to_owned()), id.to_owned()))
 }
 
 impl ContainerIndex {
-    /// An index of the containers below `pods` (relative to the cgroup2 root).
-    pub fn under(pods: &str) -> ContainerIndex {
+    /// An index of the containers of the pods laid out as `pods` says.
+    pub fn under(pods: PodCgroupLayout) -> ContainerIndex {
         ContainerIndex {
             containers: HashMap::new(),
-            pods: pods.trim_matches('/').to_owned(),
+            pods,
         }
     }
 
-    /// Where the cgroup of `entry` may be below `cgroup2_root`: directly in the pods' cgroup or
-    /// in one of its QoS levels.
+    /// Where the cgroup of `entry` may be below `cgroup2_root`: below its pod's cgroup in any of
+    /// the directories pod cgroups are made in.
     pub fn container_dirs(&self, cgroup2_root: &Path, entry: &ContainerCgroup) -> Vec<PathBuf> {
-        let pods = cgroup2_root.join(&self.pods);
-        ["", "burstable", "besteffort"]
+        self.pods
+            .pod_parents()
             .iter()
-            .map(|qos| {
-                pods.join(qos)
-                    .join(format!("pod{}", entry.pod))
+            .map(|parent| {
+                cgroup2_root
+                    .join(parent)
+                    .join(pod_dir_name(&entry.pod.0))
                     .join(&entry.container_id)
             })
             .collect()
@@ -105,7 +84,7 @@ impl ContainerIndex {
     /// Records a new cgroup if it is a container's. A cgroup already known (found by the start
     /// scan, then reported again by its buffered mkdir) keeps what was learnt of it.
     pub fn insert_path(&mut self, cgroup_id: u64, path: &str) -> Option<&ContainerCgroup> {
-        let (pod, container_id) = parse_container_path(path, &self.pods)?;
+        let (pod, container_id) = self.pods.parse_container(path)?;
         if self
             .containers
             .get(&cgroup_id)
@@ -142,10 +121,10 @@ impl ContainerIndex {
         self.containers.is_empty()
     }
 
-    /// Fills the index from the cgroup2 tree below `root/kubepods`, finding each running
+    /// Fills the index from the cgroup2 tree below where pod cgroups live, finding each running
     /// container's init process (pid 1 in its pid namespace) among the cgroup's processes.
     pub fn scan(&mut self, cgroup2_root: &Path) {
-        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join(&self.pods)];
+        let mut stack: Vec<PathBuf> = vec![cgroup2_root.join(self.pods.pods_parent())];
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -221,55 +200,6 @@ pub fn is_runtime_bootstrap(comm: &str, filename: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn container_paths_below_a_cgroup_root() {
-        assert_eq!(
-            parse_container_path("/node-a/kubepods/burstable/podu1/abc", "node-a/kubepods"),
-            Some((PodUid("u1".into()), "abc".into()))
-        );
-        assert_eq!(
-            parse_container_path("/kubepods/podu1/abc", "node-a/kubepods"),
-            None
-        );
-        assert_eq!(
-            parse_container_path("/node-a/kubepodsx/podu1/abc", "node-a/kubepods"),
-            None
-        );
-    }
-
-    #[test]
-    fn container_paths_at_the_cgroup_root_without_qos_cgroups() {
-        assert_eq!(
-            parse_container_path("/podu1/abc", ""),
-            Some((PodUid("u1".into()), "abc".into()))
-        );
-        assert_eq!(
-            parse_container_path("/node-a/podu1/abc", "/node-a"),
-            Some((PodUid("u1".into()), "abc".into()))
-        );
-        assert_eq!(parse_container_path("/system.slice/cron.service", ""), None);
-        assert_eq!(parse_container_path("/podu1", ""), None);
-    }
-
-    #[test]
-    fn container_paths_name_their_pod_and_container() {
-        let cases = [
-            ("/kubepods/burstable/podu1/abc", Some(("u1", "abc"))),
-            ("/kubepods/besteffort/podu2/def", Some(("u2", "def"))),
-            ("/kubepods/podu3/0123", Some(("u3", "0123"))),
-            ("/kubepods/burstable/podu1", None),
-            ("/kubepods/burstable", None),
-            ("/kubepods", None),
-            ("/system.slice/foo", None),
-            ("/kubepods/burstable/podu1/abc/nested", None),
-        ];
-        for (path, want) in cases {
-            let got = parse_container_path(path, "kubepods");
-            let want = want.map(|(u, c)| (PodUid::from(u), c.to_owned()));
-            assert_eq!(got, want, "{path}");
-        }
-    }
 
     #[test]
     fn entries_come_and_go_by_cgroup_id() {

@@ -22,6 +22,7 @@ use super::{
     relist::{compute_events, running_pod_of},
 };
 use crate::container::{PodStatus, PodUid, RunningPod};
+use crate::lock::MutexExt as _;
 
 /// An observation of a pod to record.
 pub enum Observation {
@@ -146,8 +147,9 @@ impl PodRecords {
     }
 
     /// Records an observation of pod `uid` (see the module doc). Returns the status recorded,
-    /// `None` for a kernel exit with no cached status showing `container` to start from (it died
-    /// before any refresh saw it: the refresh that follows reports it).
+    /// `None` for a runtime status older than the one recorded (answers of concurrent refreshes
+    /// arrive out of order), or for a kernel exit with no cached status showing `container` to
+    /// start from (it died before any refresh saw it: the refresh that follows reports it).
     pub fn record(
         &self,
         uid: &PodUid,
@@ -173,6 +175,19 @@ impl PodRecords {
         let running = running_pod_of(&status);
         let (mut events, gone) = {
             let mut pods = lock(&self.pods);
+            // Refreshes of one pod run concurrently and their answers can arrive out of order:
+            // one asked earlier than what the cache holds is older news. It is dropped whole, so
+            // the record events are computed from and the status pod workers read stay the same
+            // observation (an event computed from a status the cache refused would wake a
+            // worker to read the older one, and no later event would come).
+            if source == Source::Runtime
+                && self
+                    .cache
+                    .observed_at(uid)
+                    .is_some_and(|cached| cached > observed)
+            {
+                return None;
+            }
             let events = compute_events(uid, pods.get(uid), Some(&running), &self.runtime_name);
             let gone = if running.sandboxes.is_empty() && running.containers.is_empty() {
                 pods.remove(uid).is_some()
@@ -180,6 +195,7 @@ impl PodRecords {
                 pods.insert(uid.clone(), running);
                 false
             };
+            self.cache.set(uid, status.clone(), observed);
             (events, gone)
         };
         if gone {
@@ -192,7 +208,6 @@ impl PodRecords {
                 .as_ref()
                 .and_then(|id| status.containers.iter().find(|c| &c.id == id).cloned());
         }
-        self.cache.set(uid, status.clone(), observed);
         if !events.is_empty() {
             tracing::debug!(pod = %uid, ?source, events = ?events.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(), "PLEG: recorded a change");
         }
@@ -245,6 +260,98 @@ impl PodRecords {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock_unpoisoned()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use prometheus::IntCounter;
+
+    use super::*;
+    use crate::container::{ContainerId, ContainerState, ContainerStatus};
+
+    fn status(state: ContainerState) -> PodStatus {
+        let mut status = PodStatus::empty(PodUid::from("u1"), "web", "default");
+        status.containers.push(ContainerStatus {
+            id: ContainerId::new("containerd", "c1"),
+            name: "main".into(),
+            state,
+            created_at: None,
+            started_at: None,
+            finished_at: None,
+            exit_code: (state == ContainerState::Exited).then_some(4),
+            reason: String::new(),
+            message: String::new(),
+            image: String::new(),
+            image_ref: String::new(),
+            restart_count: 0,
+            hash: 0,
+            sandbox_id: "sb".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+        });
+        status
+    }
+
+    fn runtime(state: ContainerState, at: SystemTime) -> Observation {
+        Observation::Runtime {
+            status: status(state),
+            at,
+            kernel_ts_ns: None,
+        }
+    }
+
+    #[test]
+    fn an_answer_older_than_the_recorded_one_is_dropped_whole() {
+        let (records, mut rx) = PodRecords::new(
+            "containerd",
+            KernelFacts::default(),
+            Outputs {
+                observer: None,
+                event_latency: None,
+                discarded: IntCounter::new("d", "d").expect("counter"),
+            },
+        );
+        let uid = PodUid::from("u1");
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + s);
+        assert!(
+            records
+                .record(&uid, None, runtime(ContainerState::Running, t(1)))
+                .is_some()
+        );
+        assert_eq!(
+            rx.try_recv().map(|e| e.kind),
+            Ok(EventType::ContainerStarted)
+        );
+        // Asked at t(3), answered first: still running.
+        assert!(
+            records
+                .record(&uid, None, runtime(ContainerState::Running, t(3)))
+                .is_some()
+        );
+        // Asked at t(2), answered after: older news, even though it shows the exit. No event,
+        // and the record and the cache both keep the t(3) answer.
+        assert!(
+            records
+                .record(&uid, None, runtime(ContainerState::Exited, t(2)))
+                .is_none()
+        );
+        assert!(rx.try_recv().is_err());
+        assert_eq!(records.cache().observed_at(&uid), Some(t(3)));
+        // The next answer shows the exit: the death is sent with the status workers will read.
+        assert!(
+            records
+                .record(&uid, None, runtime(ContainerState::Exited, t(4)))
+                .is_some()
+        );
+        assert_eq!(rx.try_recv().map(|e| e.kind), Ok(EventType::ContainerDied));
+        let cached = records.cache().get(&uid);
+        assert_eq!(
+            cached.status.map(|s| s.containers[0].state),
+            Some(ContainerState::Exited)
+        );
+    }
 }

@@ -14,6 +14,7 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -172,27 +173,8 @@ pub struct PodWorkers {
 /// The upstream default when a pod gives none.
 pub const DEFAULT_GRACE_PERIOD_SECS: i64 = 30;
 
-/// `<name>_<namespace>`, upstream's pod full name.
-pub fn full_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or("default")
-    )
-}
-
-/// Static pods come from a file (or URL) source, not the API server.
-pub fn is_static(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("kubernetes.io/config.source"))
-        .is_some_and(|source| source != "api")
-}
-
-pub fn pod_uid(pod: &Pod) -> PodUid {
-    PodUid(pod.metadata.uid.clone().unwrap_or_default())
-}
+pub use crate::pod::pod_uid;
+use crate::pod::{full_name, spec::is_static_pod};
 
 /// Whether a pod's (API) status says it is done.
 pub fn is_terminal_phase(pod: &Pod) -> bool {
@@ -272,7 +254,7 @@ impl PodWorkers {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// Hands work to the pod's worker, starting the worker if it is new.
@@ -356,7 +338,7 @@ impl PodWorkers {
 
     fn new_status(&self, uid: &PodUid, options: &UpdatePodOptions) -> PodSyncStatus {
         let (full_name, is_static) = match (&options.pod, &options.running_pod) {
-            (Some(pod), _) => (full_name(pod), is_static(pod)),
+            (Some(pod), _) => (full_name(pod), is_static_pod(pod)),
             (None, Some(r)) => (format!("{}_{}", r.name, r.namespace), false),
             (None, None) => (uid.0.clone(), false),
         };

@@ -2,6 +2,7 @@
 //! failure at the back-off period (upstream `pkg/kubelet/util/queue`). The sync loop's one-second
 //! tick drains what is due.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::HashMap,
     sync::Mutex,
@@ -19,7 +20,7 @@ impl WorkQueue {
     /// Queues `uid` for `after` from `now`; an earlier due time already queued wins.
     pub fn enqueue(&self, uid: &PodUid, now: Instant, after: Duration) {
         let at = now + after;
-        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due = self.due.lock_unpoisoned();
         due.entry(uid.clone())
             .and_modify(|t| *t = (*t).min(at))
             .or_insert(at);
@@ -27,7 +28,7 @@ impl WorkQueue {
 
     /// Removes and returns every pod due at `now`.
     pub fn take_due(&self, now: Instant) -> Vec<PodUid> {
-        let mut due = self.due.lock().unwrap_or_else(|p| p.into_inner());
+        let mut due = self.due.lock_unpoisoned();
         let ready: Vec<PodUid> = due
             .iter()
             .filter(|(_, at)| **at <= now)
@@ -40,10 +41,7 @@ impl WorkQueue {
     }
 
     pub fn forget(&self, uid: &PodUid) {
-        self.due
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(uid);
+        self.due.lock_unpoisoned().remove(uid);
     }
 }
 

@@ -2,6 +2,7 @@
 //! a pod's containers and sidecars, stops them as the pod terminates or goes, and answers the
 //! runtime manager and status generation from the recorded results.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{HashMap, HashSet},
     sync::{Arc, Mutex},
@@ -12,11 +13,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
-use super::{ProbeKind, ProbeUpdate, ResultsManager, metrics::ProberMetrics, worker::Worker};
+use super::{
+    ContainerProbeResults, ProbeKind, ProbeOutcome, ProbeUpdate, ResultsManager,
+    metrics::ProberMetrics, worker::Worker,
+};
 use crate::{
     container::{ContainerId, PodUid},
     cri::RuntimeService,
-    kuberuntime::{ContainerProbeResults, ProbeOutcome, spec},
+    pod::spec,
     status::{ContainerReadiness, StatusManager},
 };
 
@@ -106,7 +110,7 @@ pub(super) struct Shared {
 
 impl Shared {
     fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Handle>> {
-        self.workers.lock().unwrap_or_else(|p| p.into_inner())
+        self.workers.lock_unpoisoned()
     }
 
     /// A worker that ended takes itself out, unless a newer one has taken its key.

@@ -3,7 +3,7 @@
 //! thresholds and records the settled result per container instance ([`ResultsManager`]). A
 //! change of a result goes to the sync loop, which syncs the pod: a failed liveness or startup
 //! probe gets the container killed (`kuberuntime::compute_pod_actions` asks
-//! [`ContainerProbeResults`](crate::kuberuntime::ContainerProbeResults)), and readiness
+//! [`ContainerProbeResults`], the trait the runtime decisions read), and readiness
 //! becomes the containers' `ready` and the pod's Ready conditions when the status is generated
 //! (through [`ContainerReadiness`](crate::status::ContainerReadiness)).
 //!
@@ -21,7 +21,7 @@ mod worker;
 mod tests;
 
 pub use manager::{ProbeManager, ProbeTarget, TargetStatus};
-pub use results::{ProbeUpdate, ResultsManager};
+pub use results::{ContainerProbeResults, ProbeOutcome, ProbeUpdate, ResultsManager};
 
 /// Which probe (upstream `probeType`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -61,8 +61,7 @@ impl ProbeKind {
 
     /// What a new container instance starts with before its first settled probe: not ready,
     /// alive, and startup unknown (upstream `initialValue`).
-    fn initial(self) -> Option<crate::kuberuntime::ProbeOutcome> {
-        use crate::kuberuntime::ProbeOutcome;
+    fn initial(self) -> Option<ProbeOutcome> {
         match self {
             ProbeKind::Readiness => Some(ProbeOutcome::Failure),
             ProbeKind::Liveness => Some(ProbeOutcome::Success),

@@ -1,12 +1,31 @@
 //! The settled probe results by container instance (upstream `prober/results.Manager`): one map
 //! per probe kind, and a channel that carries every change to the sync loop.
 
+use crate::lock::MutexExt as _;
 use std::{collections::HashMap, sync::Mutex};
 
 use tokio::sync::mpsc;
 
 use super::ProbeKind;
-use crate::{container::PodUid, kuberuntime::ProbeOutcome};
+use crate::container::{ContainerId, PodUid};
+
+/// The settled result of a probe (upstream `proberesults.Result`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    Success,
+    Failure,
+}
+
+/// The probe results the decisions depend on, per container instance (upstream the liveness and
+/// startup `proberesults.Manager`s). `None` means no result yet.
+pub trait ContainerProbeResults {
+    /// A failed liveness probe gets the container killed and, unless `restartPolicy: Never`,
+    /// restarted.
+    fn liveness(&self, id: &ContainerId) -> Option<ProbeOutcome>;
+    /// A failed startup probe gets the container killed; a sidecar with a startup probe holds the
+    /// next init container back until it succeeds.
+    fn startup(&self, id: &ContainerId) -> Option<ProbeOutcome>;
+}
 
 /// A result changed: the sync loop syncs the pod (upstream `results.Update`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,7 +56,7 @@ impl ResultsManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(ProbeKind, String), ProbeOutcome>> {
-        self.results.lock().unwrap_or_else(|p| p.into_inner())
+        self.results.lock_unpoisoned()
     }
 
     pub fn get(&self, kind: ProbeKind, container_id: &str) -> Option<ProbeOutcome> {

@@ -1,6 +1,7 @@
 //! The probe manager and its workers against the fake CRI (exec probes) and a target whose state
 //! the test sets; time is tokio's paused clock, so periods pass at once.
 
+use crate::lock::MutexExt as _;
 use crate::testing;
 use std::{
     collections::HashSet,
@@ -19,7 +20,7 @@ use super::{
 use crate::{
     container::{ContainerId, PodUid},
     cri::fake::{Call, FakeRuntime},
-    kuberuntime::{ContainerProbeResults, ProbeOutcome},
+    prober::{ContainerProbeResults, ProbeOutcome},
     status::ContainerReadiness,
 };
 
@@ -28,13 +29,13 @@ struct FakeTarget(Mutex<Option<TargetStatus>>);
 
 impl FakeTarget {
     fn set(&self, status: TargetStatus) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(status);
+        *self.0.lock_unpoisoned() = Some(status);
     }
 }
 
 impl ProbeTarget for FakeTarget {
     fn status(&self, _: &PodUid, _: &str) -> Option<TargetStatus> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.lock_unpoisoned().clone()
     }
 }
 

@@ -12,12 +12,12 @@ use k8s_openapi::api::core::v1::{Container, Pod, Probe};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use super::ProbeOutcome;
 use super::{
     ProbeKind,
     manager::{Key, Shared},
     probe::{self, Target},
 };
-use crate::kuberuntime::ProbeOutcome;
 
 pub(super) struct Worker {
     pub key: Key,

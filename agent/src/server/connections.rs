@@ -18,6 +18,7 @@
 //! `http.Server` has timeouts but no connection limit (the kubelet relies on `maxOpenFiles`);
 //! the policy is swiftlet's.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::BTreeMap,
     future::Future,
@@ -181,7 +182,7 @@ impl Tracker {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Arc<Conn>>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+        self.conns.lock_unpoisoned()
     }
 
     /// A slot for a new connection: at the limit, the oldest connection that never asked

@@ -4,6 +4,7 @@
 //! port serves it) and `/node`. Upstream: kubelet `pkg/kubelet/server/server.go`
 //! (`InstallDefaultHandlers`).
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::BTreeMap,
     sync::{Arc, Mutex},
@@ -29,21 +30,20 @@ pub struct Health {
 impl Health {
     /// Marks `component` unhealthy, replacing what it said before.
     pub fn set_unhealthy(&self, component: &'static str, why: String) {
-        let mut problems = self.problems.lock().unwrap_or_else(|p| p.into_inner());
+        let mut problems = self.problems.lock_unpoisoned();
         problems.retain(|(c, _)| *c != component);
         problems.push((component, why));
     }
 
     pub fn set_healthy(&self, component: &'static str) {
         self.problems
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .retain(|(c, _)| *c != component);
     }
 
     /// Adds a line to every healthy answer.
     pub fn set_note(&self, component: &'static str, note: String) {
-        let mut notes = self.notes.lock().unwrap_or_else(|p| p.into_inner());
+        let mut notes = self.notes.lock_unpoisoned();
         notes.retain(|(c, _)| *c != component);
         notes.push((component, note));
     }
@@ -51,7 +51,7 @@ impl Health {
     /// `ok`, then the notes, one per line.
     pub fn healthy_body(&self) -> String {
         let mut body = "ok\n".to_owned();
-        for (component, note) in self.notes.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (component, note) in self.notes.lock_unpoisoned().iter() {
             body.push_str(&format!("{component}: {note}\n"));
         }
         body
@@ -59,26 +59,18 @@ impl Health {
 
     /// Adds a check run at every health request.
     pub fn add_check(&self, component: &'static str, check: HealthCheck) {
-        self.checks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((component, check));
+        self.checks.lock_unpoisoned().push((component, check));
     }
 
     /// `None` when healthy, else one line per problem.
     pub fn problems(&self) -> Option<String> {
         let mut lines: Vec<String> = self
             .problems
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .iter()
             .map(|(c, why)| format!("{c}: {why}"))
             .collect();
-        let checks = self
-            .checks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let checks = self.checks.lock_unpoisoned().clone();
         for (component, check) in checks {
             if let Some(why) = check() {
                 lines.push(format!("{component}: {why}"));

@@ -5,6 +5,7 @@
 //!
 //! Not here: what is cached (`webhook.rs`).
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{BTreeMap, HashMap},
     sync::Mutex,
@@ -46,7 +47,7 @@ impl<V: Clone> ReviewCache<V> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<V>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// The answer for `key` if it has not expired (it becomes the most recently used).

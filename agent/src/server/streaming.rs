@@ -82,8 +82,13 @@ pub struct StreamOptions {
     pub command: Vec<String>,
 }
 
+/// A stream request that asks for no stream at all (upstream's message).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("you must specify at least 1 of stdin, stdout, stderr")]
+pub struct NoStreams;
+
 impl StreamOptions {
-    pub fn from_query(query: &str) -> Result<StreamOptions, String> {
+    pub fn from_query(query: &str) -> Result<StreamOptions, NoStreams> {
         let pairs = query_pairs(query);
         let flag = |key: &str| pairs.iter().any(|(k, v)| k == key && v == "1");
         let tty = flag("tty");
@@ -101,7 +106,7 @@ impl StreamOptions {
                 .collect(),
         };
         if !options.stdin && !options.stdout && !options.stderr {
-            return Err("you must specify at least 1 of stdin, stdout, stderr".into());
+            return Err(NoStreams);
         }
         Ok(options)
     }
@@ -295,7 +300,7 @@ async fn stream_session(
 ) -> Response {
     let options = match StreamOptions::from_query(request.uri().query().unwrap_or_default()) {
         Ok(o) => o,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let pod = match s.pod(namespace, name, uid) {
         Ok(p) => p,

@@ -26,8 +26,8 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{
     SourceProblem,
     manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod},
-    pod_full_name,
 };
+use crate::pod::full_name;
 
 /// Whether a directory entry's name is one the static pod source reads.
 pub fn is_manifest_name(name: &OsStr) -> bool {
@@ -258,7 +258,7 @@ impl ManifestDir {
         let mut by_name: BTreeMap<String, Vec<&PathBuf>> = BTreeMap::new();
         for (path, result) in &self.files {
             if let Ok(pod) = result {
-                by_name.entry(pod_full_name(pod)).or_default().push(path);
+                by_name.entry(full_name(pod)).or_default().push(path);
             }
         }
         let mut owners = HashMap::new();

@@ -17,6 +17,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet, HashSet},
+    sync::Arc,
     time::SystemTime,
 };
 
@@ -24,11 +25,12 @@ use k8s_openapi::{api::core::v1::Pod, jiff};
 
 use super::{
     CONFIG_FIRST_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LOCAL_ANNOTATIONS, Op, PodUpdate,
-    Source, pod_full_name,
+    Source,
 };
+use crate::pod::full_name;
 
-/// The wall clock, injected so tests can pin `config.seen`.
-pub type Clock = Box<dyn Fn() -> SystemTime + Send + Sync>;
+// The wall clock is injected so tests can pin `config.seen`.
+use crate::clock::Clock;
 
 /// Per-source pod state and the diff.
 pub struct PodStorage {
@@ -70,11 +72,11 @@ struct Changes {
 }
 
 impl PodStorage {
-    pub fn new(clock: Clock) -> Self {
+    pub fn new(clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
         PodStorage {
             pods: BTreeMap::new(),
             seen: BTreeSet::new(),
-            clock,
+            clock: Arc::new(clock),
         }
     }
 
@@ -195,7 +197,7 @@ fn valid_pods(pods: Vec<Pod>, source: Source) -> Vec<Pod> {
     let mut names = HashSet::new();
     pods.into_iter()
         .filter(|pod| {
-            let name = pod_full_name(pod);
+            let name = full_name(pod);
             if uid_of(pod).is_empty() {
                 tracing::warn!(%source, pod = %name, "pod without metadata.uid, ignoring");
                 return false;

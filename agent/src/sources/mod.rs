@@ -35,7 +35,7 @@ pub use apiserver::{
     WallClock, client_from_kubeconfig, go_arch, node_images, os_image,
 };
 pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
-pub use merge::{Clock, PodStorage};
+pub use merge::PodStorage;
 pub use pod_config::{MergeStopped, PodConfig, SourceSender, SourcesReady};
 pub use static_pods::{StaticPodOptions, StaticPodSource, is_manifest_name};
 pub use validation::{
@@ -43,10 +43,7 @@ pub use validation::{
     validate_static_pod,
 };
 
-/// Which source a pod came from (`kubernetes.io/config.source`).
-pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
-/// Set on mirror pods (the API server's copy of a static pod).
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+pub use crate::pod::spec::{CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION};
 /// When this agent first saw the pod (RFC 3339).
 pub const CONFIG_FIRST_SEEN_ANNOTATION: &str = "kubernetes.io/config.seen";
 /// A static pod's content hash; equals its generated UID.
@@ -120,22 +117,4 @@ impl fmt::Display for SourceProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.file.display(), self.reason)
     }
-}
-
-/// `name_namespace`, the key upstream uses for a pod across UIDs (`GetPodFullName`).
-pub fn pod_full_name(pod: &Pod) -> String {
-    format!(
-        "{}_{}",
-        pod.metadata.name.as_deref().unwrap_or_default(),
-        pod.metadata.namespace.as_deref().unwrap_or_default()
-    )
-}
-
-/// Whether the pod came from a source other than the API server (upstream `IsStaticPod`).
-pub fn is_static_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s != Source::Api.as_str())
 }

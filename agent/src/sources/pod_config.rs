@@ -6,13 +6,13 @@
 //!
 //! Not here: the diff rules (`merge.rs`) and the sources themselves.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, time::SystemTime};
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::{Op, PodStorage, PodUpdate, Source, merge::Clock};
+use super::{Op, PodStorage, PodUpdate, Source};
 
 /// Upstream's buffer of merged updates.
 const UPDATES_CAPACITY: usize = 50;
@@ -63,7 +63,9 @@ impl std::fmt::Debug for PodConfig {
 
 impl PodConfig {
     /// The merge and the receiving end of its updates (for the sync loop).
-    pub fn new(clock: Clock) -> (PodConfig, mpsc::Receiver<PodUpdate>) {
+    pub fn new(
+        clock: impl Fn() -> SystemTime + Send + Sync + 'static,
+    ) -> (PodConfig, mpsc::Receiver<PodUpdate>) {
         let (input_tx, input_rx) = mpsc::channel(INPUT_CAPACITY);
         let (updates_tx, updates_rx) = mpsc::channel(UPDATES_CAPACITY);
         let config = PodConfig {

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus as ApiContainerStatus, Pod, Pod
 
 use super::PodPhase;
 use crate::container::PodStatus;
-use crate::kuberuntime::{pod_sandbox_changed, spec};
+use crate::pod::{sandbox::pod_sandbox_changed, spec};
 
 pub const POD_SCHEDULED: &str = "PodScheduled";
 pub const POD_READY_TO_START_CONTAINERS: &str = "PodReadyToStartContainers";

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 
 use super::{ContainerReadiness, ReasonCache, api_time};
 use crate::container::{ContainerState, ContainerStatus, PodStatus};
-use crate::kuberuntime::{should_container_be_restarted, spec};
+use crate::pod::{restart::should_container_be_restarted, spec};
 
 const CONTAINER_CREATING: &str = "ContainerCreating";
 const POD_INITIALIZING: &str = "PodInitializing";

@@ -19,7 +19,7 @@ use super::{
 };
 use crate::cm::qos;
 use crate::container::{PodStatus, SandboxState};
-use crate::kuberuntime::spec;
+use crate::pod::spec;
 
 /// The API status of `pod` given the runtime's view of it, the last start failures, the probe
 /// results (`readiness`), the node's IP and the current time.

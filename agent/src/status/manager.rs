@@ -5,6 +5,7 @@
 //!
 //! Not here: computing a status (`generate`), talking to the API server (the API source).
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex},
@@ -51,11 +52,11 @@ impl Default for StatusManager {
 
 impl StatusManager {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, Versioned>> {
-        self.statuses.lock().unwrap_or_else(|p| p.into_inner())
+        self.statuses.lock_unpoisoned()
     }
 
     fn terminal(&self) -> std::sync::MutexGuard<'_, HashMap<PodUid, TerminalStatus>> {
-        self.terminal.lock().unwrap_or_else(|p| p.into_inner())
+        self.terminal.lock_unpoisoned()
     }
 
     /// Marks `pod` as ended by the kubelet (phase Failed with this reason and message, and a

@@ -10,7 +10,7 @@ use std::fmt;
 
 use k8s_openapi::api::core::v1::{ContainerStatus as ApiContainerStatus, Pod};
 
-use crate::kuberuntime::spec::{self, RestartPolicy};
+use crate::pod::spec::{self, RestartPolicy};
 
 /// A pod's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

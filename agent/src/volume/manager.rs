@@ -8,6 +8,7 @@
 //! upstream's bound (back-off from 1 s, ×1.2, 6 steps) but also look after every reconcile
 //! pass, so a pod whose volumes are ready does not sleep through the first step.
 
+use crate::lock::MutexExt as _;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     path::PathBuf,
@@ -35,7 +36,7 @@ use crate::hostfs::Dir;
 
 /// The objects read for this pass, by (pod, volume).
 type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
-use crate::{container::PodUid, pod_workers::pod_uid};
+use crate::{container::PodUid, pod::pod_uid};
 
 /// Upstream's reconciler period; here only the safety net (changes kick it at once).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
@@ -141,7 +142,7 @@ impl VolumeManager {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// The reconciler: a pass whenever kicked, and every [`RECONCILE_PERIOD`].

@@ -35,6 +35,7 @@ use super::{
 use crate::{
     container::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodUid},
     cri::RuntimeService,
+    lock::MutexExt as _,
 };
 
 /// How often foreign time on exclusive CPUs is checked while any CPU is exclusive.
@@ -184,7 +185,7 @@ impl CpuManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// A copy of the current assignments.
@@ -564,7 +565,7 @@ impl CpuManager {
                 return;
             }
         };
-        let mut exclusivity = self.exclusivity.lock().unwrap_or_else(|p| p.into_inner());
+        let mut exclusivity = self.exclusivity.lock_unpoisoned();
         let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
         let settled = exclusivity.window_settled(applied_everywhere, generation);
         for v in exclusivity.update(&runs, &owners) {

@@ -1,7 +1,15 @@
 //! Table tests for QoS classes and OOM score adjustments.
 
 use super::*;
-use crate::kuberuntime::fixtures::{container, pod, sidecar};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as ApiQuantity;
+
+use crate::pod::{
+    fixtures::{container, pod, sidecar},
+    qos::{SYSTEM_CRITICAL_PRIORITY, SYSTEM_NODE_CRITICAL},
+};
 use k8s_openapi::api::core::v1::PodStatus as ApiPodStatus;
 
 /// A container with `cpu`/`memory` requests and limits ("" = unset).

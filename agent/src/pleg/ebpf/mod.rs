@@ -50,8 +50,10 @@ use super::{
     relist::{Expect, RelistPleg},
 };
 use crate::{
+    cgroup::PodCgroupLayout,
     container::PodUid,
     kernel::{EventBody, KernelEvent, StreamItem},
+    lock::MutexExt as _,
 };
 
 /// The safety-net relist period under kernel events (upstream `eventedPlegRelistPeriod`).
@@ -186,14 +188,12 @@ pub struct EbpfPleg {
 
 impl EbpfPleg {
     /// Wraps `relist` (which should run at [`RELIST_PERIOD`] and record into `records`) and
-    /// indexes the containers that already run below `cgroup2_root/<pods>` (`pods` relative to
-    /// the cgroup2 root: `kubepods`, `<cgroupRoot>/kubepods`, or without QoS cgroups the
-    /// `cgroupRoot` itself).
+    /// indexes the containers that already run in the pods' cgroups below `cgroup2_root`.
     pub fn new(
         relist: Arc<RelistPleg>,
         records: Arc<PodRecords>,
         cgroup2_root: PathBuf,
-        pods: &str,
+        pods: PodCgroupLayout,
         metrics: EbpfPlegMetrics,
         processes: Processes,
     ) -> Arc<Self> {
@@ -215,7 +215,7 @@ impl EbpfPleg {
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, ContainerIndex> {
-        self.index.lock().unwrap_or_else(|p| p.into_inner())
+        self.index.lock_unpoisoned()
     }
 
     /// Consumes kernel events until shut down or the stream ends (then the PLEG reports itself

@@ -187,7 +187,7 @@ fn fixture_with<R: RuntimeView>(runtime: Arc<R>, processes: Processes) -> Fixtur
         relist,
         records,
         PathBuf::from("/nonexistent"),
-        "kubepods",
+        crate::cgroup::PodCgroupLayout::new(std::path::Path::new("/"), true),
         metrics.clone(),
         processes,
     );

@@ -20,6 +20,7 @@ use super::{
     records::{ListChanges, Observation, PodRecords},
 };
 use crate::container::{ContainerId, ContainerState, PodStatus, PodUid, RunningPod, SandboxState};
+use crate::lock::MutexExt as _;
 
 /// A container's state as the PLEG compares it (upstream `plegContainerState`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,6 +183,16 @@ pub struct RelistPleg {
     started: Instant,
 }
 
+/// What one fetch of a pod's status came to.
+enum Fetched {
+    /// The status, now the pod's record.
+    Recorded(PodStatus),
+    /// The runtime answered, but a status asked for later was recorded first.
+    Stale,
+    /// The runtime gave no status (retried by the next relist).
+    Failed,
+}
+
 /// What a targeted refresh waits to see (the runtime learns of an exit a little after the
 /// kernel does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -308,7 +319,9 @@ impl RelistPleg {
         // Statuses before events: a worker woken by an event must find the status in the cache.
         let mut statuses = HashMap::with_capacity(to_inspect.len());
         for (uid, name, namespace) in to_inspect {
-            if let Some(status) = self.update_cache(&uid, &name, &namespace, None).await {
+            if let Fetched::Recorded(status) =
+                self.update_cache(&uid, &name, &namespace, None).await
+            {
                 statuses.insert(uid, status);
             }
         }
@@ -374,6 +387,20 @@ impl RelistPleg {
             let status = self
                 .update_cache(uid, &name, &namespace, Some(kernel_ts_ns))
                 .await;
+            let status = match status {
+                Fetched::Recorded(status) => Some(status),
+                Fetched::Failed => None,
+                // A newer answer is recorded, which may not show what the kernel saw yet: ask
+                // again rather than take it for this one.
+                Fetched::Stale => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                    if Instant::now() >= give_up {
+                        return;
+                    }
+                    continue;
+                }
+            };
             // The id may be a container's or the sandbox's (the pause container's cgroup).
             let seen = status.as_ref().map(|s| {
                 s.containers
@@ -413,31 +440,33 @@ impl RelistPleg {
     }
 
     /// Fetches one pod's status and records it (each event with the container's status, and
-    /// the kernel's timestamp when a kernel event caused the fetch). Returns the status, if the
-    /// runtime gave one.
+    /// the kernel's timestamp when a kernel event caused the fetch).
     async fn update_cache(
         &self,
         uid: &PodUid,
         name: &str,
         namespace: &str,
         kernel_ts_ns: Option<u64>,
-    ) -> Option<PodStatus> {
+    ) -> Fetched {
         let at = SystemTime::now();
         match self.runtime.pod_status(uid, name, namespace).await {
-            Ok(status) => self.records.record(
-                uid,
-                None,
-                Observation::Runtime {
-                    status,
-                    at,
-                    kernel_ts_ns,
-                },
-            ),
+            Ok(status) => self
+                .records
+                .record(
+                    uid,
+                    None,
+                    Observation::Runtime {
+                        status,
+                        at,
+                        kernel_ts_ns,
+                    },
+                )
+                .map_or(Fetched::Stale, Fetched::Recorded),
             Err(error) => {
                 tracing::warn!(pod = %uid, %error, "PLEG: cannot get pod status; will retry");
                 self.records.record_error(uid, error.to_string(), at);
                 lock(&self.timing).reinspect.insert(uid.clone());
-                None
+                Fetched::Failed
             }
         }
     }
@@ -467,7 +496,7 @@ impl Pleg for RelistPleg {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock_unpoisoned()
 }
 
 /// How long ago the last relist finished (for tests and health reporting).

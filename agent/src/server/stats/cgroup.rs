@@ -8,6 +8,7 @@
 //! `container/libcontainer` handlers and `pkg/kubelet/stats/cri_stats_provider.go`
 //! (`getAndUpdateContainerUsageNanoCores`).
 
+use crate::lock::MutexExt as _;
 use std::{collections::HashMap, path::PathBuf, sync::Mutex, time::SystemTime};
 
 use crate::{
@@ -151,7 +152,7 @@ impl CpuSampler {
     /// nanocores, `None` for a first reading, a counter that went back (a new cgroup of the same
     /// name) or no time passed.
     pub fn nano_cores(&self, key: &str, at: SystemTime, usage_ns: u64) -> Option<u64> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.lock_unpoisoned();
         let previous = last.get(key).copied();
         match previous {
             // An older reading than the one kept (concurrent requests) changes nothing.
@@ -170,9 +171,6 @@ impl CpuSampler {
 
     /// Forgets the cgroups not in `keep`.
     pub fn retain(&self, keep: &dyn Fn(&str) -> bool) {
-        self.last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|k, _| keep(k));
+        self.last.lock_unpoisoned().retain(|k, _| keep(k));
     }
 }

@@ -47,7 +47,7 @@ use crate::{
 pub type PodLister = Arc<dyn Fn() -> Vec<Pod> + Send + Sync>;
 /// A pod's cgroup, relative to the cgroup root.
 pub type PodPath = Arc<dyn Fn(&Pod) -> Option<String> + Send + Sync>;
-pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+pub use crate::clock::Clock;
 
 pub struct SummaryProvider {
     pub node_name: String,

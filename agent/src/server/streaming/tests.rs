@@ -32,7 +32,7 @@ fn stream_options_as_upstream() {
     let o = StreamOptions::from_query("stdin=1&stderr=1&tty=1").expect("valid");
     assert!(o.stdin && o.tty && !o.stderr);
     assert_eq!(
-        StreamOptions::from_query("command=ls&tty=1"),
+        StreamOptions::from_query("command=ls&tty=1").map_err(|e| e.to_string()),
         Err("you must specify at least 1 of stdin, stdout, stderr".into())
     );
     // Only "1" means yes.

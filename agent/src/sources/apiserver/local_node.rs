@@ -3,6 +3,7 @@
 //! API server) can be read the same way. Transition times move only when a condition flips
 //! between two requests.
 
+use crate::lock::MutexExt as _;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::{Node, NodeStatus};
@@ -45,7 +46,7 @@ impl LocalNode {
 
     /// The Node now.
     pub fn object(&self) -> Node {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last.lock_unpoisoned();
         let now = (self.clock)();
         let ready = ready_condition((self.readiness)(), now, ready_of(last.as_ref()));
         let pressure = pressure_conditions(&(self.pressure)(), now, last.as_ref());
@@ -83,13 +84,13 @@ mod tests {
             },
             {
                 let problem = problem.clone();
-                Arc::new(move || problem.lock().unwrap_or_else(|p| p.into_inner()).clone())
+                Arc::new(move || problem.lock_unpoisoned().clone())
             },
             Arc::new(|| vec!["DiskPressure".to_owned()]),
             Arc::new(Vec::new),
             {
                 let at = at.clone();
-                Arc::new(move || *at.lock().unwrap_or_else(|p| p.into_inner()))
+                Arc::new(move || *at.lock_unpoisoned())
             },
         );
         let condition = |node: &Node, kind: &str| {
@@ -105,9 +106,8 @@ mod tests {
         let disk = condition(&first, "DiskPressure");
         assert_eq!(disk.as_ref().map(|c| c.status.as_str()), Some("True"));
 
-        *at.lock().unwrap_or_else(|p| p.into_inner()) += Duration::from_secs(10);
-        *problem.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some("container runtime is down".into());
+        *at.lock_unpoisoned() += Duration::from_secs(10);
+        *problem.lock_unpoisoned() = Some("container runtime is down".into());
         let second = local.object();
         let ready = condition(&second, "Ready");
         assert_eq!(ready.as_ref().map(|c| c.status.as_str()), Some("False"));

@@ -26,7 +26,7 @@ pub(crate) mod fake_api;
 use std::{
     path::{Path, PathBuf},
     sync::Arc,
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use kube::{
@@ -63,7 +63,7 @@ pub type ImagesCheck =
     Arc<dyn Fn() -> Vec<k8s_openapi::api::core::v1::ContainerImage> + Send + Sync>;
 
 /// The wall clock for heartbeat and renew times, shared by the loops and pinned by tests.
-pub type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+pub use crate::clock::Clock as WallClock;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

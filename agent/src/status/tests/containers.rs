@@ -2,7 +2,7 @@
 
 use super::{crash_looping, cs, generate, waiting_reason};
 use crate::container::PodUid;
-use crate::kuberuntime::fixtures::{UID, container, pod, runtime, sidecar, t};
+use crate::pod::fixtures::{UID, container, pod, runtime, sidecar, t};
 use crate::status::{ReasonCache, StartFailure, StartFailureReason, api_time};
 
 #[test]

@@ -13,7 +13,7 @@ use super::{
     generate_api_pod_status, generate_terminal_api_pod_status,
 };
 use crate::container::{ContainerId, PodStatus, PodUid};
-use crate::kuberuntime::fixtures::{UID, container, pod, runtime, sidecar, t};
+use crate::pod::fixtures::{UID, container, pod, runtime, sidecar, t};
 
 const NODE_IP: &str = "192.168.1.10";
 

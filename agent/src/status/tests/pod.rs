@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::{PodCondition, PodReadinessGate, PodStatus as ApiPodStatus};
 
 use super::{NODE_IP, NotReady, cond, cs, generate};
-use crate::kuberuntime::fixtures::{container, pod, runtime, t};
+use crate::pod::fixtures::{container, pod, runtime, t};
 use crate::status::{ReasonCache, RunningIsReady, api_time, generate_api_pod_status};
 
 #[test]

@@ -29,7 +29,7 @@ struct FakeAudit {
 
 impl AuditMaps for FakeAudit {
     fn set_owner(&self, cpu: u32, cgroup_id: u64) -> Result<(), AuditError> {
-        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        let mut owners = self.owners.lock_unpoisoned();
         if cgroup_id == 0 {
             owners.remove(&cpu);
         } else {
@@ -39,11 +39,7 @@ impl AuditMaps for FakeAudit {
     }
 
     fn foreign(&self) -> Result<Vec<ForeignRun>, AuditError> {
-        Ok(self
-            .foreign
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone())
+        Ok(self.foreign.lock_unpoisoned().clone())
     }
 
     fn runqueue(&self) -> Result<HashMap<u64, RunqHistogram>, AuditError> {

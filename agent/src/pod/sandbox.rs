@@ -1,9 +1,7 @@
 //! Whether a pod needs a new sandbox, and with which attempt number (upstream
-//! `pkg/kubelet/kuberuntime/util.PodSandboxChanged`). Shared by [`compute_pod_actions`] and by the
-//! status generator, whose `PodReadyToStartContainers` condition is exactly "no new sandbox is
-//! needed".
-//!
-//! [`compute_pod_actions`]: super::compute_pod_actions
+//! `pkg/kubelet/kuberuntime/util.PodSandboxChanged`). Shared by `kuberuntime::compute_pod_actions`
+//! and by the status generator, whose `PodReadyToStartContainers` condition is exactly "no new
+//! sandbox is needed".
 
 use std::fmt;
 

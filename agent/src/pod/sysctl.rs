@@ -44,6 +44,18 @@ pub enum Namespace {
     Net,
 }
 
+/// Why a sysctl is refused (upstream `validateSysctl`'s messages).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ForbiddenSysctl {
+    #[error("{sysctl:?} not allowlisted")]
+    NotAllowlisted { sysctl: String },
+    #[error("{sysctl:?} not allowed with host {} enabled", namespace.as_str())]
+    HostNamespace {
+        sysctl: String,
+        namespace: Namespace,
+    },
+}
+
 impl Namespace {
     /// Upstream's names, as messages print them.
     pub fn as_str(self) -> &'static str {
@@ -202,7 +214,12 @@ impl Allowlist {
 
     /// Upstream `validateSysctl`: allowed by name or prefix, and not of a namespace the pod
     /// shares with the node.
-    pub fn check(&self, sysctl: &str, host_network: bool, host_ipc: bool) -> Result<(), String> {
+    pub fn check(
+        &self,
+        sysctl: &str,
+        host_network: bool,
+        host_ipc: bool,
+    ) -> Result<(), ForbiddenSysctl> {
         let sysctl = normalize_name(sysctl);
         let namespace = self.sysctls.get(&sysctl).copied().or_else(|| {
             self.prefixes
@@ -211,15 +228,13 @@ impl Allowlist {
                 .map(|(_, ns)| *ns)
         });
         match namespace {
-            None => Err(format!("{sysctl:?} not allowlisted")),
-            Some(ns @ Namespace::Ipc) if host_ipc => Err(format!(
-                "{sysctl:?} not allowed with host {} enabled",
-                ns.as_str()
-            )),
-            Some(ns @ Namespace::Net) if host_network => Err(format!(
-                "{sysctl:?} not allowed with host {} enabled",
-                ns.as_str()
-            )),
+            None => Err(ForbiddenSysctl::NotAllowlisted { sysctl }),
+            Some(namespace @ Namespace::Ipc) if host_ipc => {
+                Err(ForbiddenSysctl::HostNamespace { sysctl, namespace })
+            }
+            Some(namespace @ Namespace::Net) if host_network => {
+                Err(ForbiddenSysctl::HostNamespace { sysctl, namespace })
+            }
             Some(_) => Ok(()),
         }
     }
