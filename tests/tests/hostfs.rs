@@ -353,10 +353,20 @@ fn an_unprivileged_user_swapping_data_never_reaches_outside_the_volume() {
 
     // Afterwards the volume is swiftlet's again: `..data` names a payload directory of the
     // volume holding the last labels, the planted names are gone, the victim is whole.
+    // Read without following any link the attacker may have left: the names must be
+    // swiftlet's links, and the payload directory a directory, before its file is read (reading
+    // `labels` while it still led to the victim was the test itself touching the victim).
     eventually("the last labels are written", || {
-        std::fs::read_link(volume.join("..data"))
-            .is_ok_and(|t| t.to_string_lossy().starts_with("..1"))
-            && std::fs::read_to_string(volume.join("labels"))
+        let Ok(data) = std::fs::read_link(volume.join("..data")) else {
+            return false;
+        };
+        data.to_string_lossy().starts_with("..1")
+            && std::fs::read_link(volume.join("labels"))
+                .is_ok_and(|t| t == Path::new("..data/labels"))
+            && std::fs::symlink_metadata(volume.join(&data)).is_ok_and(|m| m.is_dir())
+            && std::fs::symlink_metadata(volume.join(&data).join("labels"))
+                .is_ok_and(|m| m.is_file())
+            && std::fs::read_to_string(volume.join(&data).join("labels"))
                 .is_ok_and(|l| l == format!("round=\"{last_label}\""))
     });
     victim.check(rounds);
