@@ -10,11 +10,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use swiftlet::{
+    cgroup::PodCgroupLayout,
     kernel::{
         EventBody,
         event::{DecodeError, decode},
     },
-    pleg::index::{ContainerIndex, is_runtime_bootstrap, parse_container_path},
+    pleg::index::{ContainerIndex, is_runtime_bootstrap},
 };
 use swiftlet_common::{EventKind, PressureSource};
 
@@ -50,9 +51,10 @@ fuzz_target!(|data: &[u8]| {
         EventBody::CgroupMkdir(change) | EventBody::CgroupRmdir(change) => {
             // The PLEG's index, as it learns of a cgroup from this event.
             let path = change.path.to_string_lossy();
-            let mut index = ContainerIndex::under("kubepods");
+            let layout = PodCgroupLayout::new(std::path::Path::new("/"), true);
+            let mut index = ContainerIndex::under(layout.clone());
             let inserted = index.insert_path(change.cgroup_id, &path).cloned();
-            match (parse_container_path(&path, "kubepods"), inserted) {
+            match (layout.parse_container(&path), inserted) {
                 (Some((pod, id)), Some(entry)) => {
                     assert!(!pod.0.is_empty() && !pod.0.contains('/'), "pod uid {pod:?}");
                     assert!(!id.is_empty() && !id.contains('/'), "container id {id:?}");

@@ -8,9 +8,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use swiftlet::sources::{
-    CONFIG_HASH_ANNOTATION, decode_static_pod, is_static_pod, pod_full_name, validate_static_pod,
-};
+use swiftlet::sources::{CONFIG_HASH_ANNOTATION, decode_static_pod, validate_static_pod};
 
 const NODE: &str = "node-1";
 
@@ -38,8 +36,8 @@ fuzz_target!(|data: &[u8]| {
             .is_some_and(|s| s.node_name.as_deref() == Some(NODE))
     );
     // What the sync loop does with it first.
-    let _ = pod_full_name(&pod);
-    let _ = is_static_pod(&pod);
+    let _ = swiftlet::pod::full_name(&pod);
+    let _ = swiftlet::pod::spec::is_static_pod(&pod);
     // Defaulting and naming already happened; the result is still a valid pod.
     assert_eq!(validate_static_pod(&pod), Ok(()));
 });
