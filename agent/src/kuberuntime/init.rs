@@ -7,7 +7,7 @@
 //! garbage-collected, so the furthest one the runtime still knows says how far initialization
 //! got.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
     ContainerProbeResults, KillReason, PodActions, ProbeOutcome,
@@ -56,53 +56,17 @@ pub(super) fn compute_init_container_actions(
         if previously_initialized && !sidecar {
             continue;
         }
-        let name = &container.name;
         match latest.state {
             // Created but never started: most likely the runtime failed to start it.
             ContainerState::Created => to_start.push(i),
-            ContainerState::Running if sidecar => 'sidecar: {
-                if container.startup_probe.is_some() {
-                    match probes.startup(&latest.id) {
-                        // Not started yet: the next init container waits.
-                        None => break 'sidecar,
-                        Some(ProbeOutcome::Failure) => {
-                            actions.kill(
-                                latest,
-                                KillReason::StartupProbe,
-                                format!("Init container {name} failed startup probe"),
-                            );
-                            to_start.push(i);
-                            break 'sidecar;
-                        }
-                        Some(ProbeOutcome::Success) => {}
-                    }
-                }
-                if i == last {
-                    initialized = true;
-                } else if !previously_initialized {
-                    // Started for the first time: the next init container may run.
-                    to_start.push(i + 1);
-                }
-                if latest.hash != container_hash(container) {
-                    actions.kill(
-                        latest,
-                        KillReason::SpecChanged,
-                        format!("Init container {name} definition changed"),
-                    );
-                    to_start.push(i);
-                    break 'sidecar;
-                }
-                // Unlike startup, liveness does not gate the next init container.
-                if container.liveness_probe.is_some()
-                    && probes.liveness(&latest.id) == Some(ProbeOutcome::Failure)
-                {
-                    actions.kill(
-                        latest,
-                        KillReason::LivenessProbe,
-                        format!("Init container {name} failed liveness probe"),
-                    );
-                    to_start.push(i);
-                }
+            ContainerState::Running if sidecar => {
+                let at = Position {
+                    index: i,
+                    last,
+                    previously_initialized,
+                };
+                initialized |=
+                    running_sidecar(at, container, latest, probes, actions, &mut to_start);
             }
             // A running init container: wait for it to finish.
             ContainerState::Running => {}
@@ -140,6 +104,71 @@ pub(super) fn compute_init_container_actions(
     }
     to_start.reverse();
     actions.init_containers_to_start = to_start;
+    initialized
+}
+
+/// Where a container stands in the backwards walk.
+#[derive(Clone, Copy)]
+struct Position {
+    index: usize,
+    last: usize,
+    previously_initialized: bool,
+}
+
+/// A running sidecar gates the next init container until its startup probe passes, and is
+/// restarted when it fails a probe or its spec changed. Returns whether it completes the pod's
+/// initialization (the last init container, started).
+fn running_sidecar(
+    at: Position,
+    container: &Container,
+    latest: &ContainerStatus,
+    probes: &dyn ContainerProbeResults,
+    actions: &mut PodActions,
+    to_start: &mut Vec<usize>,
+) -> bool {
+    let name = &container.name;
+    let i = at.index;
+    if container.startup_probe.is_some() {
+        match probes.startup(&latest.id) {
+            // Not started yet: the next init container waits.
+            None => return false,
+            Some(ProbeOutcome::Failure) => {
+                actions.kill(
+                    latest,
+                    KillReason::StartupProbe,
+                    format!("Init container {name} failed startup probe"),
+                );
+                to_start.push(i);
+                return false;
+            }
+            Some(ProbeOutcome::Success) => {}
+        }
+    }
+    let initialized = i == at.last;
+    if !initialized && !at.previously_initialized {
+        // Started for the first time: the next init container may run.
+        to_start.push(i + 1);
+    }
+    if latest.hash != container_hash(container) {
+        actions.kill(
+            latest,
+            KillReason::SpecChanged,
+            format!("Init container {name} definition changed"),
+        );
+        to_start.push(i);
+        return initialized;
+    }
+    // Unlike startup, liveness does not gate the next init container.
+    if container.liveness_probe.is_some()
+        && probes.liveness(&latest.id) == Some(ProbeOutcome::Failure)
+    {
+        actions.kill(
+            latest,
+            KillReason::LivenessProbe,
+            format!("Init container {name} failed liveness probe"),
+        );
+        to_start.push(i);
+    }
     initialized
 }
 

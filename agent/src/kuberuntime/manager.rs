@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     ContainerProbeResults,
-    actions::compute_pod_actions,
+    actions::{PodActions, compute_pod_actions},
     backoff::{ContainerBackoffKey, CrashLoopBackoff, last_finished_at},
     container_config::{ContainerKind, ContainerParams, container_config},
     env::EnvContext,
@@ -102,6 +102,50 @@ pub struct SyncOutcome {
     pub errors: Vec<SyncError>,
     /// A start is held back by a back-off that ends in this long.
     pub retry_in: Option<Duration>,
+}
+
+/// The sandbox a sync starts containers in.
+struct SandboxReady {
+    id: String,
+    config: cri::PodSandboxConfig,
+    /// The pod's IPs as its containers see them (the node's for a hostNetwork pod).
+    pod_ips: Vec<String>,
+}
+
+/// What every container start of one sync borrows.
+struct StartContext<'a> {
+    pod: &'a Pod,
+    uid: PodUid,
+    status: &'a PodStatus,
+    sandbox: &'a SandboxReady,
+    cancel: &'a CancellationToken,
+}
+
+/// Why a container start stopped short.
+enum StartStop {
+    /// Recorded in the reason cache; a back-off says when to look again.
+    Failed {
+        failure: StartFailure,
+        retry_in: Option<Duration>,
+    },
+    /// The pod is terminating: nothing to record.
+    Cancelled,
+}
+
+impl From<StartFailure> for StartStop {
+    fn from(failure: StartFailure) -> Self {
+        StartStop::Failed {
+            failure,
+            retry_in: None,
+        }
+    }
+}
+
+fn sandbox_config_error(pod: &Pod, e: &dyn std::fmt::Display) -> SyncError {
+    SyncError::SandboxConfig {
+        pod: format_pod(pod),
+        reason: e.to_string(),
+    }
 }
 
 // Back-offs compare the manager's clock with the runtime's timestamps.
@@ -188,30 +232,9 @@ impl KubeRuntimeManager {
             return outcome;
         }
         tracing::debug!(pod = %format_pod(pod), ?actions, "sync pod");
-        let grace = pod_grace(pod);
-        if actions.kill_pod {
-            if let Err(e) = self.kill_pod_status(Some(pod), status, grace).await {
-                outcome.errors.push(SyncError::KillPod {
-                    pod: format_pod(pod),
-                    source: e,
-                });
-                return outcome;
-            }
-        } else {
-            for kill in &actions.containers_to_kill {
-                let grace = kill_grace(pod, &kill.name, kill.reason, grace);
-                if let Err(e) = self
-                    .kill_container(Some(pod), status, &kill.id.id, &kill.name, grace)
-                    .await
-                {
-                    outcome.errors.push(SyncError::KillContainer {
-                        pod: format_pod(pod),
-                        container: kill.name.clone(),
-                        source: e,
-                    });
-                    return outcome;
-                }
-            }
+        if let Err(e) = self.kill_for_sync(pod, status, &actions).await {
+            outcome.errors.push(e);
+            return outcome;
         }
         if !actions.create_sandbox
             && actions.init_containers_to_start.is_empty()
@@ -219,70 +242,84 @@ impl KubeRuntimeManager {
         {
             return outcome;
         }
-        let userns = match self.userns.mappings(pod, &self.config.runtime_handler) {
-            Ok(userns) => userns,
+        let sandbox = match self
+            .ensure_sandbox(pod, status, &actions, cgroup_parent)
+            .await
+        {
+            Ok(Some(sandbox)) => sandbox,
+            Ok(None) => return outcome,
             Err(e) => {
-                outcome.errors.push(SyncError::SandboxConfig {
-                    pod: format_pod(pod),
-                    reason: e.to_string(),
-                });
+                outcome.errors.push(e);
                 return outcome;
             }
         };
+        let start = StartContext {
+            pod,
+            uid: PodUid(pod.metadata.uid.clone().unwrap_or_default()),
+            status,
+            sandbox: &sandbox,
+            cancel,
+        };
+        self.start_containers(&start, &actions, &mut outcome).await;
+        outcome
+    }
+
+    /// The kills a sync begins with: the whole pod, or the containers the plan replaces.
+    async fn kill_for_sync(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &PodActions,
+    ) -> Result<(), SyncError> {
+        let grace = pod_grace(pod);
+        if actions.kill_pod {
+            return self
+                .kill_pod_status(Some(pod), status, grace)
+                .await
+                .map_err(|source| SyncError::KillPod {
+                    pod: format_pod(pod),
+                    source,
+                });
+        }
+        for kill in &actions.containers_to_kill {
+            let grace = kill_grace(pod, &kill.name, kill.reason, grace);
+            self.kill_container(Some(pod), status, &kill.id.id, &kill.name, grace)
+                .await
+                .map_err(|source| SyncError::KillContainer {
+                    pod: format_pod(pod),
+                    container: kill.name.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The sandbox the plan's containers start in: a new one when the plan says so, else the
+    /// running one (`None` when there is none to start in).
+    async fn ensure_sandbox(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &PodActions,
+        cgroup_parent: &str,
+    ) -> Result<Option<SandboxReady>, SyncError> {
+        let userns = self
+            .userns
+            .mappings(pod, &self.config.runtime_handler)
+            .map_err(|e| sandbox_config_error(pod, &e))?;
         let params = SandboxParams {
             attempt: actions.attempt,
             cgroup_parent,
             log_root: &self.config.log_root,
             host_dns: self.config.host_dns.clone(),
-            userns: userns.clone(),
+            userns,
         };
-        let sandbox_cfg = match sandbox_config(pod, &params) {
-            Ok(config) => config,
-            Err(e) => {
-                outcome.errors.push(SyncError::SandboxConfig {
-                    pod: format_pod(pod),
-                    reason: e.to_string(),
-                });
-                return outcome;
-            }
-        };
-        let (sandbox_id, pod_ips) = if actions.create_sandbox {
-            // Upstream makes it 0755 (below the 0750 pod log directory).
-            if let Err(e) = crate::hostfs::ensure_dir(
-                std::path::Path::new(&sandbox_cfg.log_directory),
-                POD_LOG_DIR_MODE,
-            ) {
-                tracing::warn!(dir = sandbox_cfg.log_directory, error = %e, "cannot create the pod log directory");
-            }
-            let id = match self
-                .runtime
-                .run_pod_sandbox(sandbox_cfg.clone(), &self.config.runtime_handler)
-                .await
-            {
-                Ok(id) => id,
-                Err(e) => {
-                    outcome.errors.push(SyncError::CreateSandbox {
-                        pod: format_pod(pod),
-                        source: e,
-                    });
-                    return outcome;
-                }
-            };
-            let ips = match self.runtime.pod_sandbox_status(&id).await {
-                Ok(s) => s
-                    .network
-                    .as_ref()
-                    .map(crate::cri::convert::sandbox_ips)
-                    .unwrap_or_default(),
-                Err(e) => {
-                    tracing::warn!(pod = %format_pod(pod), error = %e, "cannot read the new sandbox's status");
-                    Vec::new()
-                }
-            };
-            (id, ips)
+        let config = sandbox_config(pod, &params).map_err(|e| sandbox_config_error(pod, &e))?;
+        let (id, pod_ips) = if actions.create_sandbox {
+            self.create_sandbox(pod, &config).await?
         } else {
             let Some(id) = actions.sandbox_id.clone() else {
-                return outcome;
+                return Ok(None);
             };
             (id, status.ips().to_vec())
         };
@@ -291,11 +328,63 @@ impl KubeRuntimeManager {
         } else {
             pod_ips
         };
-        let spec = pod.spec.clone().unwrap_or_default();
-        let inits = spec.init_containers.clone().unwrap_or_default();
+        Ok(Some(SandboxReady {
+            id,
+            config,
+            pod_ips,
+        }))
+    }
+
+    /// Runs a new sandbox and reads the IPs its network got.
+    async fn create_sandbox(
+        &self,
+        pod: &Pod,
+        config: &cri::PodSandboxConfig,
+    ) -> Result<(String, Vec<String>), SyncError> {
+        // Upstream makes it 0755 (below the 0750 pod log directory).
+        if let Err(e) = crate::hostfs::ensure_dir(
+            std::path::Path::new(&config.log_directory),
+            POD_LOG_DIR_MODE,
+        ) {
+            tracing::warn!(dir = config.log_directory, error = %e, "cannot create the pod log directory");
+        }
+        let id = self
+            .runtime
+            .run_pod_sandbox(config.clone(), &self.config.runtime_handler)
+            .await
+            .map_err(|source| SyncError::CreateSandbox {
+                pod: format_pod(pod),
+                source,
+            })?;
+        let ips = match self.runtime.pod_sandbox_status(&id).await {
+            Ok(s) => s
+                .network
+                .as_ref()
+                .map(crate::cri::convert::sandbox_ips)
+                .unwrap_or_default(),
+            Err(e) => {
+                tracing::warn!(pod = %format_pod(pod), error = %e, "cannot read the new sandbox's status");
+                Vec::new()
+            }
+        };
+        Ok((id, ips))
+    }
+
+    /// The plan's starts in order: init containers one at a time (a sidecar does not hold up
+    /// the next), then the regular containers.
+    async fn start_containers(
+        &self,
+        start: &StartContext<'_>,
+        actions: &PodActions,
+        outcome: &mut SyncOutcome,
+    ) {
+        let Some(spec) = start.pod.spec.as_ref() else {
+            return;
+        };
+        let inits = spec.init_containers.as_deref().unwrap_or_default();
         for &idx in &actions.init_containers_to_start {
-            if cancel.is_cancelled() {
-                return outcome;
+            if start.cancel.is_cancelled() {
+                return;
             }
             let Some(container) = inits.get(idx) else {
                 continue;
@@ -305,245 +394,223 @@ impl KubeRuntimeManager {
             } else {
                 ContainerKind::Init
             };
-            let started = self
-                .start_container(
-                    pod,
-                    container,
-                    kind,
-                    &sandbox_id,
-                    &sandbox_cfg,
-                    status,
-                    &pod_ips,
-                    &mut outcome,
-                    cancel,
-                )
-                .await;
+            let started = self.start_container(start, container, kind, outcome).await;
             // A regular init container runs alone: the next waits for it to succeed.
             if kind == ContainerKind::Init || !started {
-                return outcome;
+                return;
             }
         }
         for &idx in &actions.containers_to_start {
-            if cancel.is_cancelled() {
-                return outcome;
+            if start.cancel.is_cancelled() {
+                return;
             }
             if let Some(container) = spec.containers.get(idx) {
-                self.start_container(
-                    pod,
-                    container,
-                    ContainerKind::Regular,
-                    &sandbox_id,
-                    &sandbox_cfg,
-                    status,
-                    &pod_ips,
-                    &mut outcome,
-                    cancel,
-                )
-                .await;
+                self.start_container(start, container, ContainerKind::Regular, outcome)
+                    .await;
             }
         }
-        outcome
     }
 
     /// One container start (upstream `startContainer` with `doBackOff` and `EnsureImageExists`).
     /// Returns whether it started; a failure is in the reason cache and `outcome`. A `postStart`
-    /// hook runs until it ends or `cancel` fires.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the pieces of one start, all borrowed"
-    )]
+    /// hook runs until it ends or the sync is cancelled.
     async fn start_container(
         &self,
-        pod: &Pod,
+        start: &StartContext<'_>,
         container: &Container,
         kind: ContainerKind,
-        sandbox_id: &str,
-        sandbox_cfg: &cri::PodSandboxConfig,
-        status: &PodStatus,
-        pod_ips: &[String],
         outcome: &mut SyncOutcome,
-        cancel: &CancellationToken,
     ) -> bool {
-        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        match self.try_start_container(start, container, kind).await {
+            Ok(()) => {
+                self.reasons().remove(&start.uid, &container.name);
+                true
+            }
+            Err(StartStop::Failed { failure, retry_in }) => {
+                if let Some(wait) = retry_in {
+                    outcome.retry_in = Some(outcome.retry_in.map_or(wait, |r| r.min(wait)));
+                }
+                self.fail(&start.uid, container, failure, start.pod, outcome);
+                false
+            }
+            Err(StartStop::Cancelled) => false,
+        }
+    }
+
+    async fn try_start_container(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        kind: ContainerKind,
+    ) -> Result<(), StartStop> {
         let now = (self.clock)();
-        let key = ContainerBackoffKey::new(&uid, container);
-        let finished = last_finished_at(status, &container.name);
+        self.check_crash_backoff(start, container, now)?;
+        let config = self
+            .build_container_config(start, container, kind, now)
+            .await?;
+        let id = self.create_and_start(start, container, config).await?;
+        tracing::info!(pod = %format_pod(start.pod), container = container.name, id, "started container");
+        self.run_post_start(start, container, &id).await
+    }
+
+    fn check_crash_backoff(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        now: SystemTime,
+    ) -> Result<(), StartStop> {
+        let key = ContainerBackoffKey::new(&start.uid, container);
+        let finished = last_finished_at(start.status, &container.name);
         let gate = self
             .crash_backoff
             .lock_unpoisoned()
             .check_restart(&key, finished, now);
-        if let Err(wait) = gate {
-            let message = format!(
-                "back-off {}s restarting failed container={} pod={}",
-                wait.window.as_secs(),
-                container.name,
-                format_pod(pod)
-            );
-            self.fail(
-                &uid,
-                container,
-                StartFailure::new(StartFailureReason::CrashLoopBackOff, message),
-                pod,
-                outcome,
-            );
-            outcome.retry_in = Some(
-                outcome
-                    .retry_in
-                    .map_or(wait.remaining, |r| r.min(wait.remaining)),
-            );
-            return false;
-        }
-        let image_ref = match self
+        gate.map_err(|wait| StartStop::Failed {
+            failure: StartFailure::new(
+                StartFailureReason::CrashLoopBackOff,
+                format!(
+                    "back-off {}s restarting failed container={} pod={}",
+                    wait.window.as_secs(),
+                    container.name,
+                    format_pod(start.pod)
+                ),
+            ),
+            retry_in: Some(wait.remaining),
+        })
+    }
+
+    /// The image, its user and the container's CRI config with its mounts.
+    async fn build_container_config(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        kind: ContainerKind,
+        now: SystemTime,
+    ) -> Result<cri::ContainerConfig, StartStop> {
+        let sandbox = start.sandbox;
+        let image_ref = self
             .images
-            .ensure_image(&uid, container, sandbox_cfg, now)
+            .ensure_image(&start.uid, container, &sandbox.config, now)
             .await
-        {
-            Ok(reference) => reference,
-            Err(failure) => {
-                if failure.reason == StartFailureReason::ImagePullBackOff {
-                    outcome.retry_in = Some(Duration::from_secs(10));
-                }
-                self.fail(&uid, container, failure, pod, outcome);
-                return false;
-            }
+            .map_err(|failure| {
+                let retry_in = (failure.reason == StartFailureReason::ImagePullBackOff)
+                    .then_some(Duration::from_secs(10));
+                StartStop::Failed { failure, retry_in }
+            })?;
+        let config_error = |message: String| {
+            StartStop::from(StartFailure::new(
+                StartFailureReason::CreateContainerConfigError,
+                message,
+            ))
         };
         // Upstream `getImageUser`: runAsNonRoot is checked against it, and it is the user when
         // the pod names none.
-        let image_user = match self.images.image_user(&image_ref).await {
-            Ok(user) => user,
-            Err(e) => {
-                self.fail(
-                    &uid,
-                    container,
-                    StartFailure::new(
-                        StartFailureReason::CreateContainerConfigError,
-                        e.to_string(),
-                    ),
-                    pod,
-                    outcome,
-                );
-                return false;
-            }
-        };
-        let restart_count = status
-            .latest(&container.name)
-            .map_or(0, |latest| latest.restart_count + 1);
-        let oom_score_adj = self.oom_score_adj(pod, container);
+        let image_user = self
+            .images
+            .image_user(&image_ref)
+            .await
+            .map_err(|e| config_error(e.to_string()))?;
         let params = ContainerParams {
             kind,
-            restart_count,
+            restart_count: start
+                .status
+                .latest(&container.name)
+                .map_or(0, |latest| latest.restart_count + 1),
             image_ref: &image_ref,
             env: EnvContext {
                 node_name: &self.config.node_name,
-                pod_ips,
+                pod_ips: &sandbox.pod_ips,
                 host_ip: self.config.host_ip.as_deref(),
                 node_cpu_millis: self.config.cpu_capacity_millis,
                 node_memory_bytes: i64::try_from(self.config.memory_capacity).unwrap_or(i64::MAX),
             },
-            oom_score_adj,
+            oom_score_adj: self.oom_score_adj(start.pod, container),
             image_user: &image_user,
             security: &self.config.security,
             // Every container shares its sandbox's user namespace.
-            userns: sandbox_cfg
+            userns: sandbox
+                .config
                 .linux
                 .as_ref()
                 .and_then(|l| l.security_context.as_ref())
                 .and_then(|s| s.namespace_options.as_ref())
                 .and_then(|n| n.userns_options.clone()),
         };
-        let built = container_config(pod, container, &params)
-            .map_err(|e| e.to_string())
-            .and_then(|config| {
-                let mounts = self
-                    .mounts
-                    .mounts(pod, container, pod_ips, &config.envs)
-                    .map_err(|e| e.to_string())?;
-                Ok(cri::ContainerConfig { mounts, ..config })
-            });
-        let mut config = match built {
-            Ok(config) => config,
-            Err(e) => {
-                self.fail(
-                    &uid,
-                    container,
-                    StartFailure::new(StartFailureReason::CreateContainerConfigError, e),
-                    pod,
-                    outcome,
-                );
-                return false;
-            }
-        };
+        let config = container_config(start.pod, container, &params)
+            .map_err(|e| config_error(e.to_string()))?;
+        let mounts = self
+            .mounts
+            .mounts(start.pod, container, &sandbox.pod_ips, &config.envs)
+            .map_err(|e| config_error(e.to_string()))?;
+        Ok(cri::ContainerConfig { mounts, ..config })
+    }
+
+    /// Creates and starts the container, with the lifecycle's say over its resources (the CPU
+    /// manager's cpuset) before each step.
+    async fn create_and_start(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        mut config: cri::ContainerConfig,
+    ) -> Result<String, StartStop> {
         let resources = config
             .linux
             .get_or_insert_default()
             .resources
             .get_or_insert_default();
-        self.lifecycle.pre_create(pod, container, resources);
+        self.lifecycle.pre_create(start.pod, container, resources);
         let resources = resources.clone();
-        let id = match self
+        let id = self
             .runtime
-            .create_container(sandbox_id, config, sandbox_cfg.clone())
+            .create_container(&start.sandbox.id, config, start.sandbox.config.clone())
             .await
-        {
-            Ok(id) => id,
-            Err(e) => {
-                self.fail(
-                    &uid,
-                    container,
-                    StartFailure::new(StartFailureReason::CreateContainerError, e.to_string()),
-                    pod,
-                    outcome,
-                );
-                return false;
-            }
-        };
-        self.lifecycle.pre_start(pod, container, &id, &resources);
-        if let Err(e) = self.runtime.start_container(&id).await {
-            self.fail(
-                &uid,
-                container,
-                StartFailure::new(StartFailureReason::RunContainerError, e.to_string()),
-                pod,
-                outcome,
-            );
-            return false;
-        }
-        tracing::info!(pod = %format_pod(pod), container = container.name, id, "started container");
-        if let Some(handler) = container
+            .map_err(|e| {
+                StartFailure::new(StartFailureReason::CreateContainerError, e.to_string())
+            })?;
+        self.lifecycle
+            .pre_start(start.pod, container, &id, &resources);
+        self.runtime
+            .start_container(&id)
+            .await
+            .map_err(|e| StartFailure::new(StartFailureReason::RunContainerError, e.to_string()))?;
+        Ok(id)
+    }
+
+    /// The container's `postStart` hook, if it has one; a failed hook kills the container.
+    async fn run_post_start(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        id: &str,
+    ) -> Result<(), StartStop> {
+        let Some(handler) = container
             .lifecycle
             .as_ref()
             .and_then(|l| l.post_start.as_ref())
-        {
-            let pod_ip = pod_ips.first().map(String::as_str);
-            let hook =
-                super::hooks::run(self.runtime.as_ref(), handler, pod, container, &id, pod_ip);
-            // The hook has no deadline of its own, but the pod's termination cancels the sync
-            // that runs it (upstream: the sync's context); dropping it cancels the runtime's
-            // exec, which kills the command. The termination then stops the container.
-            let result = tokio::select! {
-                result = hook => result,
-                () = cancel.cancelled() => {
-                    tracing::info!(pod = %format_pod(pod), container = container.name, "postStart hook cancelled: the pod is terminating");
-                    return false;
-                }
-            };
-            if let Err(message) = result {
-                tracing::warn!(pod = %format_pod(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
-                if let Err(e) = self.stop_container(&id, pod_grace(pod)).await {
-                    tracing::warn!(pod = %format_pod(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");
-                }
-                self.fail(
-                    &uid,
-                    container,
-                    StartFailure::new(StartFailureReason::PostStartHookError, message.to_string()),
-                    pod,
-                    outcome,
-                );
-                return false;
+        else {
+            return Ok(());
+        };
+        let pod = start.pod;
+        let pod_ip = start.sandbox.pod_ips.first().map(String::as_str);
+        let hook = super::hooks::run(self.runtime.as_ref(), handler, pod, container, id, pod_ip);
+        // The hook has no deadline of its own, but the pod's termination cancels the sync
+        // that runs it (upstream: the sync's context); dropping it cancels the runtime's
+        // exec, which kills the command. The termination then stops the container.
+        let result = tokio::select! {
+            result = hook => result,
+            () = start.cancel.cancelled() => {
+                tracing::info!(pod = %format_pod(pod), container = container.name, "postStart hook cancelled: the pod is terminating");
+                return Err(StartStop::Cancelled);
             }
+        };
+        let Err(message) = result else {
+            return Ok(());
+        };
+        tracing::warn!(pod = %format_pod(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
+        if let Err(e) = self.stop_container(id, pod_grace(pod)).await {
+            tracing::warn!(pod = %format_pod(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");
         }
-        self.reasons().remove(&uid, &container.name);
-        true
+        Err(StartFailure::new(StartFailureReason::PostStartHookError, message.to_string()).into())
     }
 
     fn fail(

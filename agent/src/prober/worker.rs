@@ -136,6 +136,76 @@ impl Worker {
             .remove_label_values(&[kind, container, pod, namespace]);
     }
 
+    /// A new instance of the container (a restart, a first start): its results start over.
+    fn follow(&mut self, id: &str) {
+        if self.container_id.as_deref() == Some(id) {
+            return;
+        }
+        if let Some(old) = &self.container_id {
+            self.shared.results.remove(self.kind(), old);
+        }
+        if let Some(initial) = self.kind().initial() {
+            self.shared
+                .results
+                .set(self.kind(), &self.key.pod, id, initial);
+        }
+        self.container_id = Some(id.to_owned());
+        self.on_hold = false;
+    }
+
+    /// Counts a verdict and publishes the result once the same verdict reached its threshold.
+    fn record(&mut self, id: &str, verdict: &probe::Verdict, started: Instant) {
+        let passed = verdict.passed();
+        if passed {
+            self.count("successful");
+            let [kind, container, pod, namespace] = self.labels();
+            self.shared
+                .metrics
+                .probe_duration
+                .with_label_values(&[kind, container, pod, namespace])
+                .observe(started.elapsed().as_secs_f64());
+        } else {
+            self.count("failed");
+        }
+        if let probe::Verdict::Failure(output) | probe::Verdict::Warning(output) = verdict {
+            tracing::info!(
+                pod = self.pod.metadata.name.as_deref().unwrap_or_default(),
+                namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default"),
+                container = self.container.name,
+                "{} probe {}: {output}",
+                self.kind().as_str(),
+                if passed { "warning" } else { "failed" }
+            );
+        }
+        if self.last == Some(passed) {
+            self.run_length = self.run_length.saturating_add(1);
+        } else {
+            self.last = Some(passed);
+            self.run_length = 1;
+        }
+        let threshold = if passed {
+            self.spec.success_threshold.unwrap_or(1)
+        } else {
+            self.spec.failure_threshold.unwrap_or(3)
+        };
+        if self.run_length < threshold {
+            return;
+        }
+        let outcome = if passed {
+            ProbeOutcome::Success
+        } else {
+            ProbeOutcome::Failure
+        };
+        self.shared
+            .results
+            .set(self.kind(), &self.key.pod, id, outcome);
+        if !passed && matches!(self.kind(), ProbeKind::Liveness | ProbeKind::Startup) {
+            // The container is about to be killed; probing it meanwhile only races the kill.
+            self.on_hold = true;
+            self.run_length = 0;
+        }
+    }
+
     /// One round (upstream `doProbe`); false when the worker should end.
     async fn probe_once(&mut self) -> bool {
         let Some(status) = self
@@ -152,18 +222,7 @@ impl Worker {
         let Some(c) = status.container else {
             return true;
         };
-        if self.container_id.as_deref() != Some(c.id.as_str()) {
-            if let Some(old) = &self.container_id {
-                self.shared.results.remove(self.kind(), old);
-            }
-            if let Some(initial) = self.kind().initial() {
-                self.shared
-                    .results
-                    .set(self.kind(), &self.key.pod, &c.id, initial);
-            }
-            self.container_id = Some(c.id.clone());
-            self.on_hold = false;
-        }
+        self.follow(&c.id);
         if self.on_hold {
             return true;
         }
@@ -218,55 +277,7 @@ impl Worker {
                 return true;
             }
         };
-        let passed = verdict.passed();
-        if passed {
-            self.count("successful");
-            let [kind, container, pod, namespace] = self.labels();
-            self.shared
-                .metrics
-                .probe_duration
-                .with_label_values(&[kind, container, pod, namespace])
-                .observe(started.elapsed().as_secs_f64());
-        } else {
-            self.count("failed");
-        }
-        if let probe::Verdict::Failure(output) | probe::Verdict::Warning(output) = &verdict {
-            tracing::info!(
-                pod = self.pod.metadata.name.as_deref().unwrap_or_default(),
-                namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default"),
-                container = self.container.name,
-                "{} probe {}: {output}",
-                self.kind().as_str(),
-                if passed { "warning" } else { "failed" }
-            );
-        }
-        if self.last == Some(passed) {
-            self.run_length = self.run_length.saturating_add(1);
-        } else {
-            self.last = Some(passed);
-            self.run_length = 1;
-        }
-        let threshold = if passed {
-            self.spec.success_threshold.unwrap_or(1)
-        } else {
-            self.spec.failure_threshold.unwrap_or(3)
-        };
-        if self.run_length < threshold {
-            return true;
-        }
-        let outcome = if passed {
-            ProbeOutcome::Success
-        } else {
-            ProbeOutcome::Failure
-        };
-        self.shared
-            .results
-            .set(self.kind(), &self.key.pod, &c.id, outcome);
-        if !passed && matches!(self.kind(), ProbeKind::Liveness | ProbeKind::Startup) {
-            // The container is about to be killed; probing it meanwhile only races the kill.
-            self.on_hold = true;
-            self.run_length = 0;
-        }
+        self.record(&c.id, &verdict, started);
         true
     }
 }

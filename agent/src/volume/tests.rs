@@ -138,57 +138,15 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
             }],
         )
         .expect("mounts");
-    let by_path = |path: &str| {
-        mounts
-            .iter()
-            .find(|m| m.container_path == path)
-            .cloned()
-            .unwrap_or_else(|| panic!("no mount at {path}: {mounts:?}"))
-    };
+    let by_path = |path: &str| mount_at(&mounts, path);
     assert_eq!(by_path("/cache").host_path, cache.to_string_lossy());
     assert!(!by_path("/cache").readonly);
     let pod_dir = root.path().join("pods/uid-1");
     if binds {
-        // The runtime gets the bind of what was resolved, not a path into the volume.
-        let logs = by_path("/logs");
-        assert_eq!(
-            logs.host_path,
-            pod_dir
-                .join("volume-subpaths/cache/app/2")
-                .to_string_lossy()
-        );
-        assert!(cache.join("logs/app").is_dir());
-        std::fs::write(std::path::Path::new(&logs.host_path).join("f"), "x").expect("write");
-        assert!(cache.join("logs/app/f").is_file());
-        assert_eq!(
-            by_path("/mine").host_path,
-            pod_dir
-                .join("volume-subpaths/cache/app/3")
-                .to_string_lossy()
-        );
-        assert!(cache.join("by-pod/web").is_dir());
-    }
-    // Every directory of the pod is 0750; the hosts file 0644, the termination-message file
-    // 0666.
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = |p: &std::path::Path| {
-        std::fs::symlink_metadata(p)
-            .expect("stat")
-            .permissions()
-            .mode()
-            & 0o7777
-    };
-    for dir in [
-        root.path().join("pods"),
-        pod_dir.clone(),
-        pod_dir.join("volumes"),
-        pod_dir.join("volumes/kubernetes.io~empty-dir"),
-        pod_dir.join("containers"),
-        pod_dir.join("containers/app"),
-    ] {
-        assert_eq!(mode(&dir), 0o750, "{}", dir.display());
+        assert_sub_paths_are_binds(&mounts, &pod_dir, &cache);
     }
     assert_eq!(mode(&cache), 0o777);
+    assert_pod_files(root.path(), &mounts);
     let data = by_path("/data");
     assert_eq!(data.host_path, host_dir);
     assert!(data.readonly);
@@ -196,26 +154,6 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
         data.propagation,
         cri::MountPropagation::PropagationHostToContainer as i32
     );
-    let hosts = by_path("/etc/hosts");
-    assert_eq!(mode(std::path::Path::new(&hosts.host_path)), 0o644);
-    let text = std::fs::read_to_string(&hosts.host_path).expect("hosts");
-    assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
-    assert!(
-        text.ends_with("10.0.0.5\tweb.sub.prod.svc.cluster.local\tweb\n"),
-        "{text}"
-    );
-    let log = by_path("/dev/termination-log");
-    assert!(
-        log.host_path.starts_with(
-            &root
-                .path()
-                .join("pods/uid-1/containers/app")
-                .to_string_lossy()
-                .into_owned()
-        )
-    );
-    assert!(std::path::Path::new(&log.host_path).is_file());
-    assert_eq!(mode(std::path::Path::new(&log.host_path)), 0o666);
 
     // Terminated: the volumes go, then the pod's directory.
     manager.remove_pod(&uid);
@@ -232,6 +170,84 @@ async fn volumes_are_set_up_mounted_and_torn_down() {
     assert!(manager.mounted_volumes(&uid).is_empty());
     manager.remove_pod_dir(&uid).expect("removed");
     assert!(!root.path().join("pods/uid-1").exists());
+}
+
+fn mount_at(mounts: &[cri::Mount], path: &str) -> cri::Mount {
+    mounts
+        .iter()
+        .find(|m| m.container_path == path)
+        .cloned()
+        .unwrap_or_else(|| panic!("no mount at {path}: {mounts:?}"))
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::symlink_metadata(path)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// A subPath reaches the runtime as a bind of what was resolved, not as a path into the volume.
+fn assert_sub_paths_are_binds(
+    mounts: &[cri::Mount],
+    pod_dir: &std::path::Path,
+    cache: &std::path::Path,
+) {
+    let logs = mount_at(mounts, "/logs");
+    assert_eq!(
+        logs.host_path,
+        pod_dir
+            .join("volume-subpaths/cache/app/2")
+            .to_string_lossy()
+    );
+    assert!(cache.join("logs/app").is_dir());
+    std::fs::write(std::path::Path::new(&logs.host_path).join("f"), "x").expect("write");
+    assert!(cache.join("logs/app/f").is_file());
+    assert_eq!(
+        mount_at(mounts, "/mine").host_path,
+        pod_dir
+            .join("volume-subpaths/cache/app/3")
+            .to_string_lossy()
+    );
+    assert!(cache.join("by-pod/web").is_dir());
+}
+
+/// The pod's own directories and files, with their modes.
+fn assert_pod_files(root: &std::path::Path, mounts: &[cri::Mount]) {
+    let pod_dir = root.join("pods/uid-1");
+    // Every directory of the pod is 0750; the hosts file 0644, the termination-message file
+    // 0666.
+    for dir in [
+        root.join("pods"),
+        pod_dir.clone(),
+        pod_dir.join("volumes"),
+        pod_dir.join("volumes/kubernetes.io~empty-dir"),
+        pod_dir.join("containers"),
+        pod_dir.join("containers/app"),
+    ] {
+        assert_eq!(mode(&dir), 0o750, "{}", dir.display());
+    }
+    let hosts = mount_at(mounts, "/etc/hosts");
+    assert_eq!(mode(std::path::Path::new(&hosts.host_path)), 0o644);
+    let text = std::fs::read_to_string(&hosts.host_path).expect("hosts");
+    assert!(text.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
+    assert!(
+        text.ends_with("10.0.0.5\tweb.sub.prod.svc.cluster.local\tweb\n"),
+        "{text}"
+    );
+    let log = mount_at(mounts, "/dev/termination-log");
+    assert!(
+        log.host_path.starts_with(
+            &root
+                .join("pods/uid-1/containers/app")
+                .to_string_lossy()
+                .into_owned()
+        )
+    );
+    assert!(std::path::Path::new(&log.host_path).is_file());
+    assert_eq!(mode(std::path::Path::new(&log.host_path)), 0o666);
 }
 
 #[tokio::test]

@@ -167,8 +167,29 @@ async fn route(k: Knobs, req: http::Request<Body>) -> http::Response<Body> {
         std::future::pending::<()>().await;
     }
     let blank = k.blank.load(Ordering::SeqCst);
-    let f = k.fake.clone();
-    match method.as_str() {
+    let f = &k.fake;
+    let req = match sandbox_rpc(&method, f.clone(), blank, req).await {
+        Ok(response) => return response,
+        Err(req) => req,
+    };
+    let req = match container_rpc(&method, f.clone(), blank, req).await {
+        Ok(response) => return response,
+        Err(req) => req,
+    };
+    match image_rpc(&method, f.clone(), req).await {
+        Ok(response) => response,
+        Err(_) => Status::unimplemented(path).into_http(),
+    }
+}
+
+/// The runtime's version and status, and the sandbox calls; the request back when it is none.
+async fn sandbox_rpc(
+    method: &str,
+    f: Arc<FakeRuntime>,
+    blank: bool,
+    req: http::Request<Body>,
+) -> Result<http::Response<Body>, http::Request<Body>> {
+    let response = match method {
         "Version" => {
             unary(req, move |_: cri::VersionRequest| async move {
                 let mut v = f.version().await?;
@@ -229,6 +250,19 @@ async fn route(k: Knobs, req: http::Request<Body>) -> http::Response<Body> {
             })
             .await
         }
+        _ => return Err(req),
+    };
+    Ok(response)
+}
+
+/// The container calls; the request back when it is none of them.
+async fn container_rpc(
+    method: &str,
+    f: Arc<FakeRuntime>,
+    blank: bool,
+    req: http::Request<Body>,
+) -> Result<http::Response<Body>, http::Request<Body>> {
+    let response = match method {
         "CreateContainer" => {
             unary(req, move |r: cri::CreateContainerRequest| async move {
                 let config = r.config.unwrap_or_default();
@@ -298,6 +332,18 @@ async fn route(k: Knobs, req: http::Request<Body>) -> http::Response<Body> {
             })
             .await
         }
+        _ => return Err(req),
+    };
+    Ok(response)
+}
+
+/// The image calls; the request back when it is none of them.
+async fn image_rpc(
+    method: &str,
+    f: Arc<FakeRuntime>,
+    req: http::Request<Body>,
+) -> Result<http::Response<Body>, http::Request<Body>> {
+    let response = match method {
         "ListImages" => {
             unary(req, move |r: cri::ListImagesRequest| async move {
                 let images = f.list_images(r.filter).await?;
@@ -336,6 +382,7 @@ async fn route(k: Knobs, req: http::Request<Body>) -> http::Response<Body> {
             })
             .await
         }
-        _ => Status::unimplemented(path).into_http(),
-    }
+        _ => return Err(req),
+    };
+    Ok(response)
 }
