@@ -2,8 +2,8 @@
 //! shutdown (one cancellation token, one task set). The only place that knows all concrete types.
 //!
 //! Two halves: the kernel event pipeline (programs → pump → metrics and the gRPC watchers) and the
-//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources; `housekeeping.rs`: log rotation
-//! and garbage collection). The healthz address serves `/healthz` only; the read-only port
+//! pods (`pods.rs`: CRI, PLEG, pod workers, sync loop, sources, and the kubelet's
+//! housekeeping: log rotation and garbage collection). The healthz address serves `/healthz` only; the read-only port
 //! `/healthz`, `/metrics`, `/pods`, `/node` and `/stats/summary`; the kubelet server (`server.rs`,
 //! TLS and authenticated) all of these, `/containerLogs` and container streaming
 //! (`listeners.rs` binds the plain ones and the gRPC socket). First of all the process raises its
@@ -11,7 +11,6 @@
 
 mod cpumanager;
 mod eviction;
-mod housekeeping;
 mod listeners;
 mod node;
 mod pods;
@@ -217,35 +216,8 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
         &shutdown,
     )
     .await?;
-    let mut listening = Vec::new();
-    if let Some(addr) = config.healthz_address {
-        let router = crate::server::http::healthz_router(state.health.clone());
-        let bound = listeners::serve_http(
-            "healthz",
-            addr,
-            router,
-            &servers,
-            &state.metrics.server,
-            &mut tasks,
-            &shutdown,
-        )?;
-        listening.push(bound);
-    }
-    if let Some(addr) = config.read_only_address {
-        listeners::warn_if_exposed(addr);
-        let router = crate::server::http::read_only_router(state.clone())
-            .merge(crate::server::stats::router(summary.clone()));
-        let bound = listeners::serve_http(
-            "read-only",
-            addr,
-            router,
-            &servers,
-            &state.metrics.server,
-            &mut tasks,
-            &shutdown,
-        )?;
-        listening.push(bound);
-    }
+    let listening =
+        server::serve_local_http(&config, &state, &summary, &servers, &mut tasks, &shutdown)?;
     tracing::info!(
         node = config.node_name,
         grpc_socket = %config.grpc_socket.display(),

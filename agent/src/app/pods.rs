@@ -34,6 +34,7 @@ use crate::{
         Kubelet, KubeletParts,
         admission::NodeCapacity,
         allocatable,
+        housekeeping::{Housekeeping, HousekeepingConfig, Triggers},
         metrics::KubeletMetrics,
         pod_manager::PodManager,
         runtime_health::RuntimeHealth,
@@ -248,19 +249,25 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
     start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
-    super::housekeeping::start(
-        config,
+    let housekeeping = Housekeeping::new(
+        HousekeepingConfig {
+            rotation: config.logs.rotation,
+            pod_logs_dir: config.logs.pod_logs_dir.clone(),
+            containers: config.gc.containers,
+            images: config.gc.images.clone(),
+        },
         runtime.client.clone(),
         runtime.client.clone(),
         &kubelet,
-        pod_config.sources_ready(),
-        pod_config.sources_ready(),
-        pleg.gc_events,
-        eviction.conditions(),
         &app.metrics.registry,
-        app.tasks,
-        app.shutdown,
     )?;
+    let triggers = Triggers {
+        sources_ready: pod_config.sources_ready(),
+        pleg_events: pleg.gc_events,
+        conditions: eviction.conditions(),
+    };
+    let shutdown = app.shutdown.clone();
+    app.spawn(housekeeping.run(triggers, shutdown));
     // Last: the merge, then the sync loop, which admits pods.
     let ready = pod_config.sources_ready();
     let shutdown = app.shutdown.clone();
@@ -280,7 +287,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         shutdown,
     ));
     Ok(Pods {
-        logs: super::housekeeping::logs_state(status.clone(), runtime.client.clone()),
+        logs: super::server::logs_state(status.clone(), runtime.client.clone()),
         status,
         node: reporting.local_node,
         annotate,

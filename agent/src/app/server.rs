@@ -11,19 +11,23 @@ use super::{Error, listeners::ServerRuntime, node::NodeFacts, pods::Pods};
 use crate::{
     cm::{CgroupLayout, pod_cgroups::PodCgroups},
     config::Config,
+    cri::RuntimeService,
     eviction::observe::NodeObserver,
+    logs::FollowTiming,
     server::{
         HttpState,
         auth::{Auth, Reviewer},
         connections::Tracker,
         full::{self, FullState},
         listener::{self, HttpTimeouts},
+        logs::LogsState,
         stats::SummaryProvider,
         streaming::Streaming,
         tls,
         webhook::KubeReviewer,
     },
     sources::client_from_kubeconfig,
+    status::StatusManager,
 };
 
 /// The Summary API of this node.
@@ -154,4 +158,60 @@ pub async fn start(
         "kubelet server (TLS) listening"
     );
     Ok(Some(bound))
+}
+
+/// The plain-HTTP listeners: healthz, and the read-only port when it is configured.
+pub fn serve_local_http(
+    config: &Config,
+    state: &HttpState,
+    summary: &Arc<SummaryProvider>,
+    servers: &ServerRuntime,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) -> Result<Vec<SocketAddr>, Error> {
+    let mut listening = Vec::new();
+    if let Some(addr) = config.healthz_address {
+        let router = crate::server::http::healthz_router(state.health.clone());
+        let bound = super::listeners::serve_http(
+            "healthz",
+            addr,
+            router,
+            servers,
+            &state.metrics.server,
+            tasks,
+            shutdown,
+        )?;
+        listening.push(bound);
+    }
+    if let Some(addr) = config.read_only_address {
+        super::listeners::warn_if_exposed(addr);
+        let router = crate::server::http::read_only_router(state.clone())
+            .merge(crate::server::stats::router(summary.clone()));
+        let bound = super::listeners::serve_http(
+            "read-only",
+            addr,
+            router,
+            servers,
+            &state.metrics.server,
+            tasks,
+            shutdown,
+        )?;
+        listening.push(bound);
+    }
+    Ok(listening)
+}
+
+/// What `/containerLogs` reads: pods and statuses from the status manager, log paths from the
+/// runtime.
+pub fn logs_state(status: Arc<StatusManager>, runtime: Arc<dyn RuntimeService>) -> LogsState {
+    LogsState {
+        pods: Arc::new(move |namespace, name| {
+            status.pods().into_iter().map(|p| p.pod).find(|p| {
+                p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+        }),
+        runtime,
+        timing: FollowTiming::default(),
+    }
 }

@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod allocatable;
+pub mod housekeeping;
 pub mod metrics;
 pub mod pod_manager;
 pub mod runtime_health;

@@ -314,9 +314,8 @@ mod tests {
     /// `TestTakeByTopologyNUMAPacked`. `topoSingleSocketHT` is `described(1, 4, 2, 1)` and
     /// `topoDualSocketMultiNumaPerSocketHT` is `described(2, 20, 2, 2)`.
     #[test]
-    fn upstream_take_by_topology_cases() {
+    fn upstream_take_by_topology_single_socket_cases() {
         let single = || Topology::described(1, 4, 2, 1);
-        let multi_numa = || Topology::described(2, 20, 2, 2);
         let case = |name, topo, available, n, expected| Case {
             name,
             topo,
@@ -378,6 +377,24 @@ mod tests {
                     2,
                     Ok("2,6"),
                 ),
+            ],
+            take_by_topology,
+        );
+    }
+
+    /// The dual-socket and multi-NUMA rows of the same upstream table.
+    #[test]
+    fn upstream_take_by_topology_multi_socket_cases() {
+        let multi_numa = || Topology::described(2, 20, 2, 2);
+        let case = |name, topo, available, n, expected| Case {
+            name,
+            topo,
+            available,
+            n,
+            expected,
+        };
+        check(
+            vec![
                 case(
                     "take one cpu from dual socket with HT - core from Socket 0",
                     topo_dual_socket_ht(),

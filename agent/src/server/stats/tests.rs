@@ -97,6 +97,72 @@ fn v2_cgroup(dir: &Path, usage_usec: u64, current: u64, inactive: u64, max: &str
     write(&dir.join("memory.max"), max);
 }
 
+/// The node part of `summary_on_cgroup_v2`'s first summary.
+fn assert_v2_node(node: &serde_json::Value) {
+    assert_eq!(node["nodeName"], "node-1");
+    assert_eq!(node["startTime"], "2023-11-14T22:13:20Z");
+    assert_eq!(node["cpu"]["usageCoreNanoSeconds"], 50_000_000_000u64);
+    // One reading: no rate yet.
+    assert!(node["cpu"].get("usageNanoCores").is_none(), "{node}");
+    // The v2 root: usage and working set from /proc/meminfo (4 GiB − 1 GiB free − 0.5 GiB).
+    assert_eq!(node["memory"]["usageBytes"], 3072 * MI);
+    assert_eq!(node["memory"]["workingSetBytes"], 2560 * MI);
+    assert_eq!(node["memory"]["availableBytes"], 1536 * MI);
+    assert_eq!(
+        node["memory"]["psi"]["some"],
+        json!({"total": 1234, "avg10": 1.5, "avg60": 0.5, "avg300": 0.1})
+    );
+    assert_eq!(node["systemContainers"][0]["name"], "pods");
+    assert_eq!(
+        node["systemContainers"][0]["memory"]["workingSetBytes"],
+        200 * MI
+    );
+    assert_eq!(node["rlimit"]["maxpid"], 4194304);
+    assert_eq!(node["rlimit"]["curproc"], 321);
+    assert!(
+        node["fs"]["capacityBytes"].as_u64().unwrap_or(0) > 0,
+        "{node}"
+    );
+    assert!(
+        node["runtime"]["imageFs"]["availableBytes"].is_u64(),
+        "{node}"
+    );
+    assert_eq!(node["io"]["psi"]["full"]["total"], 5);
+}
+
+/// The pod part of `summary_on_cgroup_v2`'s first summary.
+fn assert_v2_pod(pod: &serde_json::Value) {
+    assert_eq!(
+        pod["podRef"],
+        json!({"name": "web", "namespace": "default", "uid": "u1"})
+    );
+    assert_eq!(pod["cpu"]["usageCoreNanoSeconds"], 4_000_000_000u64);
+    assert_eq!(
+        pod["memory"],
+        json!({
+            "time": "2023-11-14T22:15:00Z",
+            "availableBytes": 362 * MI,
+            "usageBytes": 200 * MI,
+            "workingSetBytes": 150 * MI,
+            "rssBytes": 100 * MI,
+            "pageFaults": 77,
+            "majorPageFaults": 3,
+            "psi": {
+                "some": {"total": 999, "avg10": 42.0, "avg60": 1.0, "avg300": 0.0},
+                "full": {"total": 10, "avg10": 2.0, "avg60": 0.0, "avg300": 0.0},
+            },
+        })
+    );
+    assert_eq!(pod["process_stats"]["process_count"], 3);
+    let containers = pod["containers"].as_array().expect("containers");
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    assert_eq!(containers[0]["name"], "app");
+    assert_eq!(containers[0]["memory"]["workingSetBytes"], 100 * MI);
+    assert_eq!(containers[0]["memory"]["availableBytes"], 156 * MI);
+    assert_eq!(containers[0]["logs"]["usedBytes"], 1234);
+    assert!(containers[0]["logs"]["capacityBytes"].is_u64());
+}
+
 #[test]
 fn summary_on_cgroup_v2() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -148,67 +214,8 @@ fn summary_on_cgroup_v2() {
     );
 
     let first = serde_json::to_value(provider.summary(false)).expect("JSON");
-    let node = &first["node"];
-    assert_eq!(node["nodeName"], "node-1");
-    assert_eq!(node["startTime"], "2023-11-14T22:13:20Z");
-    assert_eq!(node["cpu"]["usageCoreNanoSeconds"], 50_000_000_000u64);
-    // One reading: no rate yet.
-    assert!(node["cpu"].get("usageNanoCores").is_none(), "{node}");
-    // The v2 root: usage and working set from /proc/meminfo (4 GiB − 1 GiB free − 0.5 GiB).
-    assert_eq!(node["memory"]["usageBytes"], 3072 * MI);
-    assert_eq!(node["memory"]["workingSetBytes"], 2560 * MI);
-    assert_eq!(node["memory"]["availableBytes"], 1536 * MI);
-    assert_eq!(
-        node["memory"]["psi"]["some"],
-        json!({"total": 1234, "avg10": 1.5, "avg60": 0.5, "avg300": 0.1})
-    );
-    assert_eq!(node["systemContainers"][0]["name"], "pods");
-    assert_eq!(
-        node["systemContainers"][0]["memory"]["workingSetBytes"],
-        200 * MI
-    );
-    assert_eq!(node["rlimit"]["maxpid"], 4194304);
-    assert_eq!(node["rlimit"]["curproc"], 321);
-    assert!(
-        node["fs"]["capacityBytes"].as_u64().unwrap_or(0) > 0,
-        "{node}"
-    );
-    assert!(
-        node["runtime"]["imageFs"]["availableBytes"].is_u64(),
-        "{node}"
-    );
-    assert_eq!(node["io"]["psi"]["full"]["total"], 5);
-
-    let pod = &first["pods"][0];
-    assert_eq!(
-        pod["podRef"],
-        json!({"name": "web", "namespace": "default", "uid": "u1"})
-    );
-    assert_eq!(pod["cpu"]["usageCoreNanoSeconds"], 4_000_000_000u64);
-    assert_eq!(
-        pod["memory"],
-        json!({
-            "time": "2023-11-14T22:15:00Z",
-            "availableBytes": 362 * MI,
-            "usageBytes": 200 * MI,
-            "workingSetBytes": 150 * MI,
-            "rssBytes": 100 * MI,
-            "pageFaults": 77,
-            "majorPageFaults": 3,
-            "psi": {
-                "some": {"total": 999, "avg10": 42.0, "avg60": 1.0, "avg300": 0.0},
-                "full": {"total": 10, "avg10": 2.0, "avg60": 0.0, "avg300": 0.0},
-            },
-        })
-    );
-    assert_eq!(pod["process_stats"]["process_count"], 3);
-    let containers = pod["containers"].as_array().expect("containers");
-    assert_eq!(containers.len(), 1, "{containers:?}");
-    assert_eq!(containers[0]["name"], "app");
-    assert_eq!(containers[0]["memory"]["workingSetBytes"], 100 * MI);
-    assert_eq!(containers[0]["memory"]["availableBytes"], 156 * MI);
-    assert_eq!(containers[0]["logs"]["usedBytes"], 1234);
-    assert!(containers[0]["logs"]["capacityBytes"].is_u64());
+    assert_v2_node(&first["node"]);
+    assert_v2_pod(&first["pods"][0]);
 
     // Two seconds later the container used one more CPU-second: half a core.
     *clock.lock().expect("lock") = t0 + Duration::from_secs(2);

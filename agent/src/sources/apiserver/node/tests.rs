@@ -84,14 +84,19 @@ fn ready(status: &Value) -> &Value {
         .expect("a Ready condition")
 }
 
-#[tokio::test(start_paused = true)]
-async fn registers_the_node_then_heartbeats_its_ready_condition() {
-    let mut h = start();
+/// The node's capacity as `start`'s machine gives it.
+fn capacity() -> serde_json::Value {
+    json!({
+        "cpu": "4",
+        "memory": "8388608Ki",
+        "pods": "110",
+        "ephemeral-storage": "104857600Ki",
+    })
+}
 
-    // Registration waits upstream's first 100 ms step, then creates the Node.
-    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
-    assert_eq!(create.content_type.as_deref(), Some("application/json"));
-    let node = &create.body;
+/// The Node object registration creates: labels, capacity and allocatable, the conditions, the
+/// node's info and addresses.
+fn assert_registered_node(node: &serde_json::Value) {
     assert_eq!(node["metadata"]["name"], "n1");
     assert_eq!(
         node["metadata"]["labels"],
@@ -103,15 +108,7 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
             "beta.kubernetes.io/arch": "amd64",
         })
     );
-    assert_eq!(
-        node["status"]["capacity"],
-        json!({
-            "cpu": "4",
-            "memory": "8388608Ki",
-            "pods": "110",
-            "ephemeral-storage": "104857600Ki",
-        })
-    );
+    assert_eq!(node["status"]["capacity"], capacity());
     assert_eq!(
         node["status"]["allocatable"],
         json!({
@@ -177,6 +174,17 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
             "lastTransitionTime": t0_plus(Duration::ZERO),
         })
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn registers_the_node_then_heartbeats_its_ready_condition() {
+    let mut h = start();
+
+    // Registration waits upstream's first 100 ms step, then creates the Node.
+    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    assert_eq!(create.content_type.as_deref(), Some("application/json"));
+    let node = &create.body;
+    assert_registered_node(node);
     let mut created = node.clone();
     created["metadata"]["uid"] = json!("uid-1");
     create.reply(201, &created);
@@ -199,15 +207,7 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
         t0_plus(Duration::from_secs(10))
     );
     assert_eq!(condition["lastTransitionTime"], t0_plus(Duration::ZERO));
-    assert_eq!(
-        beat.body["status"]["capacity"],
-        json!({
-            "cpu": "4",
-            "memory": "8388608Ki",
-            "pods": "110",
-            "ephemeral-storage": "104857600Ki",
-        })
-    );
+    assert_eq!(beat.body["status"]["capacity"], capacity());
     beat.reply(200, &created);
 
     // The PLEG turns unhealthy: NotReady with its message, and a new transition time.

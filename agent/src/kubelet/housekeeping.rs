@@ -1,8 +1,7 @@
-//! Building what keeps the node's disk in check, each a task of the app: container log
-//! rotation (every `containerLogMonitorInterval`), the container GC (soon after a container dies,
+//! What keeps the node's disk in check: container log rotation (every `containerLogMonitorInterval`), the container GC (soon after a container dies,
 //! and every minute as the safety net) and the image GC (every five minutes, and at once when the
 //! eviction manager reports DiskPressure, then reclaiming every unused image and dead container
-//! as upstream's eviction manager does). Also the `/containerLogs` router's state.
+//! as upstream's eviction manager does).
 //!
 //! Upstream: `StartGarbageCollection` in `pkg/kubelet/kubelet.go` and the eviction manager's
 //! `reclaimNodeLevelResources`.
@@ -14,29 +13,22 @@ use std::{
 };
 
 use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
-use tokio::{
-    sync::{broadcast, watch},
-    task::JoinSet,
-};
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::Error;
+use super::Kubelet;
 use crate::{
-    config::Config,
     container::PodUid,
     cri::{ImageService, RuntimeService},
     eviction::NodeCondition,
-    kubelet::Kubelet,
     kuberuntime::{
-        gc::{CONTAINER_GC_PERIOD, ContainerGc, GcOutcome, PodStateProvider},
-        image_gc::{IMAGE_GC_PERIOD, ImageGcError, ImageGcManager},
+        gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy, GcOutcome, PodStateProvider},
+        image_gc::{IMAGE_GC_PERIOD, ImageGcError, ImageGcManager, ImageGcPolicy},
     },
-    logs::{ContainerLogManager, FollowTiming},
+    logs::{ContainerLogManager, LogRotatePolicy},
     pleg::{EventType, PublishedEvent},
     pod_workers::WorkerPhase,
-    server::logs::LogsState,
     sources::SourcesReady,
-    status::StatusManager,
 };
 
 /// How long the sources must have been ready before the container GC trusts that a pod the
@@ -124,63 +116,83 @@ impl PodStateProvider for KubeletPods {
     }
 }
 
-/// Starts log rotation and both collectors.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the composition root hands every part in"
-)]
-pub fn start(
-    config: &Config,
-    runtime: Arc<dyn RuntimeService>,
-    images: Arc<dyn ImageService>,
-    kubelet: &Arc<Kubelet>,
-    sources_ready: SourcesReady,
-    sources_ready_for_reclaim: SourcesReady,
-    pleg_events: broadcast::Receiver<Arc<PublishedEvent>>,
-    conditions: watch::Receiver<BTreeSet<NodeCondition>>,
-    registry: &Registry,
-    tasks: &mut JoinSet<Result<(), Error>>,
-    shutdown: &CancellationToken,
-) -> Result<(), Error> {
-    let (metrics, rotations) = HousekeepingMetrics::register(registry)?;
-    let rotation = Arc::new(
-        ContainerLogManager::new(runtime.clone(), config.logs.rotation)
-            .with_rotations_counter(rotations),
-    );
-    tasks.spawn({
-        let shutdown = shutdown.clone();
-        async move {
-            rotation.run(shutdown).await;
-            Ok(())
-        }
-    });
-    let container_gc = Arc::new(ContainerGc::new(
-        runtime.clone(),
-        Arc::new(KubeletPods(kubelet.clone())),
-        config.gc.containers,
-        config.logs.pod_logs_dir.clone(),
-    ));
-    tasks.spawn(run_container_gc(
-        container_gc.clone(),
-        sources_ready,
-        pleg_events,
-        metrics.clone(),
-        shutdown.clone(),
-    ));
-    let image_gc = Arc::new(ImageGcManager::new(
-        images,
-        runtime,
-        config.gc.images.clone(),
-    ));
-    tasks.spawn(run_image_gc(
-        image_gc,
-        container_gc,
-        sources_ready_for_reclaim,
-        conditions,
-        metrics,
-        shutdown.clone(),
-    ));
-    Ok(())
+/// What housekeeping is told: the log rotation policy, where pod logs live, both GC policies.
+#[derive(Clone, Debug)]
+pub struct HousekeepingConfig {
+    pub rotation: LogRotatePolicy,
+    pub pod_logs_dir: std::path::PathBuf,
+    pub containers: ContainerGcPolicy,
+    pub images: ImageGcPolicy,
+}
+
+/// What wakes the collectors besides their periods.
+pub struct Triggers {
+    /// The container GC trusts that a pod the kubelet does not know is gone only once these
+    /// have been ready a while.
+    pub sources_ready: SourcesReady,
+    /// A container died: collect soon.
+    pub pleg_events: broadcast::Receiver<Arc<PublishedEvent>>,
+    /// The eviction manager's node conditions: DiskPressure reclaims at once.
+    pub conditions: watch::Receiver<BTreeSet<NodeCondition>>,
+}
+
+/// Log rotation and both collectors (upstream `StartGarbageCollection`).
+pub struct Housekeeping {
+    rotation: Arc<ContainerLogManager>,
+    container_gc: Arc<ContainerGc>,
+    image_gc: Arc<ImageGcManager>,
+    metrics: HousekeepingMetrics,
+}
+
+impl Housekeeping {
+    pub fn new(
+        config: HousekeepingConfig,
+        runtime: Arc<dyn RuntimeService>,
+        images: Arc<dyn ImageService>,
+        kubelet: &Arc<Kubelet>,
+        registry: &Registry,
+    ) -> Result<Self, prometheus::Error> {
+        let (metrics, rotations) = HousekeepingMetrics::register(registry)?;
+        let rotation = Arc::new(
+            ContainerLogManager::new(runtime.clone(), config.rotation)
+                .with_rotations_counter(rotations),
+        );
+        let container_gc = Arc::new(ContainerGc::new(
+            runtime.clone(),
+            Arc::new(KubeletPods(kubelet.clone())),
+            config.containers,
+            config.pod_logs_dir,
+        ));
+        let image_gc = Arc::new(ImageGcManager::new(images, runtime, config.images));
+        Ok(Housekeeping {
+            rotation,
+            container_gc,
+            image_gc,
+            metrics,
+        })
+    }
+
+    /// Rotates logs and collects until `shutdown`.
+    pub async fn run(self, triggers: Triggers, shutdown: CancellationToken) {
+        tokio::join!(
+            self.rotation.run(shutdown.clone()),
+            run_container_gc(
+                self.container_gc.clone(),
+                triggers.sources_ready.clone(),
+                triggers.pleg_events,
+                self.metrics.clone(),
+                shutdown.clone(),
+            ),
+            run_image_gc(
+                self.image_gc,
+                self.container_gc,
+                triggers.sources_ready,
+                triggers.conditions,
+                self.metrics,
+                shutdown,
+            ),
+        );
+    }
 }
 
 /// Collects a minute after the last collection, or soon after a container died.
@@ -190,7 +202,7 @@ async fn run_container_gc(
     mut events: broadcast::Receiver<Arc<PublishedEvent>>,
     metrics: HousekeepingMetrics,
     shutdown: CancellationToken,
-) -> Result<(), Error> {
+) {
     let mut events_open = true;
     let mut ready_since: Option<Instant> = None;
     loop {
@@ -207,7 +219,7 @@ async fn run_container_gc(
             };
             tokio::select! {
                 () = &mut wait => break,
-                () = shutdown.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => return,
                 event = event => match event {
                     Ok(e) if e.event.kind != EventType::ContainerDied => continue,
                     Err(broadcast::error::RecvError::Closed) => {
@@ -218,7 +230,7 @@ async fn run_container_gc(
                     _ => {
                         tokio::select! {
                             () = tokio::time::sleep(GC_DEBOUNCE) => {}
-                            () = shutdown.cancelled() => return Ok(()),
+                            () = shutdown.cancelled() => return,
                         }
                         // What died meanwhile is collected now too.
                         events = events.resubscribe();
@@ -253,7 +265,7 @@ async fn run_image_gc(
     mut conditions: watch::Receiver<BTreeSet<NodeCondition>>,
     metrics: HousekeepingMetrics,
     shutdown: CancellationToken,
-) -> Result<(), Error> {
+) {
     let enabled = images.policy().enabled();
     if !enabled {
         tracing::info!("imageGCHighThresholdPercent is 100: image GC is disabled");
@@ -296,7 +308,7 @@ async fn run_image_gc(
                 }
                 under_pressure = pressure;
             }
-            () = shutdown.cancelled() => return Ok(()),
+            () = shutdown.cancelled() => return,
         }
     }
 }
@@ -320,20 +332,5 @@ async fn reclaim(
             tracing::info!(freed, "disk pressure: unused images removed");
         }
         Err(e) => tracing::warn!(error = %e, "disk pressure: image GC failed"),
-    }
-}
-
-/// What `/containerLogs` reads: pods and statuses from the status manager, log paths from the
-/// runtime.
-pub fn logs_state(status: Arc<StatusManager>, runtime: Arc<dyn RuntimeService>) -> LogsState {
-    LogsState {
-        pods: Arc::new(move |namespace, name| {
-            status.pods().into_iter().map(|p| p.pod).find(|p| {
-                p.metadata.namespace.as_deref().unwrap_or("default") == namespace
-                    && p.metadata.name.as_deref() == Some(name)
-            })
-        }),
-        runtime,
-        timing: FollowTiming::default(),
     }
 }
