@@ -1,13 +1,28 @@
 //! Builders for the unit tests of every module: one pod builder with the fields tests vary, so
 //! that a test says only what matters to it. Compiled only for tests. Module-specific fixtures
 //! (a runtime status, a fake CRI, a clock) stay next to the module they serve
-//! (`kuberuntime/fixtures.rs`, `cri/fake.rs`); pods are built here.
+//! (`kuberuntime/fixtures.rs`, `cri/fake.rs`); pods are built here, and the one check of whether
+//! a privileged unit test may run.
 
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerStatus, Pod, PodSecurityContext, PodSpec, PodStatus, Volume,
 };
+
+/// Whether a test that writes kernel files may run. Outside CI a test that is not root skips,
+/// saying why; in CI (`CI` set) it fails instead (as the system tests' `privileged`).
+pub(crate) fn privileged(test: &str, needs: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: privileged test cannot run: not root (CI is set, so this is a failure)"
+    );
+    eprintln!("skipped {test}: needs root to {needs}");
+    false
+}
 
 /// A pod with nothing set: no metadata, no spec, no status. Each method sets one field (a spec
 /// or status field creates the spec or status).

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use swiftlet_proto::v1::{self, events_client::EventsClient};
 use swiftlet_tests::{
+    http_get,
     manifest::PodManifest,
     node::{Node, status},
     privileged, runtime_endpoint,
@@ -106,6 +107,24 @@ fn deaths_without_qos_cgroups_reach_the_status_with_no_relist() {
                 .is_dir()
         });
     assert!(in_root, "the pod's cgroup is /{root}/pod{uid}");
+    // The Summary API reads the pod where it lives; the pods' cgroup is cgroupRoot itself.
+    let summary: serde_json::Value =
+        serde_json::from_str(&http_get(node.port, "/stats/summary")).expect("summary JSON");
+    let stats = summary["pods"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| p["podRef"]["uid"] == uid.as_str())
+        .unwrap_or_else(|| panic!("no stats for the pod: {summary}"));
+    assert!(
+        stats["memory"]["usageBytes"]
+            .as_u64()
+            .is_some_and(|b| b > 0),
+        "{stats}"
+    );
+    let pods = &summary["node"]["systemContainers"][0];
+    assert_eq!(pods["name"], "pods");
+    assert!(pods["cpu"]["usageCoreNanoSeconds"].is_u64(), "{pods}");
     let before = relists(&node);
     let exited = node.wait_pod("code", "Failed", |p| status::phase(p) == "Failed");
     assert_eq!(

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use crate::{
+    cgroup::{PodCgroupLayout, pods::pod_dir_name},
     cm::{
         CgroupLayout,
         cpumanager::{
@@ -81,10 +82,7 @@ pub fn start(
             } else {
                 OnBadCheckpoint::Refuse
             },
-            cgroup_id_of: cgroup_id_of(
-                cgroup2,
-                crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root),
-            ),
+            cgroup_id_of: cgroup_id_of(cgroup2, &config.pod_cgroups()),
             audit,
         },
     )
@@ -104,13 +102,17 @@ pub fn start(
     Ok(Some(manager))
 }
 
-/// A container's cgroup2 directory is `<kubepods>/<qos>/pod<uid>/<container id>` (cgroupfs
-/// driver); its inode number is the id the kernel programs see.
-fn cgroup_id_of(cgroup2: Option<PathBuf>, kubepods: String) -> CgroupIdOf {
+/// A container's cgroup2 directory is `<pod parent>/pod<uid>/<container id>` (cgroupfs driver);
+/// its inode number is the id the kernel programs see.
+fn cgroup_id_of(cgroup2: Option<PathBuf>, pods: &PodCgroupLayout) -> CgroupIdOf {
+    let parents = pods.pod_parents();
     Arc::new(move |pod: &PodUid, container_id: &str| {
-        let root = cgroup2.as_ref()?.join(&kubepods);
-        ["", "burstable", "besteffort"].iter().find_map(|qos| {
-            let dir = root.join(qos).join(format!("pod{pod}")).join(container_id);
+        let root = cgroup2.as_ref()?;
+        parents.iter().find_map(|parent| {
+            let dir = root
+                .join(parent)
+                .join(pod_dir_name(&pod.0))
+                .join(container_id);
             crate::kernel::cgroup_id_of(&dir).ok()
         })
     })
@@ -142,5 +144,69 @@ impl ContainerLifecycle for CpuLifecycle {
     ) {
         let cpus = CpuSet::parse(&resources.cpuset_cpus).unwrap_or_default();
         self.0.container_created(pod, container, container_id, cpus);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    /// Where cgroup2 is mounted (`/sys/fs/cgroup`, or `unified` below it on a hybrid host).
+    fn cgroup2_mount() -> Option<PathBuf> {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+        mounts
+            .lines()
+            .filter(|l| l.contains(" - cgroup2 "))
+            .find_map(|l| l.split(' ').nth(4).map(PathBuf::from))
+    }
+
+    /// The id of a container's cgroup is found where the layout puts pods: in `cgroupRoot`
+    /// itself without `cgroupsPerQOS`, in a QoS level with it, and not across the two.
+    #[test]
+    fn container_cgroup_ids_follow_the_pod_layout() {
+        let test = "container_cgroup_ids_follow_the_pod_layout";
+        if !crate::testing::privileged(test, "make cgroups") {
+            return;
+        }
+        let Some(mount) = cgroup2_mount() else {
+            panic!("{test}: no cgroup2 mount on this host");
+        };
+        let root = format!("swiftlet-unit-ids-{}", std::process::id());
+        let flat = mount.join(&root).join("poduid-a").join("c1");
+        let qos = mount.join(&root).join("kubepods/burstable/poduid-b/c2");
+        for dir in [&flat, &qos] {
+            std::fs::create_dir_all(dir).expect("make the cgroups");
+        }
+        let id = |dir: &Path| crate::kernel::cgroup_id_of(dir).expect("a cgroup id");
+        let without_qos = cgroup_id_of(
+            Some(mount.clone()),
+            &PodCgroupLayout::new(Path::new(&format!("/{root}")), false),
+        );
+        let with_qos = cgroup_id_of(
+            Some(mount.clone()),
+            &PodCgroupLayout::new(Path::new(&format!("/{root}")), true),
+        );
+        let expected = [Some(id(&flat)), None, Some(id(&qos)), None];
+        let found = [
+            without_qos(&PodUid::from("uid-a"), "c1"),
+            without_qos(&PodUid::from("uid-b"), "c2"),
+            with_qos(&PodUid::from("uid-b"), "c2"),
+            with_qos(&PodUid::from("uid-a"), "c1"),
+        ];
+        for dir in [
+            qos.clone(),
+            mount.join(&root).join("kubepods/burstable/poduid-b"),
+            mount.join(&root).join("kubepods/burstable"),
+            mount.join(&root).join("kubepods"),
+            flat.clone(),
+            mount.join(&root).join("poduid-a"),
+            mount.join(&root),
+        ] {
+            let _ = std::fs::remove_dir(dir);
+        }
+        assert_eq!(found, expected);
+        assert_ne!(expected[0], expected[2]);
     }
 }

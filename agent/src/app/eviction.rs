@@ -50,12 +50,11 @@ pub async fn start(
     shutdown: &CancellationToken,
 ) -> Result<Arc<EvictionManager>, Error> {
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
-    let kubepods = crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root);
     let (nodefs, imagefs) = node_filesystems(config, images).await;
     let eviction = &config.eviction;
     let observer = NodeObserver {
         layout,
-        kubepods,
+        pods_cgroup: config.pod_cgroups().pods_parent().to_owned(),
         memory_capacity,
         allocatable_memory: memory_capacity - config.reserved.memory_bytes(),
         nodefs,

@@ -252,7 +252,7 @@ fn kernel_events(
         // The kernel-event PLEG needs the pods' events, and only those. Without QoS cgroups and
         // with `cgroupRoot: /`, pods sit at the top of the hierarchy next to everything else:
         // the whole machine is watched.
-        let pods = crate::cgroup::PodCgroupLayout::new(&config.cgroup_root, config.cgroups_per_qos);
+        let pods = config.pod_cgroups();
         load.watch.push(format!("/{}", pods.pods_parent()).into());
     }
     let mut kernel_bus = None;

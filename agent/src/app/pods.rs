@@ -20,7 +20,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Error, node::NodeFacts};
 use crate::{
-    cgroup::PodCgroupLayout,
     cm::{
         CgroupLayout,
         pod_cgroups::{PodCgroupConfig, PodCgroups},
@@ -118,8 +117,7 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
     };
     let cgroups = Arc::new(PodCgroups::new(
         PodCgroupConfig {
-            per_qos: config.cgroups_per_qos,
-            root: crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root),
+            pods: config.pod_cgroups(),
             pod_pids_limit: config.pod_pids_limit,
             allocatable_memory,
         },
@@ -481,7 +479,7 @@ fn start_pleg(
             },
             Some(kernel_metrics),
         ) => {
-            let pods = PodCgroupLayout::new(&app.config.cgroup_root, app.config.cgroups_per_qos);
+            let pods = app.config.pod_cgroups();
             let ebpf = EbpfPleg::new(
                 relist,
                 records,

@@ -41,7 +41,7 @@ pub async fn summary_provider(
     let memory_capacity = NodeFacts::memory_total().unwrap_or(0);
     let observer = NodeObserver {
         layout,
-        kubepods: crate::cm::pod_cgroups::kubepods_path(&config.cgroup_root),
+        pods_cgroup: config.pod_cgroups().pods_parent().to_owned(),
         memory_capacity,
         allocatable_memory: memory_capacity - config.reserved.memory_bytes(),
         nodefs,

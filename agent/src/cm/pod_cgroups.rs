@@ -51,21 +51,11 @@ pub enum CgroupError {
     },
 }
 
-/// `kubepods` below `cgroupRoot` (`cgroup_root`), relative to the cgroup root: where the pods'
-/// hierarchy lives, for the pod cgroups, the kernel programs' watch and the eviction observer.
-pub fn kubepods_path(cgroup_root: &std::path::Path) -> String {
-    PodCgroupLayout::new(cgroup_root, true)
-        .kubepods()
-        .to_owned()
-}
-
 #[derive(Clone, Debug)]
 pub struct PodCgroupConfig {
-    /// `cgroupsPerQOS`: without it there are no QoS cgroups and pods' cgroups sit directly in
-    /// `cgroupRoot`.
-    pub per_qos: bool,
-    /// The top of the hierarchy, relative to the cgroup root: `kubepods` below `cgroupRoot`.
-    pub root: String,
+    /// Where the pods' cgroups are: below `kubepods` and its QoS levels, or without
+    /// `cgroupsPerQOS` directly in `cgroupRoot`.
+    pub pods: PodCgroupLayout,
     /// `podPidsLimit`; -1 means none.
     pub pod_pids_limit: i64,
     /// Node allocatable memory enforced on the pods' cgroup (`enforceNodeAllocatable: [pods]`
@@ -76,8 +66,7 @@ pub struct PodCgroupConfig {
 impl Default for PodCgroupConfig {
     fn default() -> Self {
         PodCgroupConfig {
-            per_qos: true,
-            root: "kubepods".into(),
+            pods: PodCgroupLayout::with_kubepods("kubepods", true),
             pod_pids_limit: -1,
             allocatable_memory: None,
         }
@@ -92,7 +81,7 @@ pub struct PodCgroups {
 
 impl PodCgroups {
     pub fn new(config: PodCgroupConfig, layout: CgroupLayout) -> Self {
-        let pods = PodCgroupLayout::with_kubepods(&config.root, config.per_qos);
+        let pods = config.pods.clone();
         PodCgroups {
             config,
             layout,
@@ -102,7 +91,7 @@ impl PodCgroups {
 
     /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent).
     pub fn ensure_qos_hierarchy(&self) -> Result<(), CgroupError> {
-        if !self.config.per_qos {
+        if !self.pods.per_qos() {
             // Pods go straight into `cgroupRoot`, made here unless it is the root itself.
             let parent = self.pods.pods_parent();
             if !parent.is_empty() {
@@ -150,7 +139,7 @@ impl PodCgroups {
 
     /// Creates the pod's cgroup with its pod-level limits (idempotent; limits are rewritten).
     pub fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
-        if !self.config.per_qos {
+        if !self.pods.per_qos() {
             return Ok(());
         }
         let path = self.pod_path(pod)?;

@@ -140,6 +140,11 @@ with_settings!(config {
 });
 
 impl Config {
+    /// Where the pods' cgroups are, from `cgroupRoot` and `cgroupsPerQOS`.
+    pub fn pod_cgroups(&self) -> crate::cgroup::PodCgroupLayout {
+        crate::cgroup::PodCgroupLayout::new(&self.cgroup_root, self.cgroups_per_qos)
+    }
+
     /// Reads `--config` (if given), applies defaults and the flags, and validates the result.
     pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
         Self::load_with(args, &system_hostname)

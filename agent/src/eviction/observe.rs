@@ -39,8 +39,9 @@ use crate::{
 #[derive(Clone, Debug)]
 pub struct NodeObserver {
     pub layout: CgroupLayout,
-    /// The pods' cgroup relative to the cgroup root (`kubepods`).
-    pub kubepods: String,
+    /// The cgroup all pods are below, relative to the cgroup root: `kubepods`, or `cgroupRoot`
+    /// without `cgroupsPerQOS` (upstream `GetPodCgroupRoot`).
+    pub pods_cgroup: String,
     pub memory_capacity: i64,
     /// Memory capacity minus kube and system reservations (what the pods' cgroup may use).
     pub allocatable_memory: i64,
@@ -113,7 +114,7 @@ impl NodeObserver {
             }
             None => tracing::debug!("eviction: the node's memory working set is unreadable"),
         }
-        if let Some(ws) = self.working_set(&self.kubepods) {
+        if let Some(ws) = self.working_set(&self.pods_cgroup) {
             out.insert(
                 Signal::AllocatableMemoryAvailable,
                 Observation {
@@ -169,7 +170,7 @@ impl NodeObserver {
                 PsiSignalResource::Memory => PsiResource::Memory,
                 PsiSignalResource::Io => PsiResource::Io,
             };
-            let Some(dir) = self.cgroup2_dir(&self.kubepods) else {
+            let Some(dir) = self.cgroup2_dir(&self.pods_cgroup) else {
                 continue;
             };
             let Ok(psi) = Psi::read_cgroup(&dir, resource) else {
@@ -345,7 +346,7 @@ mod tests {
         });
         let o = NodeObserver {
             layout: CgroupLayout::Unified { root },
-            kubepods: "kubepods".into(),
+            pods_cgroup: "kubepods".into(),
             memory_capacity: 1 << 30,
             allocatable_memory: 512 << 20,
             nodefs: dir.path().to_owned(),

@@ -43,7 +43,7 @@ pub fn spawn_psi(
         .layout
         .cgroup2_root()
         .ok()
-        .map(|r| r.join(&observer.kubepods));
+        .map(|r| r.join(&observer.pods_cgroup));
     let mut files: Vec<PathBuf> = Vec::new();
     for resource in [PsiResource::Memory, PsiResource::Io] {
         if let Some(dir) = &kubepods {
@@ -126,7 +126,7 @@ pub fn spawn_memcg(
     shutdown: CancellationToken,
 ) -> Option<String> {
     if let CgroupLayout::Unified { .. } = observer.layout {
-        let dir = observer.memory_dir(&observer.kubepods)?;
+        let dir = observer.memory_dir(&observer.pods_cgroup)?;
         return match MemoryEvents::watch(&dir) {
             Ok(mut events) => {
                 let what = format!("{} (inotify)", events.path.display());
@@ -242,7 +242,7 @@ fn usage_levels(
         let (path, capacity) = match t.signal {
             Signal::MemoryAvailable => ("", observer.memory_capacity),
             Signal::AllocatableMemoryAvailable => {
-                (observer.kubepods.as_str(), observer.allocatable_memory)
+                (observer.pods_cgroup.as_str(), observer.allocatable_memory)
             }
             _ => continue,
         };

@@ -195,27 +195,13 @@ fn reads_this_node() {
     }
 }
 
-/// Whether this test may write kernel files. Outside CI a test that is not root skips, saying
-/// why; in CI (`CI` set) it fails instead (as the system tests' `privileged`).
-fn privileged(test: &str) -> bool {
-    if nix::unistd::geteuid().is_root() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test}: privileged test cannot run: not root (CI is set, so this is a failure)"
-    );
-    eprintln!("skipped {test}: needs root to register PSI triggers");
-    false
-}
-
 /// The kernel accepts the trigger as rounded, on the node's file: for an unprivileged process
 /// that means a 1 s window becomes 2 s — and the kernel really refuses 1 s.
 #[tokio::test]
 async fn the_kernel_accepts_rounded_triggers() {
     let test = "the_kernel_accepts_rounded_triggers";
     let path = PsiResource::Memory.proc_path();
-    if !path.exists() || !privileged(test) {
+    if !path.exists() || !crate::testing::privileged(test, "register PSI triggers") {
         if !path.exists() {
             eprintln!("skipped {test}: PSI is disabled");
         }

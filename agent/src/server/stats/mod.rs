@@ -53,7 +53,7 @@ pub struct SummaryProvider {
     pub node_name: String,
     /// The pods' log directories' root (`/var/log/pods`), for the containers' `logs`.
     pub log_root: PathBuf,
-    /// Where the node's figures are read: layout, `kubepods`, capacity, nodefs, imagefs, /proc.
+    /// Where the node's figures are read: layout, the pods' cgroup, capacity, nodefs, imagefs, /proc.
     pub observer: NodeObserver,
     pub pods: PodLister,
     pub pod_path: PodPath,
@@ -151,12 +151,12 @@ impl SummaryProvider {
                 .working_set_bytes
                 .map(|ws| capacity.saturating_sub(ws));
         }
-        let kubepods = self.observer.kubepods.clone();
+        let pods_cgroup = self.observer.pods_cgroup.clone();
         let system_containers = vec![ContainerStats {
             name: "pods".into(),
-            start_time: time(self.created(&kubepods).unwrap_or(now)),
-            cpu: self.cpu(&kubepods, now, &reader),
-            memory: self.memory(&kubepods, now, &reader),
+            start_time: time(self.created(&pods_cgroup).unwrap_or(now)),
+            cpu: self.cpu(&pods_cgroup, now, &reader),
+            memory: self.memory(&pods_cgroup, now, &reader),
             logs: None,
             io: None,
         }];
@@ -180,7 +180,7 @@ impl SummaryProvider {
             node.io = io(&reader, "", now);
         }
 
-        let mut seen = vec![String::new(), kubepods];
+        let mut seen = vec![String::new(), pods_cgroup];
         let mut pods = Vec::new();
         for pod in (self.pods)() {
             let Some(path) = (self.pod_path)(&pod) else {

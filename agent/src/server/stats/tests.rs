@@ -63,7 +63,7 @@ fn proc_files(proc: &Path) {
 fn provider(layout: CgroupLayout, dir: &Path, clock: Arc<Mutex<SystemTime>>) -> SummaryProvider {
     let observer = NodeObserver {
         layout,
-        kubepods: "kubepods".into(),
+        pods_cgroup: "kubepods".into(),
         memory_capacity: 4 << 30,
         allocatable_memory: 3 << 30,
         nodefs: dir.to_owned(),
