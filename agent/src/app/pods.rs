@@ -523,7 +523,7 @@ struct KubeletSyncerParts {
 
 struct Workers {
     pods: Arc<PodManager>,
-    workers: Arc<PodWorkers>,
+    workers: Arc<PodWorkers<KubeletSyncer>>,
 }
 
 /// The pod manager and the pod workers, which sync through [`KubeletSyncer`] and ask the PLEG

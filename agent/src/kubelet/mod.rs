@@ -51,7 +51,7 @@ use crate::{
 pub struct Kubelet {
     pub node_name: String,
     pub pods: Arc<PodManager>,
-    pub workers: Arc<PodWorkers>,
+    pub workers: Arc<PodWorkers<syncer::KubeletSyncer>>,
     pub cache: Arc<PodCache>,
     pub status: Arc<StatusManager>,
     pub runtime: Arc<KubeRuntimeManager>,
@@ -82,7 +82,7 @@ pub struct Kubelet {
 pub struct KubeletParts {
     pub node_name: String,
     pub pods: Arc<PodManager>,
-    pub workers: Arc<PodWorkers>,
+    pub workers: Arc<PodWorkers<syncer::KubeletSyncer>>,
     pub cache: Arc<PodCache>,
     pub status: Arc<StatusManager>,
     pub runtime: Arc<KubeRuntimeManager>,

@@ -16,7 +16,7 @@ use crate::{
     cm::pod_cgroups::PodCgroups,
     container::{PodStatus, PodUid, RunningPod},
     kuberuntime::manager::KubeRuntimeManager,
-    pod_workers::{PodSyncer, SyncError, SyncPodOutcome, UpdateType, pod_uid},
+    pod_workers::{PodSyncer, SyncPodOutcome, UpdateType, pod_uid},
     prober::ProbeManager,
     status::{
         ReasonCache, StartFailure, StartFailureReason, StatusManager, generate_api_pod_status,
@@ -96,6 +96,20 @@ impl KubeletSyncer {
     }
 }
 
+/// Why a sync of the kubelet core failed, by the component that failed it.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Cgroups(#[from] crate::cm::pod_cgroups::CgroupError),
+    #[error(transparent)]
+    Volumes(#[from] crate::volume::Error),
+    /// A step of the runtime manager's plan (the first that failed).
+    #[error(transparent)]
+    Runtime(#[from] crate::kuberuntime::manager::SyncError),
+    #[error(transparent)]
+    Cri(#[from] crate::cri::Error),
+}
+
 impl KubeletSyncer {
     /// Upstream `WaitForAttachAndMount` in `SyncPod`. On failure the pod's containers wait as
     /// `ContainerCreating` with upstream's `FailedMount` event text as their message, and the
@@ -114,7 +128,7 @@ impl KubeletSyncer {
         let e = match result {
             Ok(()) => return Ok(()),
             // A termination came in: nothing to report, the worker goes on terminating.
-            Err(e @ crate::volume::Error::Cancelled) => return Err(Box::new(e)),
+            Err(e @ crate::volume::Error::Cancelled) => return Err(e.into()),
             Err(e) => e,
         };
         let message = format!("Unable to attach or mount volumes: {e}");
@@ -132,12 +146,14 @@ impl KubeletSyncer {
         }
         drop(reasons);
         self.record_status(pod, status, false);
-        Err(Box::new(e))
+        Err(e.into())
     }
 }
 
 #[tonic::async_trait]
 impl PodSyncer for KubeletSyncer {
+    type Error = SyncError;
+
     async fn sync_pod(
         &self,
         _update: UpdateType,
@@ -173,7 +189,7 @@ impl PodSyncer for KubeletSyncer {
             self.record_status(pod, status, false);
         }
         if let Some(first) = outcome.errors.into_iter().next() {
-            return Err(Box::new(first));
+            return Err(first.into());
         }
         Ok(SyncPodOutcome {
             terminal: false,

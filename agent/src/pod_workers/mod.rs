@@ -67,6 +67,10 @@ pub struct UpdatePodOptions {
 /// `syncTerminatedPodFn`). Implemented by the kubelet core over the runtime.
 #[tonic::async_trait]
 pub trait PodSyncer: Send + Sync + 'static {
+    /// Why a sync failed: the worker logs it and retries after its back-off (upstream's
+    /// workers see only an `error`; the syncer's own type stays typed for it and its tests).
+    type Error: std::error::Error + Send + Sync + 'static;
+
     /// Drives the pod towards its spec. Should return early once `cancel` fires (a termination
     /// was requested meanwhile).
     async fn sync_pod(
@@ -75,7 +79,7 @@ pub trait PodSyncer: Send + Sync + 'static {
         pod: &Pod,
         status: &PodStatus,
         cancel: &CancellationToken,
-    ) -> Result<SyncPodOutcome, SyncError>;
+    ) -> Result<SyncPodOutcome, Self::Error>;
 
     /// Stops every container of the pod within `grace`.
     async fn sync_terminating_pod(
@@ -83,13 +87,13 @@ pub trait PodSyncer: Send + Sync + 'static {
         pod: &Pod,
         status: &PodStatus,
         grace: Duration,
-    ) -> Result<(), SyncError>;
+    ) -> Result<(), Self::Error>;
 
     /// Stops what the runtime runs for a pod no source knows.
-    async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), SyncError>;
+    async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), Self::Error>;
 
     /// Cleans up after a pod whose containers have all stopped.
-    async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError>;
+    async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), Self::Error>;
 }
 
 /// What a successful SyncPod reports.
@@ -100,9 +104,6 @@ pub struct SyncPodOutcome {
     /// Look again sooner than the resync interval (a back-off ends then).
     pub retry_after: Option<Duration>,
 }
-
-/// A sync failure, as the syncer reports it; the worker logs it and retries after a back-off.
-pub type SyncError = Box<dyn std::error::Error + Send + Sync>;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -159,9 +160,10 @@ struct Inner {
     started_static: HashMap<String, PodUid>,
 }
 
-pub struct PodWorkers {
+/// The workers over the syncer `S` (the kubelet core's, or a test's).
+pub struct PodWorkers<S: PodSyncer> {
     inner: Mutex<Inner>,
-    syncer: Arc<dyn PodSyncer>,
+    syncer: Arc<S>,
     cache: Arc<PodCache>,
     queue: Arc<WorkQueue>,
     config: WorkerConfig,
@@ -209,35 +211,35 @@ pub fn effective_grace_period(
     current.map_or(wanted, |c| c.min(wanted))
 }
 
-impl PodWorkers {
+impl<S: PodSyncer> PodWorkers<S> {
     pub fn new(
-        syncer: Arc<dyn PodSyncer>,
+        syncer: Arc<S>,
         cache: Arc<PodCache>,
         config: WorkerConfig,
         on_synced: Option<OnSynced>,
-    ) -> Arc<PodWorkers> {
+    ) -> Arc<Self> {
         Self::build(syncer, cache, config, on_synced, None)
     }
 
     /// The same, observing every sync's duration in `duration` (label `operation_type`).
     pub fn with_metrics(
-        syncer: Arc<dyn PodSyncer>,
+        syncer: Arc<S>,
         cache: Arc<PodCache>,
         config: WorkerConfig,
         on_synced: Option<OnSynced>,
         duration: prometheus::HistogramVec,
-    ) -> Arc<PodWorkers> {
+    ) -> Arc<Self> {
         Self::build(syncer, cache, config, on_synced, Some(duration))
     }
 
     fn build(
-        syncer: Arc<dyn PodSyncer>,
+        syncer: Arc<S>,
         cache: Arc<PodCache>,
         config: WorkerConfig,
         on_synced: Option<OnSynced>,
         duration: Option<prometheus::HistogramVec>,
-    ) -> Arc<PodWorkers> {
-        Arc::new(PodWorkers {
+    ) -> Arc<Self> {
+        Arc::new(PodWorkers::<S> {
             inner: Mutex::new(Inner::default()),
             syncer,
             cache,

@@ -67,15 +67,26 @@ impl FakeSyncer {
     }
 }
 
+/// The fake's failures: the two a test scripts.
+#[derive(Debug, thiserror::Error)]
+enum FakeError {
+    #[error("cancelled")]
+    Cancelled,
+    #[error("scripted failure")]
+    Scripted,
+}
+
 #[tonic::async_trait]
 impl PodSyncer for FakeSyncer {
+    type Error = FakeError;
+
     async fn sync_pod(
         &self,
         update: UpdateType,
         pod: &Pod,
         _status: &PodStatus,
         cancel: &CancellationToken,
-    ) -> Result<SyncPodOutcome, SyncError> {
+    ) -> Result<SyncPodOutcome, FakeError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let version = pod.metadata.resource_version.clone().unwrap_or_default();
         let (block, terminal, fail) = {
@@ -90,11 +101,11 @@ impl PodSyncer for FakeSyncer {
         if let Some(release) = block {
             tokio::select! {
                 () = release.notified() => {}
-                () = cancel.cancelled() => return Err("cancelled".into()),
+                () = cancel.cancelled() => return Err(FakeError::Cancelled),
             }
         }
         if fail {
-            return Err("scripted failure".into());
+            return Err(FakeError::Scripted);
         }
         Ok(SyncPodOutcome {
             terminal,
@@ -107,18 +118,18 @@ impl PodSyncer for FakeSyncer {
         pod: &Pod,
         _status: &PodStatus,
         grace: Duration,
-    ) -> Result<(), SyncError> {
+    ) -> Result<(), FakeError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.record(Call::Terminating(uid, grace.as_secs()));
         Ok(())
     }
 
-    async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), SyncError> {
+    async fn sync_terminating_runtime_pod(&self, running: &RunningPod) -> Result<(), FakeError> {
         self.record(Call::TerminatingRuntime(running.uid.0.clone()));
         Ok(())
     }
 
-    async fn sync_terminated_pod(&self, pod: &Pod, _status: &PodStatus) -> Result<(), SyncError> {
+    async fn sync_terminated_pod(&self, pod: &Pod, _status: &PodStatus) -> Result<(), FakeError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.record(Call::Terminated(uid));
         Ok(())
@@ -143,7 +154,7 @@ fn static_pod(uid: &str, name: &str) -> Arc<Pod> {
     Arc::new(p)
 }
 
-fn workers(syncer: Arc<FakeSyncer>) -> Arc<PodWorkers> {
+fn workers(syncer: Arc<FakeSyncer>) -> Arc<PodWorkers<FakeSyncer>> {
     PodWorkers::new(
         syncer,
         Arc::new(PodCache::default()),

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::{
-    PodWorkers, UpdateType, WorkerPhase,
+    PodSyncer, PodWorkers, UpdateType, WorkerPhase,
     state::{self, Transition},
 };
 use crate::container::{PodStatus, PodUid, RunningPod};
@@ -35,7 +35,7 @@ struct Work {
     cancel: CancellationToken,
 }
 
-impl PodWorkers {
+impl<S: PodSyncer> PodWorkers<S> {
     pub(super) async fn worker_loop(self: Arc<Self>, uid: PodUid, wake: Arc<Notify>) {
         loop {
             wake.notified().await;
@@ -97,7 +97,7 @@ impl PodWorkers {
         })
     }
 
-    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Step, super::SyncError> {
+    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Step, S::Error> {
         // The first sync waits too: until the PLEG has listed the runtime once, an empty cache
         // would look like a pod with nothing running, and a restarted agent would start
         // duplicates of what already runs instead of adopting it.
@@ -123,7 +123,7 @@ impl PodWorkers {
         &self,
         work: &Work,
         status: impl Fn(&Pod) -> PodStatus,
-    ) -> Result<Step, super::SyncError> {
+    ) -> Result<Step, S::Error> {
         let step = |transition| Step {
             transition: Some(transition),
             retry_after: None,
@@ -161,7 +161,7 @@ impl PodWorkers {
     }
 
     /// Applies a sync's outcome: the next phase, waiters told, the next look scheduled.
-    fn complete(&self, uid: &PodUid, work: &Work, outcome: Result<Step, super::SyncError>) {
+    fn complete(&self, uid: &PodUid, work: &Work, outcome: Result<Step, S::Error>) {
         let now = Instant::now();
         let mut inner = self.lock();
         let Some(status) = inner.pods.get_mut(uid) else {
