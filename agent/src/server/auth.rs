@@ -157,12 +157,44 @@ pub enum TokenReviewed {
     Rejected(String),
 }
 
+/// Why a review got no answer: the request refused, never fails open.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The API server did not answer the review (`TokenReview`, `SubjectAccessReview`).
+    #[error("{review}: {source}")]
+    Api {
+        review: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{review}: the request cannot be encoded: {source}")]
+    Encode {
+        review: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+#[cfg(test)]
+impl ReviewError {
+    /// An API server that refuses the connection, as tests script it.
+    pub(crate) fn unreachable(review: &'static str) -> Self {
+        ReviewError::Api {
+            review,
+            source: kube::Error::Service(Box::new(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "connection refused",
+            ))),
+        }
+    }
+}
+
 /// The API server's reviews (TokenReview, SubjectAccessReview); `webhook.rs` has the real one.
 #[tonic::async_trait]
 pub trait Reviewer: Send + Sync {
-    async fn review_token(&self, token: &str) -> Result<TokenReviewed, String>;
+    async fn review_token(&self, token: &str) -> Result<TokenReviewed, ReviewError>;
     /// `Ok(true)` when allowed.
-    async fn review_access(&self, attributes: &Attributes) -> Result<bool, String>;
+    async fn review_access(&self, attributes: &Attributes) -> Result<bool, ReviewError>;
 }
 
 /// Why a request is refused.
@@ -210,7 +242,7 @@ impl Auth {
                     Err(Refusal::Unauthorized)
                 }
                 Err(e) => {
-                    tracing::warn!(error = e, "kubelet API: token review failed");
+                    tracing::warn!(error = %e, "kubelet API: token review failed");
                     Err(Refusal::Unauthorized)
                 }
             };
@@ -241,7 +273,7 @@ impl Auth {
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(
-                        error = e,
+                        error = %e,
                         user = attrs.user.name,
                         "kubelet API: authorization error"
                     );

@@ -18,7 +18,7 @@ use k8s_openapi::api::{
 use kube::{Api, Client, api::PostParams};
 
 use super::{
-    auth::{Attributes, Reviewer, TokenReviewed, UserInfo},
+    auth::{Attributes, ReviewError, Reviewer, TokenReviewed, UserInfo},
     review_cache::ReviewCache,
 };
 
@@ -86,7 +86,7 @@ pub fn access_review(attributes: &Attributes) -> SubjectAccessReview {
 
 #[tonic::async_trait]
 impl Reviewer for KubeReviewer {
-    async fn review_token(&self, token: &str) -> Result<TokenReviewed, String> {
+    async fn review_token(&self, token: &str) -> Result<TokenReviewed, ReviewError> {
         // Kept by digest: the cache must not hold the credentials themselves.
         let key = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()));
         if let Some(cached) = self.tokens.get(&key) {
@@ -103,7 +103,10 @@ impl Reviewer for KubeReviewer {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| format!("TokenReview: {e}"))?;
+            .map_err(|source| ReviewError::Api {
+                review: "TokenReview",
+                source,
+            })?;
         let status = answer.status.unwrap_or_default();
         let reviewed = match (status.authenticated, status.user) {
             (Some(true), Some(user)) => TokenReviewed::User(UserInfo {
@@ -118,9 +121,12 @@ impl Reviewer for KubeReviewer {
         Ok(reviewed)
     }
 
-    async fn review_access(&self, attributes: &Attributes) -> Result<bool, String> {
+    async fn review_access(&self, attributes: &Attributes) -> Result<bool, ReviewError> {
         let review = access_review(attributes);
-        let key = serde_json::to_string(&review.spec).map_err(|e| e.to_string())?;
+        let key = serde_json::to_string(&review.spec).map_err(|source| ReviewError::Encode {
+            review: "SubjectAccessReview",
+            source,
+        })?;
         if let Some(allowed) = self.access.get(&key) {
             return Ok(allowed);
         }
@@ -128,7 +134,10 @@ impl Reviewer for KubeReviewer {
         let answer = api
             .create(&PostParams::default(), &review)
             .await
-            .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+            .map_err(|source| ReviewError::Api {
+                review: "SubjectAccessReview",
+                source,
+            })?;
         let status = answer.status.unwrap_or_default();
         if let Some(error) = status.evaluation_error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error, "SubjectAccessReview evaluation error");

@@ -109,7 +109,7 @@ struct ScriptedReviewer {
 
 #[tonic::async_trait]
 impl Reviewer for ScriptedReviewer {
-    async fn review_token(&self, token: &str) -> Result<TokenReviewed, String> {
+    async fn review_token(&self, token: &str) -> Result<TokenReviewed, ReviewError> {
         self.asked
             .lock()
             .expect("lock")
@@ -120,13 +120,13 @@ impl Reviewer for ScriptedReviewer {
         })
     }
 
-    async fn review_access(&self, attributes: &Attributes) -> Result<bool, String> {
+    async fn review_access(&self, attributes: &Attributes) -> Result<bool, ReviewError> {
         self.asked.lock().expect("lock").push(format!(
             "access {} {} {}",
             attributes.user.name, attributes.verb, attributes.subresource
         ));
         if self.fail_access {
-            return Err("connection refused".into());
+            return Err(ReviewError::unreachable("SubjectAccessReview"));
         }
         Ok(self.allowed_subresources.contains(&attributes.subresource))
     }

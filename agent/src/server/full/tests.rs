@@ -11,7 +11,7 @@ use crate::{
     metrics::Metrics,
     server::{
         Health,
-        auth::{Attributes, Reviewer, TokenReviewed, UserInfo},
+        auth::{Attributes, ReviewError, Reviewer, TokenReviewed, UserInfo},
     },
 };
 
@@ -20,13 +20,13 @@ struct OneSubresource(Option<&'static str>);
 
 #[tonic::async_trait]
 impl Reviewer for OneSubresource {
-    async fn review_token(&self, _: &str) -> Result<TokenReviewed, String> {
-        Err("not used".into())
+    async fn review_token(&self, _: &str) -> Result<TokenReviewed, ReviewError> {
+        Err(ReviewError::unreachable("TokenReview"))
     }
-    async fn review_access(&self, attributes: &Attributes) -> Result<bool, String> {
+    async fn review_access(&self, attributes: &Attributes) -> Result<bool, ReviewError> {
         match self.0 {
             Some(allowed) => Ok(attributes.subresource == allowed),
-            None => Err("the API server is unreachable".into()),
+            None => Err(ReviewError::unreachable("SubjectAccessReview")),
         }
     }
 }

@@ -89,14 +89,14 @@ async fn token_reviews_are_asked_once_per_ttl() {
         ..UserInfo::default()
     };
     assert_eq!(
-        ask.await.expect("task"),
-        Ok(TokenReviewed::User(bob.clone()))
+        ask.await.expect("task").ok(),
+        Some(TokenReviewed::User(bob.clone()))
     );
     // Within cacheTTL: no request (the mock would hang the call otherwise).
     tokio::time::advance(Duration::from_secs(119)).await;
     assert_eq!(
-        reviewer.review_token("t0k3n").await,
-        Ok(TokenReviewed::User(bob))
+        reviewer.review_token("t0k3n").await.ok(),
+        Some(TokenReviewed::User(bob))
     );
     // After it: asked again; a rejection carries the API server's error.
     tokio::time::advance(Duration::from_secs(2)).await;
@@ -123,8 +123,8 @@ async fn token_reviews_are_asked_once_per_ttl() {
     )
     .await;
     assert_eq!(
-        ask.await.expect("task"),
-        Ok(TokenReviewed::Rejected("token expired".into()))
+        ask.await.expect("task").ok(),
+        Some(TokenReviewed::Rejected("token expired".into()))
     );
 }
 
@@ -174,20 +174,20 @@ async fn access_reviews_carry_upstreams_attributes_and_cache_by_answer() {
         tokio::spawn(async move { reviewer.review_access(&attrs).await })
     };
     expect_post(&mut api, ACCESS_REVIEWS, request.clone(), answer(false)).await;
-    assert_eq!(ask.await.expect("task"), Ok(false));
+    assert_eq!(ask.await.expect("task").ok(), Some(false));
     // A denial is kept for cacheUnauthorizedTTL (30 s) only.
     tokio::time::advance(Duration::from_secs(29)).await;
-    assert_eq!(reviewer.review_access(&attrs).await, Ok(false));
+    assert_eq!(reviewer.review_access(&attrs).await.ok(), Some(false));
     tokio::time::advance(Duration::from_secs(2)).await;
     let ask = {
         let (reviewer, attrs) = (reviewer.clone(), attrs.clone());
         tokio::spawn(async move { reviewer.review_access(&attrs).await })
     };
     expect_post(&mut api, ACCESS_REVIEWS, request, answer(true)).await;
-    assert_eq!(ask.await.expect("task"), Ok(true));
+    assert_eq!(ask.await.expect("task").ok(), Some(true));
     // An allowance for cacheAuthorizedTTL (5 min).
     tokio::time::advance(Duration::from_secs(299)).await;
-    assert_eq!(reviewer.review_access(&attrs).await, Ok(true));
+    assert_eq!(reviewer.review_access(&attrs).await.ok(), Some(true));
 }
 
 #[tokio::test(start_paused = true)]
@@ -209,7 +209,8 @@ async fn an_api_error_is_an_error_not_a_denial() {
     );
     let result = ask.await.expect("task");
     assert!(
-        matches!(&result, Err(e) if e.starts_with("TokenReview:")),
+        matches!(&result, Err(e @ ReviewError::Api { review: "TokenReview", .. })
+            if e.to_string().starts_with("TokenReview:")),
         "{result:?}"
     );
 }
@@ -247,7 +248,7 @@ async fn the_caches_are_bounded_at_upstreams_sizes_and_huge_attributes_are_not_k
                 .body(Body::from(serde_json::to_vec(&body).expect("JSON")))
                 .expect("response"),
         );
-        assert_eq!(ask.await.expect("task"), Ok(true));
+        assert_eq!(ask.await.expect("task").ok(), Some(true));
     }
     assert_eq!(reviewer.access.len(), 0);
 }
