@@ -35,6 +35,33 @@ pub fn privileged(test: &str) -> bool {
 /// The CRI endpoint (`unix:///…/containerd.sock`) of the runtime the system tests use:
 /// `SWIFTLET_TEST_RUNTIME_ENDPOINT`, which `cargo xtask test` sets to its private containerd.
 /// Unset, a test skips saying why, or fails when `CI` is set.
+/// Runs `f` with a CRI client of the test's container runtime, on a runtime of its own (the
+/// system tests are synchronous). For tests that look at or change the runtime behind the
+/// agent's back.
+pub fn with_cri<T, Fut>(test: &str, f: impl FnOnce(swiftlet::cri::GrpcRuntime) -> Fut) -> T
+where
+    Fut: std::future::Future<Output = T>,
+{
+    let endpoint = runtime_endpoint(test).expect("a runtime endpoint");
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(async {
+            let runtime = swiftlet::cri::GrpcRuntime::connect(
+                swiftlet::cri::GrpcRuntimeConfig {
+                    endpoint,
+                    request_timeout: std::time::Duration::from_secs(10),
+                    pull_image_timeout: None,
+                },
+                swiftlet::cri::RuntimeMetrics::unregistered().expect("metrics"),
+            )
+            .await
+            .expect("connect to the runtime");
+            f(runtime).await
+        })
+}
+
 pub fn runtime_endpoint(test: &str) -> Option<String> {
     if let Some(endpoint) = std::env::var_os("SWIFTLET_TEST_RUNTIME_ENDPOINT") {
         return Some(endpoint.to_string_lossy().into_owned());

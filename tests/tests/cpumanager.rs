@@ -21,7 +21,7 @@ use swiftlet_tests::{
     EVENT_WAIT,
     manifest::{self, PodManifest},
     node::{Node, status},
-    privileged, runtime_endpoint,
+    privileged, runtime_endpoint, with_cri,
 };
 
 fn manifest(name: &str, command: &str, resources: &str) -> String {
@@ -367,61 +367,46 @@ fn a_container_done_for_good_gives_its_cpu_back() {
 /// Removes pod `uid`'s containers and sandboxes through CRI, as a node reboot or an operator
 /// cleaning up after a killed agent would.
 fn remove_from_runtime(uid: &str) {
-    let endpoint = runtime_endpoint("remove_from_runtime").expect("endpoint");
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(async {
-            use std::collections::HashMap;
-            use swiftlet::cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService};
-            let runtime = GrpcRuntime::connect(
-                GrpcRuntimeConfig {
-                    endpoint,
-                    request_timeout: Duration::from_secs(10),
-                    pull_image_timeout: None,
-                },
-                RuntimeMetrics::unregistered().expect("metrics"),
-            )
+    with_cri("remove_from_runtime", |runtime| async move {
+        use std::collections::HashMap;
+        use swiftlet::cri::RuntimeService as _;
+        let of_pod = HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid.to_owned())]);
+        let containers = runtime
+            .list_containers(Some(k8s_cri::v1::ContainerFilter {
+                label_selector: of_pod.clone(),
+                ..Default::default()
+            }))
             .await
-            .expect("connect");
-            let of_pod = HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid.to_owned())]);
-            let containers = runtime
-                .list_containers(Some(k8s_cri::v1::ContainerFilter {
-                    label_selector: of_pod.clone(),
-                    ..Default::default()
-                }))
+            .expect("list containers");
+        assert!(
+            !containers.is_empty(),
+            "the killed agent's pod has containers"
+        );
+        for c in containers {
+            runtime
+                .stop_container(&c.id, Duration::ZERO)
                 .await
-                .expect("list containers");
-            assert!(
-                !containers.is_empty(),
-                "the killed agent's pod has containers"
-            );
-            for c in containers {
-                runtime
-                    .stop_container(&c.id, Duration::ZERO)
-                    .await
-                    .expect("stop container");
-                runtime
-                    .remove_container(&c.id)
-                    .await
-                    .expect("remove container");
-            }
-            let sandboxes = runtime
-                .list_pod_sandbox(Some(k8s_cri::v1::PodSandboxFilter {
-                    label_selector: of_pod,
-                    ..Default::default()
-                }))
+                .expect("stop container");
+            runtime
+                .remove_container(&c.id)
                 .await
-                .expect("list sandboxes");
-            for s in sandboxes {
-                runtime.stop_pod_sandbox(&s.id).await.expect("stop sandbox");
-                runtime
-                    .remove_pod_sandbox(&s.id)
-                    .await
-                    .expect("remove sandbox");
-            }
-        });
+                .expect("remove container");
+        }
+        let sandboxes = runtime
+            .list_pod_sandbox(Some(k8s_cri::v1::PodSandboxFilter {
+                label_selector: of_pod,
+                ..Default::default()
+            }))
+            .await
+            .expect("list sandboxes");
+        for s in sandboxes {
+            runtime.stop_pod_sandbox(&s.id).await.expect("stop sandbox");
+            runtime
+                .remove_pod_sandbox(&s.id)
+                .await
+                .expect("remove sandbox");
+        }
+    });
 }
 
 #[test]

@@ -22,6 +22,7 @@ use swiftlet_tests::{
     node::{BUSYBOX, Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
+    with_cri,
 };
 
 const PAUSE: &str = "localhost/swiftlet/pause:latest";
@@ -209,29 +210,14 @@ fn follow_streams_new_lines_until_the_container_exits() {
 
 /// The runtime's containers of pod `name` (all states).
 fn containers_of(node: &Node, name: &str) -> Vec<k8s_cri::v1::Container> {
-    let endpoint = runtime_endpoint("containers_of").expect("endpoint");
     let full = format!("{name}-{}", node.name);
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(async {
-            use swiftlet::cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService};
-            let runtime = GrpcRuntime::connect(
-                GrpcRuntimeConfig {
-                    endpoint,
-                    request_timeout: Duration::from_secs(10),
-                    pull_image_timeout: None,
-                },
-                RuntimeMetrics::unregistered().expect("metrics"),
-            )
-            .await
-            .expect("connect");
-            runtime.list_containers(None).await.expect("list")
-        })
-        .into_iter()
-        .filter(|c| c.labels.get("io.kubernetes.pod.name") == Some(&full))
-        .collect()
+    with_cri("containers_of", |runtime| async move {
+        use swiftlet::cri::RuntimeService as _;
+        runtime.list_containers(None).await.expect("list")
+    })
+    .into_iter()
+    .filter(|c| c.labels.get("io.kubernetes.pod.name") == Some(&full))
+    .collect()
 }
 
 #[test]
@@ -386,28 +372,13 @@ fn rotation_keeps_at_most_max_files_and_the_log_stays_readable() {
 }
 
 fn images() -> Vec<String> {
-    let endpoint = runtime_endpoint("images").expect("endpoint");
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime")
-        .block_on(async {
-            use swiftlet::cri::{GrpcRuntime, GrpcRuntimeConfig, ImageService, RuntimeMetrics};
-            let runtime = GrpcRuntime::connect(
-                GrpcRuntimeConfig {
-                    endpoint,
-                    request_timeout: Duration::from_secs(10),
-                    pull_image_timeout: None,
-                },
-                RuntimeMetrics::unregistered().expect("metrics"),
-            )
-            .await
-            .expect("connect");
-            runtime.list_images(None).await.expect("list")
-        })
-        .into_iter()
-        .flat_map(|i| i.repo_tags)
-        .collect()
+    with_cri("images", |runtime| async move {
+        use swiftlet::cri::ImageService as _;
+        runtime.list_images(None).await.expect("list")
+    })
+    .into_iter()
+    .flat_map(|i| i.repo_tags)
+    .collect()
 }
 
 /// A tar of `files` (regular files, root-owned, mode 0644).
