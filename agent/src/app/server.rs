@@ -169,34 +169,31 @@ pub fn serve_local_http(
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
 ) -> Result<Vec<SocketAddr>, Error> {
-    let mut listening = Vec::new();
+    let mut wanted = Vec::new();
     if let Some(addr) = config.healthz_address {
-        let router = crate::server::http::healthz_router(state.health.clone());
-        let bound = super::listeners::serve_http(
+        wanted.push((
             "healthz",
             addr,
-            router,
-            servers,
-            &state.metrics.server,
-            tasks,
-            shutdown,
-        )?;
-        listening.push(bound);
+            crate::server::http::healthz_router(state.health.clone()),
+        ));
     }
     if let Some(addr) = config.read_only_address {
         super::listeners::warn_if_exposed(addr);
         let router = crate::server::http::read_only_router(state.clone())
             .merge(crate::server::stats::router(summary.clone()));
-        let bound = super::listeners::serve_http(
-            "read-only",
+        wanted.push(("read-only", addr, router));
+    }
+    let mut listening = Vec::new();
+    for (name, addr, router) in wanted {
+        listening.push(super::listeners::serve_http(
+            name,
             addr,
             router,
             servers,
             &state.metrics.server,
             tasks,
             shutdown,
-        )?;
-        listening.push(bound);
+        )?);
     }
     Ok(listening)
 }

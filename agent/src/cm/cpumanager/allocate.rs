@@ -298,6 +298,22 @@ mod tests {
         expected: Result<&'static str, AllocateError>,
     }
 
+    fn case(
+        name: &'static str,
+        topo: Topology,
+        available: &'static str,
+        n: usize,
+        expected: Result<&'static str, AllocateError>,
+    ) -> Case {
+        Case {
+            name,
+            topo,
+            available,
+            n,
+            expected,
+        }
+    }
+
     fn check(
         cases: Vec<Case>,
         take: fn(&Topology, &CpuSet, usize) -> Result<CpuSet, AllocateError>,
@@ -316,13 +332,6 @@ mod tests {
     #[test]
     fn upstream_take_by_topology_single_socket_cases() {
         let single = || Topology::described(1, 4, 2, 1);
-        let case = |name, topo, available, n, expected| Case {
-            name,
-            topo,
-            available,
-            n,
-            expected,
-        };
         check(
             vec![
                 case(
@@ -386,13 +395,6 @@ mod tests {
     #[test]
     fn upstream_take_by_topology_multi_socket_cases() {
         let multi_numa = || Topology::described(2, 20, 2, 2);
-        let case = |name, topo, available, n, expected| Case {
-            name,
-            topo,
-            available,
-            n,
-            expected,
-        };
         check(
             vec![
                 case(

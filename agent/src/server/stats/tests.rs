@@ -163,11 +163,11 @@ fn assert_v2_pod(pod: &serde_json::Value) {
     assert!(containers[0]["logs"]["capacityBytes"].is_u64());
 }
 
-#[test]
-fn summary_on_cgroup_v2() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = tmp.path().join("cgroup");
-    proc_files(&tmp.path().join("proc"));
+/// A cgroup v2 node below `tmp`: its /proc files, the root cgroup and `kubepods`; returns the
+/// cgroup root.
+fn v2_node(tmp: &Path) -> PathBuf {
+    let root = tmp.join("cgroup");
+    proc_files(&tmp.join("proc"));
     v2_cgroup(&root, 50_000_000, 0, 0, "max\n");
     v2_cgroup(
         &root.join("kubepods"),
@@ -176,6 +176,13 @@ fn summary_on_cgroup_v2() {
         100 * MI,
         "max\n",
     );
+    root
+}
+
+#[test]
+fn summary_on_cgroup_v2() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = v2_node(tmp.path());
     v2_cgroup(
         &root.join(POD),
         4_000_000,
@@ -313,16 +320,7 @@ fn the_sampler_needs_two_forward_readings() {
 #[test]
 fn resource_metrics_as_metrics_server_reads_them() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let root = tmp.path().join("cgroup");
-    proc_files(&tmp.path().join("proc"));
-    v2_cgroup(&root, 50_000_000, 0, 0, "max\n");
-    v2_cgroup(
-        &root.join("kubepods"),
-        9_000_000,
-        300 * MI,
-        100 * MI,
-        "max\n",
-    );
+    let root = v2_node(tmp.path());
     v2_cgroup(&root.join(POD), 4_000_000, 200 * MI, 50 * MI, "max\n");
     v2_cgroup(
         &root.join(POD).join("c0ffee"),
