@@ -11,9 +11,8 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 use tokio::{sync::broadcast, task::JoinSet};
-use tokio_util::sync::CancellationToken;
 
-use super::Error;
+use super::{Error, pods::App};
 use crate::{
     cm::{CgroupLayout, pod_cgroups::PodCgroups},
     config::Config,
@@ -25,30 +24,42 @@ use crate::{
     kernel::StreamItem,
     kubelet::{Kubelet, KubeletEvictor},
     kuberuntime::manager::KubeRuntimeManager,
-    metrics::Metrics,
     pleg::PodCache,
     pod_workers::pod_uid,
-    server::Health,
 };
 
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the composition root hands every part in"
-)]
+/// What the eviction manager is built from, besides the app's shared parts.
+pub struct EvictionParts<'a> {
+    pub memory_capacity: i64,
+    pub kubelet: &'a Arc<Kubelet>,
+    pub cgroups: &'a Arc<PodCgroups>,
+    pub cache: Arc<PodCache>,
+    pub runtime: &'a Arc<KubeRuntimeManager>,
+    pub images: &'a dyn ImageService,
+    /// The kernel programs' events, when they run.
+    pub kernel: Option<broadcast::Receiver<Arc<StreamItem>>>,
+}
+
 pub async fn start(
-    config: &Config,
-    memory_capacity: i64,
-    kubelet: &Arc<Kubelet>,
-    cgroups: &Arc<PodCgroups>,
-    cache: Arc<PodCache>,
-    runtime: &Arc<KubeRuntimeManager>,
-    images: &dyn ImageService,
-    kernel: Option<broadcast::Receiver<Arc<StreamItem>>>,
-    metrics: &Metrics,
-    health: &Health,
-    tasks: &mut JoinSet<Result<(), Error>>,
-    shutdown: &CancellationToken,
+    app: &mut App<'_>,
+    parts: EvictionParts<'_>,
 ) -> Result<Arc<EvictionManager>, Error> {
+    let EvictionParts {
+        memory_capacity,
+        kubelet,
+        cgroups,
+        cache,
+        runtime,
+        images,
+        kernel,
+    } = parts;
+    let App {
+        config,
+        metrics,
+        health,
+        ref mut tasks,
+        shutdown,
+    } = *app;
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
     let (nodefs, imagefs) = node_filesystems(config, images).await;
     let eviction = &config.eviction;

@@ -230,18 +230,16 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         },
     )?;
     let eviction = super::eviction::start(
-        config,
-        i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
-        &kubelet,
-        &input.cgroups,
-        pleg.pleg.cache(),
-        &manager,
-        runtime.client.as_ref(),
-        input.kernel_bus,
-        app.metrics,
-        app.health,
-        app.tasks,
-        app.shutdown,
+        app,
+        super::eviction::EvictionParts {
+            memory_capacity: i64::try_from(node.memory_bytes).unwrap_or(i64::MAX),
+            kubelet: &kubelet,
+            cgroups: &input.cgroups,
+            cache: pleg.pleg.cache(),
+            runtime: &manager,
+            images: runtime.client.as_ref(),
+            kernel: input.kernel_bus,
+        },
     )
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));

@@ -127,3 +127,30 @@ async fn exited_containers_and_a_missing_log_are_handled() {
     assert_eq!(manager.rotate_logs().await.expect("round"), 0);
     assert_eq!(names(c.log.parent().expect("dir")), ["0.log"]);
 }
+
+/// A container's log path is asked of the runtime once, not at every round; a new container's
+/// is asked when it first runs, and a container gone is forgotten.
+#[tokio::test]
+async fn the_runtime_is_asked_each_log_path_once() {
+    let fake = Arc::new(FakeRuntime::new());
+    let c = logging_container(&fake).await;
+    let manager = ContainerLogManager::new(fake.clone(), policy(100, 3));
+    let statuses = |calls: Vec<crate::cri::fake::Call>| {
+        calls
+            .iter()
+            .filter(|c| matches!(c, crate::cri::fake::Call::ContainerStatus { .. }))
+            .count()
+    };
+    fake.take_calls();
+    for _ in 0..3 {
+        assert_eq!(manager.rotate_logs().await.expect("round"), 0);
+    }
+    assert_eq!(statuses(fake.take_calls()), 1);
+    // Still rotated once it grows: the remembered path is the log's.
+    fs::write(&c.log, "x".repeat(200)).expect("write");
+    assert_eq!(manager.rotate_logs().await.expect("round"), 1);
+    assert_eq!(statuses(fake.take_calls()), 0);
+    fake.exit_container(&c.id, 0);
+    assert_eq!(manager.rotate_logs().await.expect("round"), 0);
+    assert!(manager.log_paths.lock_unpoisoned().is_empty());
+}
