@@ -61,6 +61,9 @@ impl Key {
     }
 }
 
+/// Every change from a point on, as a watch receives them.
+pub type Subscription = broadcast::Receiver<Arc<Change>>;
+
 /// How many changes a watch subscriber may fall behind before it is ended (a slow watcher is
 /// closed upstream too: the cacher's "Forcing watcher close due to unresponsiveness").
 const SUBSCRIBER_BUFFER: usize = 4096;
@@ -332,10 +335,7 @@ impl Store {
 
     /// The changes after `revision` and a subscription to every later one; 410 Expired when
     /// changes after `revision` were compacted.
-    pub fn watch_from(
-        &self,
-        revision: u64,
-    ) -> ApiResult<(Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>)> {
+    pub fn watch_from(&self, revision: u64) -> ApiResult<(Vec<Arc<Change>>, Subscription)> {
         if revision < self.compacted {
             return Err(ApiError::expired(format!(
                 "too old resource version: {revision} ({})",
@@ -352,7 +352,7 @@ impl Store {
     }
 
     /// A subscription to every change from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+    pub fn subscribe(&self) -> Subscription {
         self.changes.subscribe()
     }
 
