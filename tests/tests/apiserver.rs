@@ -532,3 +532,61 @@ async fn nodes_leases_tokens_and_faults() {
         Some("/api/v1/nodes/n1")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_runtime_events_are_created_then_patched_into_a_series() {
+    use k8s_openapi::api::{core::v1::Service, events::v1::Event as ApiEvent};
+    use kube::{
+        Resource as _,
+        runtime::events::{Event, EventType, Recorder, Reporter},
+    };
+
+    let server = TestApiServer::start("events");
+    let client = server.client().await;
+    // The Service the API server keeps for itself, as upstream's recorder test uses.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let kubernetes = services
+        .get("kubernetes")
+        .await
+        .expect("the kubernetes service");
+    let port = kubernetes
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.as_ref())
+        .and_then(|p| p.first())
+        .map(|p| p.port);
+    assert_eq!(port, Some(443));
+    let reporter = Reporter {
+        controller: "swiftlet".to_owned(),
+        instance: Some("n1".to_owned()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Pulled".to_owned(),
+        note: Some("Container image \"busybox\" already present on machine".to_owned()),
+        action: "Pull".to_owned(),
+        secondary: None,
+    };
+    let reference = kubernetes.object_ref(&());
+    recorder.publish(&event, &reference).await.expect("created");
+    recorder
+        .publish(&event, &reference)
+        .await
+        .expect("patched into a series");
+    let events: Api<ApiEvent> = Api::namespaced(client, "default");
+    let stored = events.list(&ListParams::default()).await.expect("listed");
+    assert_eq!(stored.items.len(), 1);
+    let stored = &stored.items[0];
+    assert_eq!(stored.reason.as_deref(), Some("Pulled"));
+    assert_eq!(stored.series.as_ref().map(|s| s.count), Some(2));
+    let (_, requests) = server.requests();
+    let writes: Vec<(&str, &str)> = requests
+        .iter()
+        .filter(|r| r.path.starts_with("/apis/events.k8s.io/v1/"))
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .filter(|(m, _)| *m != "GET")
+        .collect();
+    assert_eq!(writes.len(), 2, "{writes:?}");
+    assert_eq!((writes[0].0, writes[1].0), ("POST", "PATCH"));
+}
