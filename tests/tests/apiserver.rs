@@ -590,3 +590,57 @@ async fn kube_runtime_events_are_created_then_patched_into_a_series() {
     assert_eq!(writes.len(), 2, "{writes:?}");
     assert_eq!((writes[0].0, writes[1].0), ("POST", "PATCH"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_watcher_gets_the_initial_events_and_their_end_bookmark() {
+    let server = TestApiServer::start("streaming");
+    let client = server.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("before", "n1"))
+        .await
+        .expect("created");
+    let all: Api<Pod> = Api::all(client);
+    // `sendInitialEvents=true`: the current objects as ADDED, then the bookmark annotated
+    // `k8s.io/initial-events-end` that the watcher takes as the end of its initial list.
+    let config = watcher::Config::default()
+        .fields("spec.nodeName=n1")
+        .streaming_lists();
+    let mut events: watching::Events<Pod> = Box::pin(watcher(all, config));
+    let mut errors = Vec::new();
+    let mut listed = Vec::new();
+    next_event(
+        &mut events,
+        |e| {
+            if let watcher::Event::InitApply(p) = e {
+                listed.push(name_of(p).to_owned());
+            }
+            matches!(e, watcher::Event::InitDone)
+        },
+        &mut errors,
+    )
+    .await;
+    assert_eq!(listed, ["before"]);
+    pods.create(&PostParams::default(), &pod("after", "n1"))
+        .await
+        .expect("created");
+    next_event(
+        &mut events,
+        |e| matches!(e, watcher::Event::Apply(p) if name_of(p) == "after"),
+        &mut errors,
+    )
+    .await;
+    assert!(errors.is_empty(), "{errors:?}");
+    let (_, requests) = server.requests();
+    assert!(
+        requests
+            .iter()
+            .any(|r| r.query.contains("sendInitialEvents=true") && r.query.contains("watch=true")),
+        "the watcher asked for a streaming list: {requests:?}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.path == "/api/v1/pods" && !r.query.contains("watch=true")),
+        "and listed nothing"
+    );
+}
