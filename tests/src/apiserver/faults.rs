@@ -15,12 +15,14 @@ use std::{
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-/// One API request as received.
+/// One API request as received, with the status it was answered with (for a watch, the
+/// status its stream started with).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LoggedRequest {
     pub method: String,
     pub path: String,
     pub query: String,
+    pub code: u16,
 }
 
 /// The last requests (bounded) and how many there were in all.

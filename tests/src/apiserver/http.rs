@@ -38,21 +38,30 @@ pub fn router(server: Arc<ApiServer>) -> Router {
 /// The decoded query parameters.
 pub(super) type Params = HashMap<String, String>;
 
+/// Answers one request and logs it (the API's, not the control endpoints') with its status.
 async fn handle(State(server): State<Arc<ApiServer>>, request: Request<Body>) -> Response<Body> {
+    let logged = (!request.uri().path().starts_with("/_test/")).then(|| LoggedRequest {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        query: request.uri().query().unwrap_or_default().to_owned(),
+        code: 0,
+    });
+    let response = answer(&server, request).await;
+    if let Some(mut logged) = logged {
+        logged.code = response.status().as_u16();
+        server.faults.record(logged);
+    }
+    response
+}
+
+async fn answer(server: &Arc<ApiServer>, request: Request<Body>) -> Response<Body> {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let query: Params = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
         .map(|q| q.0.into_iter().collect())
         .unwrap_or_default();
     let control = path.starts_with("/_test/");
-    if !control {
-        server.faults.record(LoggedRequest {
-            method: parts.method.to_string(),
-            path: path.clone(),
-            query: parts.uri.query().unwrap_or_default().to_owned(),
-        });
-    }
-    if !authenticated(&server, &parts.headers) {
+    if !authenticated(server, &parts.headers) {
         return error_response(&ApiError::unauthorized());
     }
     // The control endpoints stay reachable under every fault, so a test can lift it.
@@ -86,9 +95,9 @@ async fn handle(State(server): State<Arc<ApiServer>>, request: Request<Body>) ->
         .trim()
         .to_owned();
     let answer = if control {
-        control_request(&server, &parts.method, &path, &body)
+        control_request(server, &parts.method, &path, &body)
     } else {
-        serve(&server, &parts.method, &path, &query, &content_type, &body)
+        serve(server, &parts.method, &path, &query, &content_type, &body)
     };
     answer.unwrap_or_else(|e| error_response(&e))
 }

@@ -311,6 +311,16 @@ async fn authentication_body_limit_and_faults() {
         "{log}"
     );
     assert!(paths.iter().all(|p| !p.starts_with("/_test/")));
+    let codes: Vec<u64> = log["requests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["code"].as_u64())
+        .collect();
+    assert!(
+        codes.contains(&503) && codes.contains(&413) && codes.contains(&200),
+        "{log}"
+    );
 }
 
 #[tokio::test]
@@ -385,6 +395,55 @@ async fn tokens_reviews_version_and_discovery() {
     )
     .await;
     assert_eq!(service["spec"]["ports"][0]["targetPort"], 6443);
+}
+
+#[tokio::test]
+async fn namespaces_and_their_subresources_route_as_cluster_objects() {
+    let server = server();
+    let (status, namespace) = call(
+        &server,
+        "GET",
+        "/api/v1/namespaces/kube-node-lease",
+        JSON,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &namespace["status"]["phase"]),
+        (200, &json!("Active"))
+    );
+    let (status, same) = call(
+        &server,
+        "GET",
+        "/api/v1/namespaces/kube-node-lease/status",
+        JSON,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &same["metadata"]["name"]),
+        (200, &json!("kube-node-lease"))
+    );
+    let (status, leases) = call(
+        &server,
+        "GET",
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+        JSON,
+        None,
+    )
+    .await;
+    assert_eq!((status, &leases["kind"]), (200, &json!("LeaseList")));
+    let (status, _) = call(&server, "GET", "/api/v1/pods/a", JSON, None).await;
+    assert_eq!(status, 404, "a namespaced object has no cluster-wide path");
+    let (status, _) = call(
+        &server,
+        "PUT",
+        "/api/v1/namespaces/default/pods",
+        JSON,
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(status, 405);
 }
 
 #[tokio::test]
