@@ -11,6 +11,7 @@ use axum::{
 };
 use bytes::Bytes;
 use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
 use tokio_stream::StreamExt as _;
 
 use super::{
@@ -22,6 +23,10 @@ use super::{
     store::Key,
     watch::{self, WatchRequest},
 };
+
+/// How long a watch from a version the store has not reached waits for it before failing
+/// (the watch cache's `blockTimeout`).
+const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 
 /// Upstream's default watch timeout when the client gives none (`--min-request-timeout`).
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -185,28 +190,75 @@ pub(super) fn watch_response(
         bookmarks: flag("allowWatchBookmarks"),
         timeout,
     };
-    let started = watch::start(&server.store(), &request);
     let (out, events) = tokio::sync::mpsc::channel::<Bytes>(64);
-    match started {
-        Ok(start) => {
-            tokio::spawn(watch::run(
-                request,
-                start,
-                out,
-                server.faults.watch_dropped(),
-                server.config.bookmark_interval,
-            ));
+    let dropped = server.faults.watch_dropped();
+    let server = server.clone();
+    tokio::spawn(async move {
+        let started = match wait_for_version(&server, &request).await {
+            Ok(()) => watch::start(&server.store(), &request),
+            Err(error) => Err(error),
+        };
+        match started {
+            Ok(start) => {
+                watch::run(
+                    request,
+                    start,
+                    out,
+                    dropped,
+                    server.config.bookmark_interval,
+                )
+                .await;
+            }
+            // One ERROR event, then the stream ends.
+            Err(error) => {
+                let _ = out.send(watch::error_event(&error)).await;
+            }
         }
-        Err(error) => {
-            // The channel has room for this one event; the stream then ends.
-            let _ = out.try_send(watch::error_event(&error));
-            drop(out);
-        }
-    }
+    });
     let stream = tokio_stream::wrappers::ReceiverStream::new(events).map(Ok::<_, Infallible>);
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from_stream(stream))
         .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// A watch from a version newer than the store's waits for the store to reach it, then fails
+/// with 504 `Timeout` and the cause `ResourceVersionTooLarge`, as the watch cache does
+/// (`waitUntilFreshAndBlock`, `storage.NewTooLargeResourceVersionError`).
+async fn wait_for_version(server: &ApiServer, request: &WatchRequest) -> ApiResult<()> {
+    let Some(after) = request.after.filter(|_| !request.send_initial_events) else {
+        return Ok(());
+    };
+    let mut changes = {
+        let store = server.store();
+        if store.revision() >= after {
+            return Ok(());
+        }
+        store.subscribe()
+    };
+    let caught_up = tokio::time::timeout(TOO_LARGE_WAIT, async {
+        loop {
+            match changes.recv().await {
+                Ok(change) if change.revision >= after => return true,
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return false,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    if caught_up {
+        return Ok(());
+    }
+    let current = server.store().revision();
+    Err(ApiError {
+        code: 504,
+        reason: "Timeout",
+        message: format!("Too large resource version: {after}, current: {current}"),
+        details: Some(json!({
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        })),
+    })
 }

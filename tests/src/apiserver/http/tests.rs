@@ -521,3 +521,94 @@ async fn delete_answers_the_pod_or_a_status() {
         (200, Some("Status"), Some("Success"))
     );
 }
+
+#[tokio::test]
+async fn a_watch_from_a_future_version_waits_for_it() {
+    use tokio_stream::StreamExt as _;
+
+    let server = server();
+    let next = server.store().revision() + 1;
+    let request = Request::builder()
+        .uri(format!(
+            "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={next}"
+        ))
+        .header(header::AUTHORIZATION, "Bearer t")
+        .body(Body::empty())
+        .expect("a request");
+    let response = router(server.clone())
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.into_body().into_data_stream();
+    // The write that reaches the version, and the one after it, which the watch sends.
+    call(
+        &server,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        JSON,
+        Some(json!({"metadata": {"name": "a"}})),
+    )
+    .await;
+    call(
+        &server,
+        "POST",
+        "/api/v1/namespaces/default/configmaps",
+        JSON,
+        Some(json!({"metadata": {"name": "b"}})),
+    )
+    .await;
+    let line = tokio::time::timeout(crate::EVENT_WAIT, stream.next())
+        .await
+        .expect("an event in time")
+        .expect("a line")
+        .expect("no error");
+    let event: Value = serde_json::from_slice(&line).expect("JSON");
+    assert_eq!(
+        (
+            event["type"].as_str(),
+            event["object"]["metadata"]["name"].as_str()
+        ),
+        (Some("ADDED"), Some("b"))
+    );
+}
+
+#[tokio::test]
+async fn a_watch_from_a_version_never_reached_ends_with_504() {
+    use tokio_stream::StreamExt as _;
+
+    let server = server();
+    let far = server.store().revision() + 1000;
+    let request = Request::builder()
+        .uri(format!("/api/v1/pods?watch=true&resourceVersion={far}"))
+        .header(header::AUTHORIZATION, "Bearer t")
+        .body(Body::empty())
+        .expect("a request");
+    let response = router(server.clone())
+        .oneshot(request)
+        .await
+        .expect("infallible");
+    let mut stream = response.into_body().into_data_stream();
+    let line = tokio::time::timeout(crate::EVENT_WAIT, stream.next())
+        .await
+        .expect("an event in time")
+        .expect("a line")
+        .expect("no error");
+    let event: Value = serde_json::from_slice(&line).expect("JSON");
+    assert_eq!(event["type"], "ERROR");
+    assert_eq!(
+        (
+            event["object"]["code"].as_u64(),
+            event["object"]["reason"].as_str()
+        ),
+        (Some(504), Some("Timeout"))
+    );
+    assert_eq!(
+        event["object"]["details"]["causes"][0]["reason"],
+        "ResourceVersionTooLarge"
+    );
+    assert!(
+        stream.next().await.is_none(),
+        "the stream ends after the error"
+    );
+}
