@@ -132,6 +132,32 @@ impl TestApiServer {
         );
     }
 
+    /// Takes the server down for `duration` (connections refused, open ones cut; the state
+    /// kept) and returns once its port refuses connections.
+    pub fn go_down(&self, duration: Duration) {
+        let millis = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        // The server may cut this very connection before it answers: only the effect counts.
+        let body = serde_json::json!({"millis": millis}).to_string();
+        if let Ok(mut stream) = crate::tls::connect(
+            self.port,
+            "localhost",
+            crate::tls::client_config(&self.ca_file(), None),
+        ) {
+            let head = format!(
+                "POST /_test/down HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                self.token,
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let mut ignored = Vec::new();
+            let _ = stream.read_to_end(&mut ignored);
+        }
+        crate::eventually("the API server refuses connections", || {
+            std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err()
+        });
+    }
+
     /// Every API request waits `delay` first.
     pub fn set_delay(&self, delay: Duration) {
         let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);

@@ -644,3 +644,65 @@ async fn a_streaming_list_watcher_gets_the_initial_events_and_their_end_bookmark
         "and listed nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_refuses_connections_then_the_same_state_is_served_again() {
+    let server = TestApiServer::start("outage");
+    let client = server.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("kept", "n1"))
+        .await
+        .expect("created");
+    let all: Api<Pod> = Api::all(client.clone());
+    let mut events: watching::Events<Pod> = Box::pin(watcher(
+        all,
+        watcher::Config::default().fields("spec.nodeName=n1"),
+    ));
+    let mut errors = Vec::new();
+    next_event(
+        &mut events,
+        |e| matches!(e, watcher::Event::InitDone),
+        &mut errors,
+    )
+    .await;
+
+    // Blocking calls: the helper waits until the port refuses connections.
+    let outage = Duration::from_secs(2);
+    tokio::task::block_in_place(|| server.go_down(outage));
+    let refused = pods.get("kept").await.expect_err("down");
+    assert!(
+        api_code(&refused).is_none(),
+        "a refused connection, not an API answer: {refused}"
+    );
+
+    // Back with the same objects and versions: the watcher resumes (its stream was cut) and
+    // sees what changes next, without a relist.
+    let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+    let kept = loop {
+        match pods.get("kept").await {
+            Ok(pod) => break pod,
+            Err(_) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await
+            }
+            Err(error) => panic!("the server never came back: {error}"),
+        }
+    };
+    assert!(kept.metadata.uid.is_some());
+    pods.create(&PostParams::default(), &pod("after-outage", "n1"))
+        .await
+        .expect("created");
+    let mut relisted = false;
+    next_event(
+        &mut events,
+        |e| {
+            relisted |= matches!(e, watcher::Event::Init);
+            matches!(e, watcher::Event::Apply(p) | watcher::Event::InitApply(p) if name_of(p) == "after-outage")
+        },
+        &mut errors,
+    )
+    .await;
+    assert!(
+        !relisted,
+        "the history was kept: no relist needed ({errors:?})"
+    );
+}

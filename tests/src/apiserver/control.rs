@@ -33,6 +33,11 @@ pub fn control_request(
                 .set_unavailable(body.get("enabled").and_then(Value::as_bool).unwrap_or(true));
             ok(json!({"unavailable": server.faults.unavailable()}))
         }
+        ("POST", "/_test/down") => {
+            let millis = body.get("millis").and_then(Value::as_u64).unwrap_or(0);
+            server.faults.go_down(Duration::from_millis(millis));
+            ok(json!({"millis": millis}))
+        }
         ("POST", "/_test/delay") => {
             let millis = body.get("millis").and_then(Value::as_u64).unwrap_or(0);
             server.faults.set_delay(Duration::from_millis(millis));

@@ -40,6 +40,9 @@ pub struct Faults {
     delay_ms: AtomicU64,
     /// Bumped to end every open watch.
     watch_epoch: watch::Sender<u64>,
+    /// Bumped to take the server down (listener closed, connections cut) for `outage_ms`.
+    outage_epoch: watch::Sender<u64>,
+    outage_ms: AtomicU64,
     log: Mutex<RequestLog>,
 }
 
@@ -49,6 +52,8 @@ impl Default for Faults {
             unavailable: AtomicBool::new(false),
             delay_ms: AtomicU64::new(0),
             watch_epoch: watch::channel(0).0,
+            outage_epoch: watch::channel(0).0,
+            outage_ms: AtomicU64::new(0),
             log: Mutex::new(RequestLog::default()),
         }
     }
@@ -82,6 +87,27 @@ impl Faults {
     /// What a watch listens on to learn it was dropped.
     pub fn watch_dropped(&self) -> watch::Receiver<u64> {
         self.watch_epoch.subscribe()
+    }
+
+    /// Takes the server down for `duration`: its port refuses connections and every open
+    /// connection (watches included) is cut, as when the process is gone; then it listens again
+    /// on the same port with the same state.
+    pub fn go_down(&self, duration: Duration) {
+        self.outage_ms.store(
+            u64::try_from(duration.as_millis()).unwrap_or(u64::MAX),
+            Ordering::SeqCst,
+        );
+        self.outage_epoch.send_modify(|e| *e += 1);
+    }
+
+    /// What the listener and the connections watch to learn of an outage.
+    pub fn outages(&self) -> watch::Receiver<u64> {
+        self.outage_epoch.subscribe()
+    }
+
+    /// How long the latest outage lasts.
+    pub fn outage(&self) -> Duration {
+        Duration::from_millis(self.outage_ms.load(Ordering::SeqCst))
     }
 
     pub fn record(&self, request: LoggedRequest) {

@@ -17,6 +17,8 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use super::ApiServer;
+
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -102,11 +104,34 @@ pub fn kubeconfig(server: &str, ca_file: &Path, token: &str) -> String {
     serde_json::to_string_pretty(&config).unwrap_or_default()
 }
 
-/// Accepts connections on `listener` forever, each served over TLS by `router`.
-pub async fn serve(listener: TcpListener, tls: Arc<TlsConfig>, router: axum::Router) {
+/// Accepts connections on `listener` forever, each served over TLS by `router`; during an
+/// outage ([`super::Faults::go_down`]) the port is closed and every connection cut.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<TlsConfig>,
+    router: axum::Router,
+    server: Arc<ApiServer>,
+) {
     let acceptor = TlsAcceptor::from(tls);
+    let Ok(address) = listener.local_addr() else {
+        return;
+    };
+    let mut listener = listener;
+    let mut outages = server.faults.outages();
     loop {
-        let (tcp, _peer): (_, SocketAddr) = match listener.accept().await {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            changed = outages.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                drop(listener);
+                tokio::time::sleep(server.faults.outage()).await;
+                listener = rebind(address).await;
+                continue;
+            }
+        };
+        let (tcp, _peer): (_, SocketAddr) = match accepted {
             Ok(accepted) => accepted,
             // Out of descriptors and the like: the next accept may work.
             Err(_) => {
@@ -116,14 +141,30 @@ pub async fn serve(listener: TcpListener, tls: Arc<TlsConfig>, router: axum::Rou
         };
         let acceptor = acceptor.clone();
         let router = router.clone();
+        let mut cut = server.faults.outages();
         tokio::spawn(async move {
             let Ok(stream) = acceptor.accept(tcp).await else {
                 return;
             };
-            // A connection that ends in an error (the client went away) ends only itself.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router))
-                .await;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+            // A connection that ends in an error (the client went away) ends only itself; an
+            // outage ends them all (dropping the connection closes the socket).
+            tokio::select! {
+                _ = connection => {}
+                _ = cut.changed() => {}
+            }
         });
+    }
+}
+
+/// The same address again after an outage (retried: the port is ours, but a bind can race
+/// the kernel's clean-up).
+async fn rebind(address: SocketAddr) -> TcpListener {
+    loop {
+        if let Ok(listener) = TcpListener::bind(address).await {
+            return listener;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }

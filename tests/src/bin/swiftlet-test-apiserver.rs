@@ -73,7 +73,12 @@ async fn main() -> anyhow::Result<()> {
     .with_context(|| format!("write {}", kubeconfig.display()))?;
     let token = config.token.clone();
     let server = Arc::new(ApiServer::new(config, port));
-    let serving = tokio::spawn(serve::serve(listener, tls, http::router(server)));
+    let serving = tokio::spawn(serve::serve(
+        listener,
+        tls,
+        http::router(server.clone()),
+        server,
+    ));
     println!(
         "swiftlet-test-apiserver ready {}",
         json!({"url": url, "port": port, "kubeconfig": kubeconfig, "token": token})
