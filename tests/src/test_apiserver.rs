@@ -72,17 +72,12 @@ impl TestApiServer {
         }
     }
 
-    /// A kube-rs client from the kubeconfig, as swiftlet builds its own (needs a tokio runtime).
+    /// A kube-rs client from the kubeconfig, built by swiftlet's own `--kubeconfig` code
+    /// (needs a tokio runtime).
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig)
-            .unwrap_or_else(|e| panic!("read {}: {e}", self.kubeconfig.display()));
-        let config = kube::Config::from_custom_kubeconfig(
-            kubeconfig,
-            &kube::config::KubeConfigOptions::default(),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("the kubeconfig: {e}"));
-        kube::Client::try_from(config).unwrap_or_else(|e| panic!("a client: {e}"))
+        swiftlet::sources::client_from_kubeconfig(&self.kubeconfig)
+            .await
+            .unwrap_or_else(|e| panic!("a client from {}: {e}", self.kubeconfig.display()))
     }
 
     /// The CA certificate file the kubeconfig trusts.

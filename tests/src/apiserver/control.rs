@@ -1,6 +1,17 @@
-//! The `/_test/…` control endpoints (never part of the Kubernetes API): the fault switches of
-//! [`super::faults`], compaction, the fresh-versions restart, the request log and the review
-//! table.
+//! The `/_test/…` control endpoints (never part of the Kubernetes API), with the server's
+//! bearer token, reachable under every fault but an outage:
+//!
+//! ```text
+//! POST   /_test/down          {"millis": N}      refuse connections for N ms, cut open ones
+//! POST   /_test/unavailable   {"enabled": bool}  answer 503 to every API request
+//! POST   /_test/delay         {"millis": N}      wait N ms before every API request
+//! POST   /_test/drop-watches                     end every open watch
+//! POST   /_test/compact                          every resourceVersion before now: 410 Gone
+//! POST   /_test/restart                          fresh resourceVersions, watches dropped
+//! GET    /_test/requests                         {"total", "requests": [{method, path, query, code}]}
+//! DELETE /_test/requests                         clear the log
+//! PUT    /_test/reviews       ReviewTable        TokenReview/SubjectAccessReview answers
+//! ```
 
 use std::time::Duration;
 
