@@ -3,11 +3,12 @@
 //! kube-apiserver, k3s or envtest can be installed where these tests run. It implements the
 //! API semantics swiftlet relies on, as the API conventions document them
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/>): a store with monotonic
-//! resourceVersions ([`store`]), list and watch with selectors, bookmarks and 410 Gone
-//! ([`watch`], [`selector`]), the patch types ([`patch`], [`json_patch`]), the resources'
-//! create/update strategies ([`strategy`]), graceful deletion ([`deletion`]), the review and
-//! token resources ([`reviews`]), HTTP routing ([`http`]), TLS and the kubeconfig ([`serve`]),
-//! and fault injection for tests ([`faults`]).
+//! resourceVersions ([`store`]), list and watch with selectors, pages, bookmarks and 410 Gone
+//! ([`list`], [`watch`], [`selector`]), the patch types ([`patch`], [`json_patch`]), the
+//! resources' create/update strategies ([`strategy`]), graceful deletion ([`deletion`]), the
+//! review and token resources ([`reviews`]), HTTP routing and discovery ([`http`],
+//! [`discovery`]), TLS and the kubeconfig ([`serve`]), and fault injection for tests
+//! ([`faults`], driven through [`control`]).
 //!
 //! It is not an API server: no admission beyond the namespace's existence, no validation
 //! beyond what the tests need, no RBAC, no persistence, no server-side apply. Never shipped in

@@ -6,7 +6,8 @@
 //! swiftlet-test-apiserver ready {"url":"https://127.0.0.1:PORT","port":PORT,"kubeconfig":"DIR/kubeconfig","token":"…"}
 //! ```
 //!
-//! It runs until killed. Faults and the request log are under `/_test/…` on the same server.
+//! It runs until killed. Faults and the request log are under `/_test/…` on the same server
+//! (listed in `swiftlet_tests::apiserver::control`).
 #![expect(
     clippy::print_stdout,
     reason = "the readiness line is this CLI's interface"
