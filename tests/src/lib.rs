@@ -7,11 +7,13 @@
     reason = "test support: a setup step that fails must fail the test, loudly"
 )]
 
+pub mod apiserver;
 pub mod bench;
 pub mod cgroup;
 pub mod manifest;
 pub mod node;
 pub mod process;
+pub mod test_apiserver;
 pub mod tls;
 
 use std::{path::PathBuf, time::Duration};
@@ -134,7 +136,7 @@ pub fn swiftlet_bin() -> PathBuf {
     sibling_binary("swiftlet")
 }
 
-fn sibling_binary(name: &str) -> PathBuf {
+pub(crate) fn sibling_binary(name: &str) -> PathBuf {
     // Tests run from target/<profile>/deps/; binaries live in target/<profile>/.
     let exe = std::env::current_exe().unwrap_or_default();
     let mut dir = exe.parent().map(PathBuf::from).unwrap_or_default();
