@@ -241,13 +241,19 @@ impl PodSyncer for KubeletSyncer {
         self.volumes
             .wait_for_unmount(&uid, &CancellationToken::new())
             .await?;
-        if self.pods.get(&uid).is_none() {
+        let known = self.pods.get(&uid).is_some();
+        if !known {
             // Gone from every source: nothing of it stays on the node.
             self.runtime.remove_pod(status).await?;
             self.volumes.remove_pod_dir(&uid)?;
             self.status.remove(&uid);
         }
         self.cgroups.remove_pod(&uid)?;
+        if known {
+            // A pod the API server is deleting may now go from it (the status syncer sends the
+            // final DELETE).
+            self.status.set_finished(&uid);
+        }
         Ok(())
     }
 }

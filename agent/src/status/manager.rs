@@ -21,6 +21,7 @@ struct Versioned {
     pod: Arc<Pod>,
     status: ApiPodStatus,
     version: u64,
+    finished: bool,
 }
 
 /// A pod with the status the kubelet last set, and that status's version.
@@ -28,6 +29,11 @@ struct Versioned {
 pub struct PodWithStatus {
     pub pod: Pod,
     pub version: u64,
+    /// The pod's termination is complete: its containers are stopped and its volumes torn down
+    /// (upstream `podIsFinished`, set by `TerminatePod` at the end of `SyncTerminatedPod`).
+    pub finished: bool,
+    /// The status the pod's source gave with it (the API server's copy, for an API pod).
+    pub source_status: Option<ApiPodStatus>,
 }
 
 pub struct StatusManager {
@@ -84,11 +90,11 @@ impl StatusManager {
             terminal.apply(&mut status);
         }
         let mut statuses = self.lock();
-        let version = match statuses.get(&uid) {
+        let (version, finished) = match statuses.get(&uid) {
             Some(old) if old.status == status && Arc::ptr_eq(&old.pod, pod) => return,
-            Some(old) if old.status == status => old.version,
-            Some(old) => old.version + 1,
-            None => 1,
+            Some(old) if old.status == status => (old.version, old.finished),
+            Some(old) => (old.version + 1, old.finished),
+            None => (1, false),
         };
         statuses.insert(
             uid,
@@ -96,8 +102,26 @@ impl StatusManager {
                 pod: pod.clone(),
                 status,
                 version,
+                finished,
             },
         );
+        drop(statuses);
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Records that the pod's termination is complete (upstream `TerminatePod` as
+    /// `SyncTerminatedPod` ends): the syncer may then delete a pod the API server is deleting.
+    /// A new version, so the syncer looks at the pod again.
+    pub fn set_finished(&self, uid: &PodUid) {
+        let mut statuses = self.lock();
+        let Some(entry) = statuses.get_mut(uid) else {
+            return;
+        };
+        if entry.finished {
+            return;
+        }
+        entry.finished = true;
+        entry.version += 1;
         drop(statuses);
         self.changed.send_modify(|n| *n += 1);
     }
@@ -135,10 +159,12 @@ impl StatusManager {
             .values()
             .map(|v| {
                 let mut pod = (*v.pod).clone();
-                pod.status = Some(v.status.clone());
+                let source_status = pod.status.replace(v.status.clone());
                 PodWithStatus {
                     pod,
                     version: v.version,
+                    finished: v.finished,
+                    source_status,
                 }
             })
             .collect();

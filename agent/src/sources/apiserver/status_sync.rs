@@ -6,14 +6,25 @@
 //! up meanwhile. A failed PATCH is tried again at the next change or the next sync period.
 //!
 //! The patch is a strategic merge patch, as upstream's: `metadata.uid` as a precondition (a pod
-//! recreated under the same name is not overwritten: 409) and the status; conditions merge by
-//! `type`, so those other components own (upstream's `mergePodStatus` keeps them) stay. Fields
-//! the agent sent before and no longer sets are sent as `null`, which deletes them. A 404 means
-//! the pod is gone: nothing to do.
+//! recreated under the same name is not overwritten) and the status as a two-way patch from what
+//! the API server holds to the new status (upstream `CreateTwoWayMergePatch`): what the new
+//! status no longer has is sent as `null` at any depth (a container that stopped running loses
+//! its `running` state; a condition that became ready loses its reason), the lists that merge by
+//! a key (conditions by `type`, container statuses by `name`, IPs by `ip`) are patched element by
+//! element and an element gone is sent as `$patch: delete`. Conditions of other components are
+//! not in either status, so they stay (upstream's `mergePodStatus`). What the API server holds is
+//! the last status it accepted from the agent, or for the first patch the status the pod came
+//! with. A 404 means the pod is gone: nothing to do.
 //!
-//! Not here: static pods (their status would go to mirror pods, which do not exist yet), deleting
-//! a terminated pod with `deletionTimestamp` (upstream's `canBeDeleted`: needs the pod workers'
-//! "finished" signal), holding back a terminal phase while containers may run, `needsReconcile`.
+//! A pod the API server is deleting (`deletionTimestamp` set) is removed from it by the agent,
+//! as upstream's `syncPod` does once `canBeDeleted`: its termination is finished (containers
+//! stopped, volumes torn down: the status manager's `finished`, set as `SyncTerminatedPod` ends)
+//! and the status it shows has a terminal phase. The DELETE has grace 0 and the pod's UID as a
+//! precondition, so a pod recreated under the same name is never deleted by it. Until then the
+//! pod stays `Terminating` on the API server, whatever its grace period said.
+//!
+//! Not here: static pods (their status would go to mirror pods, which do not exist yet), holding
+//! back a terminal phase while containers may run, `needsReconcile`.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -24,13 +35,13 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api, Client,
-    api::{Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams, Preconditions},
 };
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, is_not_found};
+use super::{Error, is_conflict, is_not_found};
 use crate::{
     sources::{CONFIG_SOURCE_ANNOTATION, Source},
     status::{PodWithStatus, StatusManager},
@@ -40,7 +51,7 @@ use crate::{
 #[derive(Debug)]
 struct Sent {
     version: u64,
-    /// The status as sent, to null out fields the agent stops setting.
+    /// The status as sent: what the API server holds, which the next patch starts from.
     status: Map<String, Value>,
 }
 
@@ -50,6 +61,8 @@ pub(super) struct StatusSync {
     period: Duration,
     /// Pod UID → what the API server has from the agent (upstream `apiStatusVersions`).
     sent: HashMap<String, Sent>,
+    /// Pods the agent has sent the final DELETE for (until their status goes).
+    deleted: HashSet<String>,
 }
 
 impl StatusSync {
@@ -59,6 +72,7 @@ impl StatusSync {
             status,
             period,
             sent: HashMap::new(),
+            deleted: HashSet::new(),
         }
     }
 
@@ -86,7 +100,14 @@ impl StatusSync {
             .filter_map(|p| p.pod.metadata.uid.as_deref())
             .collect();
         self.sent.retain(|uid, _| live.contains(uid.as_str()));
-        for PodWithStatus { pod, version } in pods {
+        self.deleted.retain(|uid| live.contains(uid.as_str()));
+        for PodWithStatus {
+            pod,
+            version,
+            finished,
+            source_status,
+        } in pods
+        {
             if !is_api_pod(&pod) {
                 continue;
             }
@@ -94,17 +115,66 @@ impl StatusSync {
                 continue;
             };
             let previous = self.sent.get(&uid);
-            if previous.is_some_and(|s| s.version == version) {
-                continue;
-            }
-            let status = status_object(&pod);
-            let body = patch_body(&uid, &status, previous.map(|s| &s.status));
-            match self.patch(&pod, &body).await {
-                Ok(()) => {
-                    self.sent.insert(uid, Sent { version, status });
+            if previous.is_none_or(|s| s.version != version) {
+                let status = status_object(pod.status.as_ref());
+                let held = match previous {
+                    Some(sent) => sent.status.clone(),
+                    None => status_object(source_status.as_ref()),
+                };
+                let body = patch_body(&uid, &status, &held);
+                match self.patch(&pod, &body).await {
+                    Ok(()) => {
+                        self.sent.insert(uid.clone(), Sent { version, status });
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, pod = uid, "failed to update the pod status");
+                        continue;
+                    }
                 }
-                Err(error) => tracing::warn!(%error, pod = uid, "failed to update the pod status"),
             }
+            if can_be_deleted(&pod, finished) && !self.deleted.contains(&uid) {
+                match self.delete(&pod, &uid).await {
+                    Ok(()) => {
+                        self.deleted.insert(uid);
+                    }
+                    Err(error) => tracing::warn!(%error, pod = uid, "failed to delete the pod"),
+                }
+            }
+        }
+    }
+
+    /// The final DELETE of a pod whose termination is finished (grace 0, UID precondition).
+    async fn delete(&self, pod: &Pod, uid: &str) -> Result<(), Error> {
+        let (Some(namespace), Some(name)) = (&pod.metadata.namespace, &pod.metadata.name) else {
+            return Ok(());
+        };
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                tracing::info!(
+                    namespace,
+                    name,
+                    "pod fully terminated and removed from the API server"
+                );
+                Ok(())
+            }
+            // Gone already, or a new pod under the name: either way not this pod's to delete.
+            Err(error) if is_not_found(&error) || is_conflict(&error) => {
+                tracing::debug!(namespace, name, %error, "pod not deleted: gone or replaced");
+                Ok(())
+            }
+            Err(source) => Err(Error::Api {
+                what: format!("DELETE namespaces/{namespace}/pods/{name}"),
+                source,
+            }),
         }
     }
 
@@ -130,6 +200,17 @@ impl StatusSync {
     }
 }
 
+/// Upstream `canBeDeleted`: the API server is deleting the pod, the status it shows is terminal,
+/// and the kubelet has finished terminating it.
+fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
+    let terminal = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
+    pod.metadata.deletion_timestamp.is_some() && terminal && finished
+}
+
 /// Whether the pod came from the API server (`kubernetes.io/config.source: api`).
 fn is_api_pod(pod: &Pod) -> bool {
     pod.metadata
@@ -139,26 +220,100 @@ fn is_api_pod(pod: &Pod) -> bool {
         .is_some_and(|s| s == Source::Api.as_str())
 }
 
-fn status_object(pod: &Pod) -> Map<String, Value> {
-    match serde_json::to_value(&pod.status) {
+fn status_object(status: Option<&k8s_openapi::api::core::v1::PodStatus>) -> Map<String, Value> {
+    match serde_json::to_value(status) {
         Ok(Value::Object(map)) => map,
         _ => Map::new(),
     }
 }
 
-/// `{"metadata":{"uid":…},"status":…}` with `null` for fields sent before and now unset.
-fn patch_body(
-    uid: &str,
-    status: &Map<String, Value>,
-    previous: Option<&Map<String, Value>>,
-) -> Value {
-    let mut patch = status.clone();
-    for key in previous.into_iter().flat_map(Map::keys) {
-        if !patch.contains_key(key) {
-            patch.insert(key.clone(), Value::Null);
+/// `{"metadata":{"uid":…},"status":…}`, the status a two-way patch from `held` to `status`.
+fn patch_body(uid: &str, status: &Map<String, Value>, held: &Map<String, Value>) -> Value {
+    let patch = diff_map(held, status).unwrap_or_default();
+    json!({ "metadata": { "uid": uid }, "status": patch })
+}
+
+/// The key a list of the pod status merges by (the `patchMergeKey`s of `PodStatus`); other
+/// lists are replaced whole.
+fn merge_key(field: &str) -> Option<&'static str> {
+    match field {
+        "conditions" => Some("type"),
+        "containerStatuses"
+        | "initContainerStatuses"
+        | "ephemeralContainerStatuses"
+        | "resourceClaimStatuses" => Some("name"),
+        "podIPs" | "hostIPs" => Some("ip"),
+        _ => None,
+    }
+}
+
+/// The patch turning map `old` into `new`; `None` when they are equal.
+fn diff_map(old: &Map<String, Value>, new: &Map<String, Value>) -> Option<Map<String, Value>> {
+    let mut patch = Map::new();
+    for (field, value) in new {
+        match old.get(field) {
+            Some(before) => {
+                if let Some(change) = diff_value(field, before, value) {
+                    patch.insert(field.clone(), change);
+                }
+            }
+            None => {
+                patch.insert(field.clone(), value.clone());
+            }
         }
     }
-    json!({ "metadata": { "uid": uid }, "status": patch })
+    for field in old.keys() {
+        if !new.contains_key(field) {
+            patch.insert(field.clone(), Value::Null);
+        }
+    }
+    (!patch.is_empty()).then_some(patch)
+}
+
+fn diff_value(field: &str, old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(old), Value::Object(new)) => diff_map(old, new).map(Value::Object),
+        (Value::Array(old), Value::Array(new)) => match merge_key(field) {
+            Some(key) => diff_list(old, new, key),
+            None => (old != new).then(|| Value::Array(new.clone())),
+        },
+        _ => (old != new).then(|| new.clone()),
+    }
+}
+
+/// A list merged by `key`: each changed element as its own patch with its key, a new one whole,
+/// one gone as `{"$patch": "delete", key: …}`.
+fn diff_list(old: &[Value], new: &[Value], key: &str) -> Option<Value> {
+    let key_of = |element: &Value| element.get(key).cloned();
+    let mut patch = Vec::new();
+    for element in new {
+        let before = key_of(element).and_then(|k| {
+            old.iter()
+                .find(|o| key_of(o).as_ref() == Some(&k))
+                .map(|o| (k, o))
+        });
+        match (before, element) {
+            (Some((k, Value::Object(before))), Value::Object(after)) => {
+                if let Some(mut change) = diff_map(before, after) {
+                    change.insert(key.to_owned(), k);
+                    patch.push(Value::Object(change));
+                }
+            }
+            (Some((_, before)), after) if before == after => {}
+            _ => patch.push(element.clone()),
+        }
+    }
+    for element in old {
+        if let Some(k) = key_of(element)
+            && !new.iter().any(|n| key_of(n).as_ref() == Some(&k))
+        {
+            let mut gone = Map::new();
+            gone.insert("$patch".to_owned(), Value::from("delete"));
+            gone.insert(key.to_owned(), k);
+            patch.push(Value::Object(gone));
+        }
+    }
+    (!patch.is_empty()).then_some(Value::Array(patch))
 }
 
 #[cfg(test)]

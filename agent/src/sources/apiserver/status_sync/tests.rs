@@ -135,3 +135,54 @@ async fn a_deleted_pod_is_not_an_error_and_other_failures_are_retried() {
     api.assert_no_request(Duration::from_secs(35)).await;
     cancel.cancel();
 }
+
+/// The two-way patch (upstream `CreateTwoWayMergePatch` on a pod status): a state the container
+/// left is nulled, a condition's reason it no longer has is nulled, a container status gone is a
+/// `$patch: delete`, and what did not change is not sent.
+#[test]
+fn the_patch_removes_what_the_new_status_no_longer_has_at_any_depth() {
+    let held = json!({
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "False", "reason": "ContainersNotReady", "message": "containers with unready status: [main]"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": [
+            {"name": "main", "ready": false, "state": {"waiting": {"reason": "ContainerCreating"}}},
+            {"name": "old", "ready": false, "state": {"terminated": {"exitCode": 0}}},
+        ],
+        "podIPs": [{"ip": "10.0.0.5"}],
+    });
+    let now = json!({
+        "phase": "Running",
+        "conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": [
+            {"name": "main", "ready": true, "state": {"running": {"startedAt": "2026-11-25T11:00:00Z"}}},
+        ],
+        "podIPs": [{"ip": "10.0.0.5"}],
+    });
+    let (Value::Object(held), Value::Object(now)) = (held, now) else {
+        panic!("objects");
+    };
+    assert_eq!(
+        patch_body("u1", &now, &held),
+        json!({
+            "metadata": {"uid": "u1"},
+            "status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": null, "message": null}],
+                "containerStatuses": [
+                    {"name": "main", "ready": true, "state": {"waiting": null, "running": {"startedAt": "2026-11-25T11:00:00Z"}}},
+                    {"$patch": "delete", "name": "old"},
+                ],
+            },
+        })
+    );
+    // Nothing changed: an empty status patch.
+    assert_eq!(
+        patch_body("u1", &now, &now),
+        json!({"metadata": {"uid": "u1"}, "status": {}})
+    );
+}
