@@ -7,10 +7,11 @@
 //! - `node_object.rs` — the Node object and its status, built from [`NodeDescription`] (pure).
 //! - `node.rs` — registration (`registerWithAPIServer`) and the periodic status update.
 //! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
-//! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`).
+//! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`):
+//!   two-way status patches, and the final DELETE of a pod whose termination is finished.
 //!
-//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, pod deletion
-//! after termination, volumes, the kubelet's own HTTPS server. Every loop logs API errors and keeps
+//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, volumes, the
+//! kubelet's own HTTPS server. Every loop logs API errors and keeps
 //! going: a node agent outlives API-server outages.
 
 mod lease;
