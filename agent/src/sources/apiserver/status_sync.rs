@@ -284,36 +284,46 @@ fn diff_value(field: &str, old: &Value, new: &Value) -> Option<Value> {
 /// A list merged by `key`: each changed element as its own patch with its key, a new one whole,
 /// one gone as `{"$patch": "delete", key: …}`.
 fn diff_list(old: &[Value], new: &[Value], key: &str) -> Option<Value> {
-    let key_of = |element: &Value| element.get(key).cloned();
+    // Indexed by the key's JSON text: the held status comes from the API server, whose lists a
+    // client with write access may make long, so each side is looked up, not scanned.
+    let (old_by_key, new_by_key) = (index_by(old, key), index_by(new, key));
     let mut patch = Vec::new();
     for element in new {
-        let before = key_of(element).and_then(|k| {
-            old.iter()
-                .find(|o| key_of(o).as_ref() == Some(&k))
-                .map(|o| (k, o))
-        });
-        match (before, element) {
-            (Some((k, Value::Object(before))), Value::Object(after)) => {
+        let k = element.get(key);
+        let before = k.and_then(|k| old_by_key.get(&k.to_string()));
+        match (k, before, element) {
+            (Some(k), Some(Value::Object(before)), Value::Object(after)) => {
                 if let Some(mut change) = diff_map(before, after) {
-                    change.insert(key.to_owned(), k);
+                    change.insert(key.to_owned(), k.clone());
                     patch.push(Value::Object(change));
                 }
             }
-            (Some((_, before)), after) if before == after => {}
+            (_, Some(before), after) if *before == after => {}
             _ => patch.push(element.clone()),
         }
     }
     for element in old {
-        if let Some(k) = key_of(element)
-            && !new.iter().any(|n| key_of(n).as_ref() == Some(&k))
+        if let Some(k) = element.get(key)
+            && !new_by_key.contains_key(&k.to_string())
         {
             let mut gone = Map::new();
             gone.insert("$patch".to_owned(), Value::from("delete"));
-            gone.insert(key.to_owned(), k);
+            gone.insert(key.to_owned(), k.clone());
             patch.push(Value::Object(gone));
         }
     }
     (!patch.is_empty()).then_some(Value::Array(patch))
+}
+
+/// A list's elements by the JSON text of their `key` (the first of duplicates).
+fn index_by<'a>(list: &'a [Value], key: &str) -> HashMap<String, &'a Value> {
+    let mut by_key = HashMap::new();
+    for element in list {
+        if let Some(k) = element.get(key) {
+            by_key.entry(k.to_string()).or_insert(element);
+        }
+    }
+    by_key
 }
 
 #[cfg(test)]

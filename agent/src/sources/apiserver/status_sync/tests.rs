@@ -186,3 +186,29 @@ fn the_patch_removes_what_the_new_status_no_longer_has_at_any_depth() {
         json!({"metadata": {"uid": "u1"}, "status": {}})
     );
 }
+
+/// A held status with a long list (a client with write access to the pod's status made it): the
+/// patch is still exact — every stranger deleted, the agent's own kept — with each side indexed
+/// once rather than scanned per element.
+#[test]
+fn a_long_held_list_is_patched_element_by_element() {
+    let strangers: Vec<Value> = (0..20_000)
+        .map(|i| json!({"type": format!("x{i}"), "status": "True"}))
+        .collect();
+    let mut held_conditions = strangers.clone();
+    held_conditions.push(json!({"type": "Ready", "status": "False"}));
+    let held = json!({"conditions": held_conditions});
+    let now = json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    let (Value::Object(held), Value::Object(now)) = (held, now) else {
+        panic!("objects");
+    };
+    let body = patch_body("u1", &now, &held);
+    let patch = body["status"]["conditions"].as_array().expect("a list");
+    assert_eq!(patch.len(), 20_001);
+    assert_eq!(patch[0], json!({"type": "Ready", "status": "True"}));
+    assert!(
+        patch[1..]
+            .iter()
+            .all(|c| c["$patch"] == "delete" && c.get("status").is_none())
+    );
+}
