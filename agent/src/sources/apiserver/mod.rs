@@ -103,12 +103,18 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, Error> {
         path: path.to_owned(),
         source,
     })?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|source| Error::Kubeconfig {
-            path: path.to_owned(),
-            source,
-        })?;
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .map_err(|source| Error::Kubeconfig {
+                path: path.to_owned(),
+                source,
+            })?;
+    // kube's default retries a 429/503/504 up to 15 times with a backoff growing to minutes,
+    // inside one call: a status batch or a lease renewal would stall that long behind an
+    // overloaded API server. Every loop here tries again on its own period instead, as the
+    // kubelet's do (client-go retries only when the server names a Retry-After).
+    config.default_retry = false;
     Client::try_from(config).map_err(|source| Error::Client {
         path: path.to_owned(),
         source,
@@ -237,6 +243,10 @@ fn is_not_found(error: &kube::Error) -> bool {
 
 fn is_conflict(error: &kube::Error) -> bool {
     is_status(error, "Conflict", 409)
+}
+
+fn is_invalid(error: &kube::Error) -> bool {
+    is_status(error, "Invalid", 422)
 }
 
 fn is_already_exists(error: &kube::Error) -> bool {

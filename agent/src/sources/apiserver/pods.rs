@@ -109,7 +109,7 @@ pub(super) async fn run(
 ) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(&node_selector(&node_name));
-    let mut events = pin!(watcher(api, config).default_backoff());
+    let mut events = pin!(watcher(api.clone(), config.clone()).default_backoff());
     let mut store = PodStore::default();
     loop {
         let event = tokio::select! {
@@ -118,6 +118,11 @@ pub(super) async fn run(
         };
         let pods = match event {
             Some(Ok(event)) => store.apply(event),
+            Some(Err(error)) if is_too_large_resource_version(&error) => {
+                tracing::warn!(%error, node = node_name, "the API server is behind the pods' last resourceVersion (restarted?); listing them again");
+                events.set(watcher(api.clone(), config.clone()).default_backoff());
+                None
+            }
             Some(Err(error)) => {
                 tracing::warn!(%error, node = node_name, "watching this node's pods failed; retrying");
                 None
@@ -132,6 +137,26 @@ pub(super) async fn run(
             return;
         }
     }
+}
+
+/// A watch from a resourceVersion the API server has not reached: it was restarted with fresh
+/// versions, or its cache lags. client-go's reflector lists again then
+/// (`isTooLargeResourceVersionError`: the `ResourceVersionTooLarge` cause, or a 504 saying "Too
+/// large resource version" from servers older than the cause); kube-runtime's watcher would ask
+/// for the same version for ever.
+fn is_too_large_resource_version(error: &watcher::Error) -> bool {
+    let status = match error {
+        watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status))
+        | watcher::Error::WatchError(status) => status,
+        _ => return false,
+    };
+    let has_cause = status.details.as_ref().is_some_and(|d| {
+        d.causes
+            .iter()
+            .any(|c| c.reason == "ResourceVersionTooLarge")
+    });
+    has_cause || (status.code == 504 && status.message.contains("Too large resource version"))
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, is_conflict, is_not_found};
+use super::{Error, is_conflict, is_invalid, is_not_found};
 use crate::{
     sources::{CONFIG_SOURCE_ANNOTATION, Source},
     status::{PodWithStatus, StatusManager},
@@ -126,6 +126,11 @@ impl StatusSync {
                     Ok(()) => {
                         self.sent.insert(uid.clone(), Sent { version, status });
                     }
+                    // The same patch would be refused again: wait for the next change.
+                    Err(error) if is_refused(&error) => {
+                        tracing::warn!(%error, pod = uid, "the API server refused the pod status; not retried until it changes");
+                        self.sent.insert(uid.clone(), Sent { version, status: held });
+                    }
                     Err(error) => {
                         tracing::warn!(%error, pod = uid, "failed to update the pod status");
                         continue;
@@ -198,6 +203,12 @@ impl StatusSync {
             }),
         }
     }
+}
+
+/// A PATCH the API server will never accept as it stands: 422 `Invalid` (among others, a pod
+/// recreated under the name: the patch's `metadata.uid` is immutable on it) or 409.
+fn is_refused(error: &Error) -> bool {
+    matches!(error, Error::Api { source, .. } if is_invalid(source) || is_conflict(source))
 }
 
 /// Upstream `canBeDeleted`: the API server is deleting the pod, the status it shows is terminal,

@@ -136,6 +136,27 @@ async fn a_deleted_pod_is_not_an_error_and_other_failures_are_retried() {
     cancel.cancel();
 }
 
+/// A pod recreated under the same name refuses the patch (its `metadata.uid` is immutable: 422):
+/// the same patch is not sent again at every sync period, only after the next change.
+#[tokio::test(start_paused = true)]
+async fn a_refused_patch_waits_for_the_next_change() {
+    let status = Arc::new(StatusManager::default());
+    let web = pod("web", "u-web", "api");
+    status.set_pod_status(&web, running(None));
+    let (mut api, cancel) = start(&status);
+
+    let patch = api.expect(Method::PATCH, WEB_STATUS).await;
+    patch.reply(422, &status_error(422, "Invalid"));
+    api.assert_no_request(Duration::from_secs(35)).await;
+
+    status.set_pod_status(&web, running(Some("changed")));
+    let patch = api.expect(Method::PATCH, WEB_STATUS).await;
+    assert_eq!(patch.body["status"]["message"], "changed");
+    patch.reply(200, &ok_pod());
+    api.assert_no_request(Duration::from_secs(35)).await;
+    cancel.cancel();
+}
+
 /// The two-way patch (upstream `CreateTwoWayMergePatch` on a pod status): a state the container
 /// left is nulled, a condition's reason it no longer has is nulled, a container status gone is a
 /// `$patch: delete`, and what did not change is not sent.
