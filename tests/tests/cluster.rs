@@ -188,3 +188,367 @@ fn a_pod_deleted_through_the_api_leaves_it_once_its_containers_are_gone() {
         .collect();
     assert_eq!(deletes.len(), 2, "the test's and the agent's: {deletes:?}");
 }
+
+/// A pod bound to `node` whose one container runs `script`, with `grace` seconds to stop.
+fn busybox_pod(name: &str, node: &str, grace: i64, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "Never",
+                "command": ["sh", "-c", script],
+            }],
+        },
+    }))
+    .expect("a pod")
+}
+
+/// Waits until every pod named in `names` is `Running` on the API server; returns the list's
+/// resourceVersion then.
+fn wait_running(rt: &tokio::runtime::Runtime, pods: &Api<Pod>, names: &[String]) -> String {
+    let deadline = Instant::now() + EVENT_WAIT * 3;
+    loop {
+        let list = rt
+            .block_on(pods.list(&Default::default()))
+            .expect("a pod list");
+        let running = list
+            .items
+            .iter()
+            .filter(|p| {
+                names.iter().any(|n| p.metadata.name.as_ref() == Some(n)) && phase(p) == "Running"
+            })
+            .count();
+        if running == names.len() {
+            return list.metadata.resource_version.expect("a resourceVersion");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{running} of {} pods ran",
+            names.len()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The exit code of the pod's one container, as its status on the API server says.
+fn exit_code(pod: &Pod) -> Option<i32> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
+}
+
+/// The order in which pods left the API server and the last version of each before it did,
+/// from a watch of the namespace from `from`, until `count` pods are deleted.
+fn watch_deletions(
+    rt: &tokio::runtime::Runtime,
+    pods: &Api<Pod>,
+    from: &str,
+    count: usize,
+    wait: Duration,
+) -> (Vec<String>, std::collections::HashMap<String, Pod>) {
+    rt.block_on(async {
+        let mut stream = Box::pin(
+            pods.watch(&WatchParams::default(), from)
+                .await
+                .expect("a watch"),
+        );
+        let mut order = Vec::new();
+        let mut last = std::collections::HashMap::new();
+        let collect = async {
+            while let Some(event) = stream.next().await {
+                match event.expect("a watch event") {
+                    WatchEvent::Modified(pod) => {
+                        last.insert(pod.metadata.name.clone().unwrap_or_default(), pod);
+                    }
+                    WatchEvent::Deleted(pod) => {
+                        order.push(pod.metadata.name.clone().unwrap_or_default());
+                        if order.len() == count {
+                            return;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        };
+        let finished = tokio::time::timeout(wait, collect).await;
+        assert!(
+            finished.is_ok(),
+            "only {} of {count} pods left the API server: {order:?}",
+            order.len()
+        );
+        (order, last)
+    })
+}
+
+/// Twenty pods deleted at once with different grace periods all leave the API server, and none
+/// before its containers are gone: half of them ignore SIGTERM and are killed when their grace
+/// period ends (exit 137), so they leave in the order of their grace periods, after every pod
+/// that honours SIGTERM at once (exit 0); each pod's last status on the API server is terminal.
+#[test]
+fn twenty_pods_deleted_with_different_grace_periods_leave_in_their_order() {
+    let test = "twenty_pods_deleted_with_different_grace_periods_leave_in_their_order";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let server = TestApiServer::start("twenty");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with("apitwenty", &endpoint, &["--kubeconfig", &kubeconfig]);
+    let rt = runtime();
+    let pods: Api<Pod> = Api::namespaced(rt.block_on(server.client()), "default");
+    // Four grace periods, four seconds apart: far more than a kill's jitter on a loaded node.
+    let graces = [4_i64, 8, 12, 16];
+    let mut names = Vec::new();
+    for i in 0..20 {
+        let grace = graces[i % graces.len()];
+        let ignores_term = i % 2 == 0;
+        let name = format!(
+            "p{i:02}-g{grace}-{}",
+            if ignores_term { "stubborn" } else { "polite" }
+        );
+        let script = if ignores_term {
+            "trap '' TERM; while true; do sleep 0.2; done"
+        } else {
+            "trap 'exit 0' TERM; while true; do sleep 0.2; done"
+        };
+        rt.block_on(pods.create(
+            &PostParams::default(),
+            &busybox_pod(&name, &node.name, grace, script),
+        ))
+        .expect("the pod is created");
+        names.push(name);
+    }
+    let from = wait_running(&rt, &pods, &names);
+
+    for name in &names {
+        let deleting = rt
+            .block_on(pods.delete(name, &DeleteParams::default()))
+            .expect("the delete is accepted");
+        assert!(
+            deleting.is_left(),
+            "{name}: a graceful delete keeps the pod until the node has stopped it"
+        );
+    }
+    let (order, last) = watch_deletions(&rt, &pods, &from, names.len(), EVENT_WAIT * 2);
+
+    let position = |name: &str| order.iter().position(|n| n == name).expect("deleted");
+    let grace_of = |name: &str| -> i64 {
+        name.split("-g")
+            .nth(1)
+            .and_then(|g| g.split('-').next())
+            .and_then(|g| g.parse().ok())
+            .expect("a grace period in the name")
+    };
+    for name in &names {
+        let pod = last.get(name).expect("a version before the deletion");
+        let stubborn = name.ends_with("stubborn");
+        assert!(
+            matches!(phase(pod), "Failed" | "Succeeded"),
+            "{name} left with {:?}",
+            pod.status
+        );
+        assert_eq!(
+            exit_code(pod),
+            Some(if stubborn { 137 } else { 0 }),
+            "{name}: {:?}",
+            pod.status
+        );
+        for other in &names {
+            let (a, b) = (name.as_str(), other.as_str());
+            let ordered = match (a.ends_with("stubborn"), b.ends_with("stubborn")) {
+                // SIGTERM honoured at once comes before a kill at the end of a grace period.
+                (false, true) => position(a) < position(b),
+                (true, true) if grace_of(a) < grace_of(b) => position(a) < position(b),
+                _ => true,
+            };
+            assert!(ordered, "{a} left after {b}: {order:?}");
+        }
+    }
+    // The test's DELETE of each pod and the agent's final one, once each.
+    let (_, log) = server.requests();
+    let deletes = log.iter().filter(|r| r.method == "DELETE").count();
+    assert_eq!(deletes, 2 * names.len(), "{order:?}");
+    drop(node);
+}
+
+/// Every container of the pod with `uid`, running or not, and whether any sandbox of it is ready.
+fn runtime_leftovers(uid: &str) -> (usize, bool) {
+    let uid = uid.to_owned();
+    with_cri("runtime_leftovers", |runtime| async move {
+        use swiftlet::cri::RuntimeService as _;
+        let label: std::collections::HashMap<String, String> =
+            [("io.kubernetes.pod.uid".to_owned(), uid)].into();
+        let running = runtime
+            .list_containers(Some(k8s_cri::v1::ContainerFilter {
+                label_selector: label.clone(),
+                ..Default::default()
+            }))
+            .await
+            .expect("list containers")
+            .into_iter()
+            .filter(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
+            .count();
+        let ready = runtime
+            .list_pod_sandbox(Some(k8s_cri::v1::PodSandboxFilter {
+                label_selector: label,
+                ..Default::default()
+            }))
+            .await
+            .expect("list sandboxes")
+            .into_iter()
+            .any(|s| s.state == k8s_cri::v1::PodSandboxState::SandboxReady as i32);
+        (running, ready)
+    })
+}
+
+/// Waits until nothing of the pod with `uid` runs on the node.
+fn wait_stopped(uid: &str, what: &str) {
+    let deadline = Instant::now() + EVENT_WAIT * 2;
+    loop {
+        let (running, ready) = runtime_leftovers(uid);
+        if running == 0 && !ready {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {running} containers still run, sandbox ready: {ready}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// A force deletion (grace 0: the API server removes the pod at once) still stops the pod on the
+/// node, with SIGTERM first as upstream (the kubelet gives a pod that vanished from the API its
+/// own grace period); a pod deleted right after it was created, and one deleted while its
+/// postStart hook runs, leave the API server and nothing of them keeps running or comes back.
+#[test]
+fn forced_deletions_and_pods_deleted_while_starting_stop_on_the_node() {
+    let test = "forced_deletions_and_pods_deleted_while_starting_stop_on_the_node";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let server = TestApiServer::start("force");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with("apiforce", &endpoint, &["--kubeconfig", &kubeconfig]);
+    let rt = runtime();
+    let pods: Api<Pod> = Api::namespaced(rt.block_on(server.client()), "default");
+    let polite = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+
+    // Force deletion of a running pod.
+    let forced = rt
+        .block_on(pods.create(
+            &PostParams::default(),
+            &busybox_pod("forced", &node.name, 30, polite),
+        ))
+        .expect("the pod is created");
+    let forced_uid = forced.metadata.uid.clone().expect("a uid");
+    wait_running(&rt, &pods, &["forced".to_owned()]);
+    rt.block_on(pods.delete("forced", &DeleteParams::default().grace_period(0)))
+        .expect("the force delete is accepted");
+    let gone = rt.block_on(pods.get_opt("forced")).expect("a get");
+    assert!(
+        gone.is_none(),
+        "a force-deleted pod is gone from the API at once"
+    );
+    wait_stopped(&forced_uid, "the force-deleted pod");
+
+    // Deleted right after it was created: the node may see both at once.
+    let hasty = rt
+        .block_on(pods.create(
+            &PostParams::default(),
+            &busybox_pod("hasty", &node.name, 30, polite),
+        ))
+        .expect("the pod is created");
+    let hasty_uid = hasty.metadata.uid.clone().expect("a uid");
+    let hasty_from = hasty
+        .metadata
+        .resource_version
+        .clone()
+        .expect("a resourceVersion");
+    rt.block_on(pods.delete("hasty", &DeleteParams::default()))
+        .expect("the delete is accepted");
+    watch_deletions(&rt, &pods, &hasty_from, 1, EVENT_WAIT * 2);
+    wait_stopped(&hasty_uid, "the pod deleted as it was created");
+
+    // Deleted while its postStart hook runs: the hook would mark its end on the host after 15 s;
+    // the pod leaves before that, its hook and container stopped with it.
+    let marks_dir =
+        std::env::temp_dir().join(format!("swiftlet-hook-marks-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&marks_dir);
+    std::fs::create_dir_all(&marks_dir).expect("a marks directory");
+    let mut hooked = busybox_pod("hooked", &node.name, 30, polite);
+    let spec = hooked.spec.as_mut().expect("a spec");
+    spec.volumes = Some(vec![
+        serde_json::from_value(json!({
+            "name": "marks",
+            "hostPath": {"path": marks_dir, "type": "Directory"},
+        }))
+        .expect("a volume"),
+    ]);
+    spec.containers[0] = serde_json::from_value(json!({
+        "name": "main",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", polite],
+        "volumeMounts": [{"name": "marks", "mountPath": "/marks"}],
+        "lifecycle": {"postStart": {"exec": {"command": ["sh", "-c", "touch /marks/hook-began; sleep 15; touch /marks/hook-ended"]}}},
+    }))
+    .expect("a container");
+    let hooked = rt
+        .block_on(pods.create(&PostParams::default(), &hooked))
+        .expect("the pod is created");
+    let hooked_uid = hooked.metadata.uid.clone().expect("a uid");
+    let deadline = Instant::now() + EVENT_WAIT;
+    while !marks_dir.join("hook-began").exists() {
+        assert!(Instant::now() < deadline, "the postStart hook never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let starting = rt.block_on(pods.get("hooked")).expect("the pod");
+    assert_ne!(
+        phase(&starting),
+        "Running",
+        "a container is not started while its postStart hook runs: {:?}",
+        starting.status
+    );
+    let from = starting
+        .metadata
+        .resource_version
+        .clone()
+        .expect("a resourceVersion");
+    rt.block_on(pods.delete("hooked", &DeleteParams::default()))
+        .expect("the delete is accepted");
+    watch_deletions(&rt, &pods, &from, 1, EVENT_WAIT * 2);
+    assert!(
+        !marks_dir.join("hook-ended").exists(),
+        "the pod left the API server before its hook would have ended"
+    );
+    wait_stopped(&hooked_uid, "the pod deleted during its postStart hook");
+
+    // Nothing of the three comes back.
+    std::thread::sleep(Duration::from_secs(2));
+    for (uid, what) in [
+        (&forced_uid, "forced"),
+        (&hasty_uid, "hasty"),
+        (&hooked_uid, "hooked"),
+    ] {
+        assert_eq!(runtime_leftovers(uid), (0, false), "{what} came back");
+    }
+    drop(node);
+    let _ = std::fs::remove_dir_all(&marks_dir);
+}

@@ -250,9 +250,9 @@ impl PodSyncer for KubeletSyncer {
         }
         self.cgroups.remove_pod(&uid)?;
         if known {
-            // A pod the API server is deleting may now go from it (the status syncer sends the
-            // final DELETE).
-            self.status.set_finished(&uid);
+            // Its final status (upstream `TerminatePod`): a pod the API server is deleting may
+            // now go from it (the status syncer sends the final DELETE).
+            self.status.terminate_pod(pod);
         }
         Ok(())
     }

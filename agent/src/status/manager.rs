@@ -14,6 +14,7 @@ use std::{
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 use tokio::sync::watch;
 
+use super::terminated_status;
 use crate::container::PodUid;
 
 #[derive(Clone, Debug)]
@@ -109,17 +110,21 @@ impl StatusManager {
         self.changed.send_modify(|n| *n += 1);
     }
 
-    /// Records that the pod's termination is complete (upstream `TerminatePod` as
-    /// `SyncTerminatedPod` ends): the syncer may then delete a pod the API server is deleting.
-    /// A new version, so the syncer looks at the pod again.
-    pub fn set_finished(&self, uid: &PodUid) {
+    /// Upstream `TerminatePod`, as `SyncTerminatedPod` ends: the pod's status made final
+    /// ([`terminated_status`]: every container terminated, an API pod's phase terminal), and its
+    /// termination recorded as complete, so the syncer may delete a pod the API server is
+    /// deleting. A new version, so the syncer looks at the pod again.
+    pub fn terminate_pod(&self, pod: &Pod) {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let mut statuses = self.lock();
-        let Some(entry) = statuses.get_mut(uid) else {
+        let Some(entry) = statuses.get_mut(&uid) else {
             return;
         };
-        if entry.finished {
+        let status = terminated_status(pod, entry.status.clone());
+        if entry.finished && entry.status == status {
             return;
         }
+        entry.status = status;
         entry.finished = true;
         entry.version += 1;
         drop(statuses);

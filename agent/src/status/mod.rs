@@ -13,6 +13,7 @@ mod generate;
 pub mod manager;
 mod phase;
 mod reasons;
+mod terminate;
 
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ pub use generate::{generate_api_pod_status, generate_terminal_api_pod_status};
 pub use manager::{PodWithStatus, StatusManager};
 pub use phase::{PodPhase, pod_phase};
 pub use reasons::{MAX_ENTRIES, ReasonCache, StartFailure, StartFailureReason};
+pub use terminate::terminated_status;
 
 use crate::container::ContainerId;
 

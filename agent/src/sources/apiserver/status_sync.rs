@@ -129,7 +129,13 @@ impl StatusSync {
                     // The same patch would be refused again: wait for the next change.
                     Err(error) if is_refused(&error) => {
                         tracing::warn!(%error, pod = uid, "the API server refused the pod status; not retried until it changes");
-                        self.sent.insert(uid.clone(), Sent { version, status: held });
+                        self.sent.insert(
+                            uid.clone(),
+                            Sent {
+                                version,
+                                status: held,
+                            },
+                        );
                     }
                     Err(error) => {
                         tracing::warn!(%error, pod = uid, "failed to update the pod status");

@@ -210,19 +210,35 @@ fn status(code: u16, message: &str, cause: Option<&str>) -> Box<kube::core::Stat
 
 #[test]
 fn a_watch_ahead_of_the_api_server_lists_again_and_other_errors_retry() {
-    let too_large = || status(504, "Too large resource version", Some("ResourceVersionTooLarge"));
-    assert!(is_too_large_resource_version(&watcher::Error::WatchStartFailed(
-        kube::Error::Api(too_large())
+    let too_large = || {
+        status(
+            504,
+            "Too large resource version",
+            Some("ResourceVersionTooLarge"),
+        )
+    };
+    assert!(is_too_large_resource_version(
+        &watcher::Error::WatchStartFailed(kube::Error::Api(too_large()))
+    ));
+    assert!(is_too_large_resource_version(&watcher::Error::WatchError(
+        too_large()
     )));
-    assert!(is_too_large_resource_version(&watcher::Error::WatchError(too_large())));
     // A server older than the cause says it in the message only.
     assert!(is_too_large_resource_version(&watcher::Error::WatchFailed(
-        kube::Error::Api(status(504, "Timeout: Too large resource version: 9, current: 3", None))
+        kube::Error::Api(status(
+            504,
+            "Timeout: Too large resource version: 9, current: 3",
+            None
+        ))
     )));
-    assert!(!is_too_large_resource_version(&watcher::Error::WatchStartFailed(
-        kube::Error::Api(status(504, "the server was unable to return a response", None))
+    assert!(!is_too_large_resource_version(
+        &watcher::Error::WatchStartFailed(kube::Error::Api(status(
+            504,
+            "the server was unable to return a response",
+            None
+        )))
+    ));
+    assert!(!is_too_large_resource_version(&watcher::Error::WatchError(
+        status(410, "too old resource version", None)
     )));
-    assert!(!is_too_large_resource_version(&watcher::Error::WatchError(status(
-        410, "too old resource version", None
-    ))));
 }
