@@ -8,7 +8,7 @@
 //!   arrival, on the benchmark's own watch of the API server, of the pod version whose status
 //!   shows that container terminated, is one sample. The pods are then deleted and the next
 //!   generation made, until enough kills were measured;
-//! - (c) `idle_api_requests_per_pod_minute`: once the first generation runs and has settled,
+//! - (c) `idle_api_requests_per_pod_minute`: once the last generation runs and has settled,
 //!   the API requests the agent makes (its `User-Agent`) over an idle window, per pod and minute,
 //!   from the API server's request log: the Lease, the Node status, and anything else it does;
 //! - (b) `create_to_api_running_<N>`: batches of N pods created through the API at once (the
@@ -110,6 +110,8 @@ pub struct Outcome {
     /// The agent's API requests over the idle window, with [`KILL_PODS`] pods running.
     pub idle_requests: u64,
     pub idle_seconds: f64,
+    /// The same by request (`METHOD path`, a pod's name as `{pod}`).
+    pub idle_by_request: BTreeMap<String, u64>,
 }
 
 impl Outcome {
@@ -156,13 +158,15 @@ fn progress_line(o: &Outcome) -> String {
     let kill = super::stats::LatencyMs::of(&o.kill_ns);
     format!(
         "--pleg {}: kill → API terminated p50 {:.2} ms, p99 {:.2} ms over {} ({} missed); idle \
-         {:.2} API requests per pod-minute",
+         {:.2} API requests per pod-minute ({:?} in {:.0} s)",
         o.pleg,
         kill.p50,
         kill.p99,
         kill.n,
         o.missed_kills,
-        o.idle_per_pod_minute()
+        o.idle_per_pod_minute(),
+        o.idle_by_request,
+        o.idle_seconds
     )
 }
 
@@ -283,10 +287,14 @@ impl PlegRun<'_> {
                 .with_context(|| format!("creating {name}"))?;
         }
         let running = wait_running(seen, &names).await?;
-        if generation == 0 {
+        // The idle window comes in the last generation: the agent's start (registration, the
+        // Lease's creation) is long over by then.
+        let last = outcome.kill_ns.len() + outcome.missed_kills + KILL_PODS >= self.settings.kills;
+        if last {
             tokio::time::sleep(SETTLE).await;
-            let (requests, seconds) = self.idle_requests().await;
-            outcome.idle_requests = requests;
+            let (by_request, seconds) = self.idle_requests().await;
+            outcome.idle_requests = by_request.values().sum();
+            outcome.idle_by_request = by_request;
             outcome.idle_seconds = seconds;
         }
         let mut targets = Vec::with_capacity(running.len());
@@ -378,18 +386,23 @@ impl PlegRun<'_> {
         Ok(latencies)
     }
 
-    /// The agent's API requests over the idle window: (count, seconds).
-    async fn idle_requests(&self) -> (u64, f64) {
+    /// The agent's API requests over the idle window, by request, and the window's seconds.
+    async fn idle_requests(&self) -> (BTreeMap<String, u64>, f64) {
         tokio::task::block_in_place(|| self.server.clear_requests());
         let start = Instant::now();
         tokio::time::sleep(self.settings.idle).await;
         let (_, log) = tokio::task::block_in_place(|| self.server.requests());
         let seconds = start.elapsed().as_secs_f64();
-        let requests = log
+        let mut by_request = BTreeMap::new();
+        for r in log
             .iter()
             .filter(|r| r.user_agent.starts_with(AGENT_USER_AGENT))
-            .count();
-        (requests as u64, seconds)
+        {
+            *by_request
+                .entry(format!("{} {}", r.method, request_kind(&r.path)))
+                .or_default() += 1;
+        }
+        (by_request, seconds)
     }
 
     /// Deletes the pods at once (grace 0) and waits until the node has removed them.
@@ -530,6 +543,21 @@ async fn watch_pods(pods: Api<Pod>) -> Result<mpsc::UnboundedReceiver<Seen>> {
     Ok(rx)
 }
 
+/// `path` with the name after `pods/` as `{pod}`: one kind for every pod's request.
+fn request_kind(path: &str) -> String {
+    match path.split_once("/pods/") {
+        Some((before, after)) => {
+            let rest = after.split_once('/').map_or("", |(_, rest)| rest);
+            if rest.is_empty() {
+                format!("{before}/pods/{{pod}}")
+            } else {
+                format!("{before}/pods/{{pod}}/{rest}")
+            }
+        }
+        None => path.to_owned(),
+    }
+}
+
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
@@ -595,5 +623,23 @@ impl Benchmark for Settings {
             machine.kernel_release, machine.cpus
         );
         report::plot(path, &title, outcomes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pods_requests_are_one_kind() {
+        assert_eq!(
+            request_kind("/api/v1/namespaces/ns/pods/p1/status"),
+            "/api/v1/namespaces/ns/pods/{pod}/status"
+        );
+        assert_eq!(
+            request_kind("/api/v1/namespaces/ns/pods/p1"),
+            "/api/v1/namespaces/ns/pods/{pod}"
+        );
+        assert_eq!(request_kind("/api/v1/pods"), "/api/v1/pods");
     }
 }

@@ -3,7 +3,7 @@
 //! `{"pleg", "measure", "value"}` for the idle request rate), the verdicts on the targets, and an
 //! SVG plot of the latency CDFs.
 
-use std::{fmt::Write as _, path::Path};
+use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 
 use anyhow::Result;
 use serde::{Serialize, Serializer};
@@ -57,6 +57,8 @@ pub struct Report {
     pub machine_line: String,
     /// (PLEG, kills missed, starts missed).
     pub missed: Vec<(String, usize, usize)>,
+    /// (PLEG, the idle requests a minute by request).
+    pub idle_by_request: Vec<(String, BTreeMap<String, f64>)>,
 }
 
 impl Serialize for Report {
@@ -97,6 +99,24 @@ impl Report {
             missed: outcomes
                 .iter()
                 .map(|o| (o.pleg.clone(), o.missed_kills, o.missed_starts))
+                .collect(),
+            idle_by_request: outcomes
+                .iter()
+                .map(|o| {
+                    let per_minute = |n: u64| {
+                        if o.idle_seconds > 0.0 {
+                            n as f64 * 60.0 / o.idle_seconds
+                        } else {
+                            0.0
+                        }
+                    };
+                    let by = o
+                        .idle_by_request
+                        .iter()
+                        .map(|(kind, n)| (kind.clone(), per_minute(*n)))
+                        .collect();
+                    (o.pleg.clone(), by)
+                })
                 .collect(),
         }
     }
@@ -146,8 +166,19 @@ impl Report {
                 }
             }
         }
-        out.push_str("\n| PLEG | idle API requests per pod-minute |\n|---|--:|\n");
-        out.push_str(&idle);
+        let _ = write!(
+            out,
+            "\n| PLEG | idle API requests per pod-minute ({} pods) |\n|---|--:|\n{idle}",
+            super::KILL_PODS
+        );
+        for (pleg, by) in &self.idle_by_request {
+            let kinds: Vec<String> = by.iter().map(|(k, n)| format!("`{k}` {n:.1}")).collect();
+            let _ = writeln!(
+                out,
+                "\n--pleg {pleg}, idle requests a minute: {}",
+                kinds.join(", ")
+            );
+        }
         out
     }
 
@@ -256,8 +287,6 @@ pub fn plot(path: &Path, title: &str, outcomes: &[Outcome]) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     fn machine() -> Machine {
@@ -278,6 +307,7 @@ mod tests {
             missed_starts: 0,
             idle_requests: 120,
             idle_seconds: 60.0,
+            idle_by_request: BTreeMap::from([("PUT /lease".to_owned(), 120)]),
         }
     }
 
@@ -353,5 +383,6 @@ mod tests {
             "{table}"
         );
         assert!(table.contains("| ebpf | 12.00 |"), "{table}");
+        assert!(table.contains("`PUT /lease` 120.0"), "{table}");
     }
 }
