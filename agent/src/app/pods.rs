@@ -43,6 +43,8 @@ use crate::{
         sysctl::{Allowlist, parse_kernel_release},
     },
     kuberuntime::{
+        dns::DnsSettings,
+        env::ClusterEnv,
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
         security_context::SecurityOptions,
         userns::UsernsManager,
@@ -62,6 +64,7 @@ use crate::{
     sources::{
         ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
         PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
+        apiserver::{ServiceStore, watch_services},
         client_from_kubeconfig, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
@@ -196,6 +199,8 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let api = api_client(config).await?;
+    let env = cluster_env(app, api.as_ref());
     let manager = runtime_manager(
         config,
         &node,
@@ -203,6 +208,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         reasons.clone(),
         cpu_manager.clone(),
         volumes.clone(),
+        env,
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -244,7 +250,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
+    start_sources(app, &mut pod_config, &reporting, &status, &volumes, api).await?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -391,8 +397,9 @@ async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
     })
 }
 
-/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts and the user
-/// namespace ranges (restored from their checkpoint).
+/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
+/// containers' environments read of the cluster, and the user namespace ranges (restored from
+/// their checkpoint).
 fn runtime_manager(
     config: &Config,
     node: &NodeFacts,
@@ -400,6 +407,7 @@ fn runtime_manager(
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
+    env: ClusterEnv,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
@@ -411,7 +419,12 @@ fn runtime_manager(
             memory_capacity: node.memory_bytes,
             cpu_capacity_millis: node.cpu_millis,
             has_cap_sys_resource: node.has_cap_sys_resource,
-            host_dns: node.dns.clone(),
+            dns: DnsSettings {
+                cluster_dns: config.cluster_dns.clone(),
+                cluster_domain: config.cluster_domain.clone(),
+                resolv_conf: config.resolv_conf.clone(),
+                node_ips: node.host_ip.into_iter().collect(),
+            },
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
             security: SecurityOptions::new(&config.root_dir, config.security.seccomp_default),
@@ -420,7 +433,7 @@ fn runtime_manager(
     if let Some(cpus) = cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    manager = manager.with_mounts(volumes);
+    manager = manager.with_mounts(volumes).with_env(env);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
@@ -703,6 +716,7 @@ async fn start_sources(
     node: &NodeReporting,
     status: &Arc<StatusManager>,
     volumes: &Arc<VolumeManager>,
+    api: Option<kube::Client>,
 ) -> Result<(), Error> {
     let config = app.config;
     if let Some(dir) = &config.static_pod_path {
@@ -718,12 +732,9 @@ async fn start_sources(
         app.spawn(async move { source.run(shutdown).await });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
-    let Some(kubeconfig) = &config.kubeconfig else {
+    let (Some(kubeconfig), Some(client)) = (&config.kubeconfig, api) else {
         return Ok(());
     };
-    let client = client_from_kubeconfig(kubeconfig)
-        .await
-        .map_err(Error::ApiServer)?;
     volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
     let source = ApiServerSource {
         client,
@@ -745,6 +756,29 @@ async fn start_sources(
     app.spawn(async move { source.run(shutdown).await });
     tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
     Ok(())
+}
+
+/// The API client `--kubeconfig` names, made once for every part that talks to the API server.
+async fn api_client(config: &Config) -> Result<Option<kube::Client>, Error> {
+    let Some(kubeconfig) = &config.kubeconfig else {
+        return Ok(None);
+    };
+    client_from_kubeconfig(kubeconfig)
+        .await
+        .map(Some)
+        .map_err(Error::ApiServer)
+}
+
+/// What containers' environments read of the cluster: with an API server, its ConfigMaps and
+/// Secrets through the volume code's reader and its Services through a watch started here.
+fn cluster_env(app: &mut App<'_>, api: Option<&kube::Client>) -> ClusterEnv {
+    let Some(client) = api else {
+        return ClusterEnv::standalone();
+    };
+    let services = ServiceStore::new();
+    let shutdown = app.shutdown.clone();
+    app.spawn(watch_services(client.clone(), services.clone(), shutdown));
+    ClusterEnv::new(Arc::new(KubeObjects(client.clone())), Arc::new(services))
 }
 
 /// Admission's security checks: the safe sysctls of the running kernel plus
