@@ -89,7 +89,8 @@ pub enum DnsWarning {
     NameserversOmitted(Vec<String>),
     /// `DNSConfigForming`: the search line past its limits; the applied one.
     SearchesOmitted(Vec<String>),
-    /// An unknown `dnsPolicy` (the API server refuses one): cluster-first is used.
+    /// An unknown `dnsPolicy` (the API server refuses one): cluster-first is used. Upstream only
+    /// logs it; `InvalidDNSPolicy` is swiftlet's reason.
     UnknownPolicy(String),
 }
 
@@ -127,7 +128,7 @@ impl std::fmt::Display for DnsWarning {
             ),
             DnsWarning::UnknownPolicy(policy) => write!(
                 f,
-                "invalid DNSPolicy={policy}: falling back to \"ClusterFirst\""
+                "invalid DNSPolicy={policy}. Falling back to DNSClusterFirst policy."
             ),
         }
     }
