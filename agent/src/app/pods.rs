@@ -62,10 +62,11 @@ use crate::{
     prober::{ProbeManager, ProbeUpdate, metrics::ProberMetrics},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
-        PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
+        ApiClients, ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription,
+        PodConfig, PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource,
+        WallClock,
         apiserver::{ServiceStore, watch_services},
-        client_from_kubeconfig, go_arch, os_image,
+        go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
     volume::{
@@ -86,6 +87,8 @@ pub struct Pods {
     pub runtime: Arc<GrpcRuntime>,
     /// What `/containerLogs` reads.
     pub logs: crate::server::logs::LogsState,
+    /// The API server's clients, with `--kubeconfig` (the kubelet server's reviews use them).
+    pub api: Option<ApiClients>,
 }
 
 /// How the pod half learns of container changes.
@@ -143,6 +146,8 @@ pub struct PodsInput {
 /// The app's shared parts every builder hands tasks and registrations to.
 pub struct App<'a> {
     pub config: &'a Config,
+    /// The API server's clients, with `--kubeconfig`.
+    pub api: Option<&'a ApiClients>,
     pub metrics: &'a Metrics,
     pub health: &'a Health,
     pub tasks: &'a mut JoinSet<Result<(), Error>>,
@@ -199,8 +204,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let api = api_client(config).await?;
-    let env = cluster_env(app, api.as_ref());
+    let env = cluster_env(app);
     let manager = runtime_manager(
         config,
         &node,
@@ -250,7 +254,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(app, &mut pod_config, &reporting, &status, &volumes, api).await?;
+    start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -295,6 +299,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         annotate,
         evictions: eviction.decision_sender(),
         runtime: runtime.client,
+        api: app.api.cloned(),
     })
 }
 
@@ -716,7 +721,6 @@ async fn start_sources(
     node: &NodeReporting,
     status: &Arc<StatusManager>,
     volumes: &Arc<VolumeManager>,
-    api: Option<kube::Client>,
 ) -> Result<(), Error> {
     let config = app.config;
     if let Some(dir) = &config.static_pod_path {
@@ -732,12 +736,12 @@ async fn start_sources(
         app.spawn(async move { source.run(shutdown).await });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
-    let (Some(kubeconfig), Some(client)) = (&config.kubeconfig, api) else {
+    let (Some(kubeconfig), Some(clients)) = (&config.kubeconfig, app.api) else {
         return Ok(());
     };
-    volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
+    volumes.set_object_source(Arc::new(KubeObjects(clients.main.clone())));
     let source = ApiServerSource {
-        client,
+        clients: clients.clone(),
         options: ApiServerOptions::new(
             config.node_name.clone(),
             config.node_status_update_frequency,
@@ -758,21 +762,10 @@ async fn start_sources(
     Ok(())
 }
 
-/// The API client `--kubeconfig` names, made once for every part that talks to the API server.
-async fn api_client(config: &Config) -> Result<Option<kube::Client>, Error> {
-    let Some(kubeconfig) = &config.kubeconfig else {
-        return Ok(None);
-    };
-    client_from_kubeconfig(kubeconfig)
-        .await
-        .map(Some)
-        .map_err(Error::ApiServer)
-}
-
 /// What containers' environments read of the cluster: with an API server, its ConfigMaps and
 /// Secrets through the volume code's reader and its Services through a watch started here.
-fn cluster_env(app: &mut App<'_>, api: Option<&kube::Client>) -> ClusterEnv {
-    let Some(client) = api else {
+fn cluster_env(app: &mut App<'_>) -> ClusterEnv {
+    let Some(client) = app.api.map(|c| c.main.clone()) else {
         return ClusterEnv::standalone();
     };
     let services = ServiceStore::new();
