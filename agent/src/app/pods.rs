@@ -43,6 +43,8 @@ use crate::{
         sysctl::{Allowlist, parse_kernel_release},
     },
     kuberuntime::{
+        dns::DnsSettings,
+        env::ClusterEnv,
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
         security_context::SecurityOptions,
         userns::UsernsManager,
@@ -62,7 +64,9 @@ use crate::{
     sources::{
         ApiClients, ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription,
         PodConfig, PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource,
-        WallClock, go_arch, os_image,
+        WallClock,
+        apiserver::{ServiceStore, watch_services},
+        go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
     volume::{
@@ -200,6 +204,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let env = cluster_env(app);
     let manager = runtime_manager(
         config,
         &node,
@@ -207,6 +212,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         reasons.clone(),
         cpu_manager.clone(),
         volumes.clone(),
+        env,
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -396,8 +402,9 @@ async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
     })
 }
 
-/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts and the user
-/// namespace ranges (restored from their checkpoint).
+/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
+/// containers' environments read of the cluster, and the user namespace ranges (restored from
+/// their checkpoint).
 fn runtime_manager(
     config: &Config,
     node: &NodeFacts,
@@ -405,6 +412,7 @@ fn runtime_manager(
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
+    env: ClusterEnv,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
@@ -416,7 +424,12 @@ fn runtime_manager(
             memory_capacity: node.memory_bytes,
             cpu_capacity_millis: node.cpu_millis,
             has_cap_sys_resource: node.has_cap_sys_resource,
-            host_dns: node.dns.clone(),
+            dns: DnsSettings {
+                cluster_dns: config.cluster_dns.clone(),
+                cluster_domain: config.cluster_domain.clone(),
+                resolv_conf: config.resolv_conf.clone(),
+                node_ips: node.host_ip.into_iter().collect(),
+            },
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
             security: SecurityOptions::new(&config.root_dir, config.security.seccomp_default),
@@ -425,7 +438,7 @@ fn runtime_manager(
     if let Some(cpus) = cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    manager = manager.with_mounts(volumes);
+    manager = manager.with_mounts(volumes).with_env(env);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
@@ -747,6 +760,18 @@ async fn start_sources(
     app.spawn(async move { source.run(shutdown).await });
     tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
     Ok(())
+}
+
+/// What containers' environments read of the cluster: with an API server, its ConfigMaps and
+/// Secrets through the volume code's reader and its Services through a watch started here.
+fn cluster_env(app: &mut App<'_>) -> ClusterEnv {
+    let Some(client) = app.api.map(|c| c.main.clone()) else {
+        return ClusterEnv::standalone();
+    };
+    let services = ServiceStore::new();
+    let shutdown = app.shutdown.clone();
+    app.spawn(watch_services(client.clone(), services.clone(), shutdown));
+    ClusterEnv::new(Arc::new(KubeObjects(client.clone())), Arc::new(services))
 }
 
 /// Admission's security checks: the safe sysctls of the running kernel plus

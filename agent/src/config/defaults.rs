@@ -46,3 +46,5 @@ pub const UNAUTHORIZED_TTL: Duration = Duration::from_secs(30);
 pub const CPU_MANAGER_RECONCILE_PERIOD: Duration = Duration::from_secs(10);
 /// Upstream's default `podLogsDir`.
 pub const POD_LOGS_DIR: &str = "/var/log/pods";
+/// Upstream's `resolvConf` default.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";

@@ -47,7 +47,7 @@ use super::{
     kernel::KernelArgs,
     rules::{
         absolute_path, cgroup_driver, cgroup_root, cluster_dns, cluster_domain, cpu_list,
-        log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, root_dir,
+        log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, resolv_conf, root_dir,
         unsafe_sysctls,
     },
     types::{CgroupDriver, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion},
@@ -262,6 +262,10 @@ macro_rules! with_settings {
             config cluster_dns: [Vec<IpAddr>] = "clusterDNS", file [Vec<String>]
                 => cluster_dns, default Vec::new();
             config cluster_domain: [Option<String>] = "clusterDomain", file [String] => cluster_domain;
+            /// The resolver pods with `dnsPolicy: Default` get, and whose searches cluster-first pods
+            /// append (`resolvConf`); empty for none (the node's loopback, search `.`).
+            config resolv_conf: [Option<PathBuf>] = "resolvConf", file [PathBuf]
+                => resolv_conf, default Some(PathBuf::from(defaults::RESOLV_CONF));
             /// Hard eviction thresholds (`evictionHard`), comma-separated, e.g.
             /// `memory.available<100Mi,nodefs.available<10%` or swiftlet's
             /// `memory.pressure.some.avg10>40`. Repeatable; replaces the file's.

@@ -9,6 +9,8 @@
 //! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
 //! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`):
 //!   two-way status patches, and the final DELETE of a pod whose termination is finished.
+//! - `services.rs` — the cluster's Services, watched into a bounded store for containers'
+//!   service environment variables (upstream's service lister); run by the app on its own.
 //!
 //! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, volumes, the
 //! kubelet's own HTTPS server. Every loop logs API errors and keeps
@@ -21,6 +23,7 @@ mod node;
 mod node_object;
 mod pods;
 mod ratelimit;
+mod services;
 mod status_sync;
 
 #[cfg(test)]
@@ -39,6 +42,7 @@ pub use local_node::LocalNode;
 pub use node_object::{
     KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
 };
+pub use services::{ServiceStore, watch_services};
 
 /// Upstream's namespace for node leases (`v1.NamespaceNodeLease`).
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
