@@ -44,11 +44,13 @@ use crate::{
     },
     kuberuntime::{
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
+        runtime_class::{ApiRuntimeClasses, DefaultHandler, RuntimeClasses},
         security_context::SecurityOptions,
         userns::UsernsManager,
     },
     lock::MutexExt as _,
     metrics::Metrics,
+    node::{Registration, labels::node_labels},
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PodLifecycleEvent, PublishedEvent,
         ebpf::{self, EbpfPleg, EbpfPlegMetrics},
@@ -180,7 +182,7 @@ struct PlegParts {
 /// loop learns when their first sets are complete), then admit.
 pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let config = app.config;
-    let node = NodeFacts::detect();
+    let node = NodeFacts::detect(config).map_err(Error::NodeIp)?;
     let runtime = connect_runtime(app).await?;
     if !node.has_cap_sys_resource {
         tracing::info!(
@@ -196,6 +198,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let classes = runtime_classes(config).await?;
     let manager = runtime_manager(
         config,
         &node,
@@ -203,6 +206,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         reasons.clone(),
         cpu_manager.clone(),
         volumes.clone(),
+        classes,
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -346,6 +350,7 @@ fn build_kubelet(
             cpu_millis,
             memory_bytes,
         },
+        registration: registration(config),
         security: security_admission(config, runtime.features.clone())?,
         cpu_manager: parts.cpu_manager,
         probes,
@@ -400,6 +405,7 @@ fn runtime_manager(
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
+    classes: Arc<dyn RuntimeClasses>,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
@@ -420,10 +426,23 @@ fn runtime_manager(
     if let Some(cpus) = cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    manager = manager.with_mounts(volumes);
+    manager = manager.with_mounts(volumes).with_runtime_classes(classes);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
+}
+
+/// Where pods' RuntimeClasses come from: the API server with `--kubeconfig` (a client of its
+/// own, built from the same kubeconfig as the sources'), else none, as upstream without a
+/// client: every pod then runs with the runtime's default handler.
+async fn runtime_classes(config: &Config) -> Result<Arc<dyn RuntimeClasses>, Error> {
+    let Some(kubeconfig) = &config.kubeconfig else {
+        return Ok(Arc::new(DefaultHandler));
+    };
+    let client = client_from_kubeconfig(kubeconfig)
+        .await
+        .map_err(Error::ApiServer)?;
+    Ok(Arc::new(ApiRuntimeClasses(client)))
 }
 
 /// The relist PLEG, wrapped by the kernel-event PLEG when kernel events drive it; running, and
@@ -727,11 +746,15 @@ async fn start_sources(
     volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
     let source = ApiServerSource {
         client,
-        options: ApiServerOptions::new(
-            config.node_name.clone(),
-            config.node_status_update_frequency,
-            config.node_lease_duration_seconds,
-        ),
+        options: ApiServerOptions {
+            node_status_report_frequency: config.node_status_report_frequency,
+            register_node: config.register_node,
+            ..ApiServerOptions::new(
+                config.node_name.clone(),
+                config.node_status_update_frequency,
+                config.node_lease_duration_seconds,
+            )
+        },
         node: node.description.clone(),
         status: status.clone(),
         readiness: node.readiness.clone(),
@@ -804,6 +827,19 @@ fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManag
     Ok(volumes)
 }
 
+/// The labels (the well-known ones, then `--node-labels`) and taints (`--register-with-taints`)
+/// the node registers with and admits pods against.
+fn registration(config: &Config) -> Registration {
+    Registration {
+        labels: node_labels(
+            &config.node_name,
+            go_arch(std::env::consts::ARCH),
+            &config.node_labels,
+        ),
+        taints: config.register_with_taints.clone(),
+    }
+}
+
 /// What the Node object says about this machine.
 fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> NodeDescription {
     let read = |path: &str| {
@@ -815,9 +851,12 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
         allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
     let (ephemeral_storage_bytes, allocatable_ephemeral_storage_bytes) =
         allocatable::ephemeral_storage(config).unzip();
+    let Registration { labels, taints } = registration(config);
     NodeDescription {
         hostname: config.node_name.clone(),
-        internal_ip: node.host_ip,
+        internal_ips: node.node_ips.clone(),
+        labels,
+        taints,
         cpu_millis: node.cpu_millis,
         memory_bytes: node.memory_bytes,
         allocatable_cpu_millis,

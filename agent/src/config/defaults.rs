@@ -22,6 +22,8 @@ pub const HEALTHZ_PORT: u16 = 10248;
 pub const OOM_SCORE_ADJ: i32 = -999;
 pub const CGROUP_ROOT: &str = "/";
 pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
+/// Upstream's `nodeStatusReportFrequency` when `nodeStatusUpdateFrequency` is not written.
+pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
 pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
 pub const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
