@@ -62,9 +62,9 @@ use crate::{
     prober::{ProbeManager, ProbeUpdate, metrics::ProberMetrics},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
-        PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
-        client_from_kubeconfig, go_arch, os_image,
+        ApiClients, ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription,
+        PodConfig, PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource,
+        WallClock, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
     volume::{
@@ -85,6 +85,8 @@ pub struct Pods {
     pub runtime: Arc<GrpcRuntime>,
     /// What `/containerLogs` reads.
     pub logs: crate::server::logs::LogsState,
+    /// The API server's clients, with `--kubeconfig` (the kubelet server's reviews use them).
+    pub api: Option<ApiClients>,
 }
 
 /// How the pod half learns of container changes.
@@ -142,6 +144,8 @@ pub struct PodsInput {
 /// The app's shared parts every builder hands tasks and registrations to.
 pub struct App<'a> {
     pub config: &'a Config,
+    /// The API server's clients, with `--kubeconfig`.
+    pub api: Option<&'a ApiClients>,
     pub metrics: &'a Metrics,
     pub health: &'a Health,
     pub tasks: &'a mut JoinSet<Result<(), Error>>,
@@ -198,7 +202,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let classes = runtime_classes(config).await?;
+    let classes = runtime_classes(app.api);
     let manager = runtime_manager(
         config,
         &node,
@@ -293,6 +297,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         annotate,
         evictions: eviction.decision_sender(),
         runtime: runtime.client,
+        api: app.api.cloned(),
     })
 }
 
@@ -432,17 +437,14 @@ fn runtime_manager(
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
 }
 
-/// Where pods' RuntimeClasses come from: the API server with `--kubeconfig` (a client of its
-/// own, built from the same kubeconfig as the sources'), else none, as upstream without a
-/// client: every pod then runs with the runtime's default handler.
-async fn runtime_classes(config: &Config) -> Result<Arc<dyn RuntimeClasses>, Error> {
-    let Some(kubeconfig) = &config.kubeconfig else {
-        return Ok(Arc::new(DefaultHandler));
-    };
-    let client = client_from_kubeconfig(kubeconfig)
-        .await
-        .map_err(Error::ApiServer)?;
-    Ok(Arc::new(ApiRuntimeClasses(client)))
+/// Where pods' RuntimeClasses come from: the API server with `--kubeconfig` (through the main,
+/// rate-limited client), else none, as upstream without a client: every pod then runs with the
+/// runtime's default handler.
+fn runtime_classes(api: Option<&ApiClients>) -> Arc<dyn RuntimeClasses> {
+    match api {
+        Some(clients) => Arc::new(ApiRuntimeClasses(clients.main.clone())),
+        None => Arc::new(DefaultHandler),
+    }
 }
 
 /// The relist PLEG, wrapped by the kernel-event PLEG when kernel events drive it; running, and
@@ -737,15 +739,12 @@ async fn start_sources(
         app.spawn(async move { source.run(shutdown).await });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
-    let Some(kubeconfig) = &config.kubeconfig else {
+    let (Some(kubeconfig), Some(clients)) = (&config.kubeconfig, app.api) else {
         return Ok(());
     };
-    let client = client_from_kubeconfig(kubeconfig)
-        .await
-        .map_err(Error::ApiServer)?;
-    volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
+    volumes.set_object_source(Arc::new(KubeObjects(clients.main.clone())));
     let source = ApiServerSource {
-        client,
+        clients: clients.clone(),
         options: ApiServerOptions {
             node_status_report_frequency: config.node_status_report_frequency,
             register_node: config.register_node,

@@ -163,6 +163,19 @@ macro_rules! with_settings {
             // Its default depends on whether `nodeStatusUpdateFrequency` was written (`load.rs`).
             section node_status_report_frequency: [Option<Duration>] = "nodeStatusReportFrequency", file [String]
                 => positive_duration;
+            /// Requests a second the agent makes to the API server (`kubeAPIQPS`); its heartbeats (the
+            /// Lease and the Node status) are not limited. 0 means client-go's default of 5.
+            config kube_api_qps: [u32] = "kubeAPIQPS",
+                flag "kube-api-qps" [Option<u32>] (value_name = "QPS"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
+                default defaults::KUBE_API_QPS;
+            /// Requests the agent may make at once above `kubeAPIQPS` (`kubeAPIBurst`).
+            config kube_api_burst: [u32] = "kubeAPIBurst",
+                flag "kube-api-burst" [Option<u32>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
+                default defaults::KUBE_API_BURST;
             /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
             section read_only_port: [Option<u16>] = "readOnlyPort",
                 flag "read-only-port" [Option<u16>] (value_name = "PORT"),
