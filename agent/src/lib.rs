@@ -19,6 +19,7 @@ pub mod logs;
 pub mod metrics;
 #[cfg(test)]
 mod module_graph_tests;
+pub mod node;
 pub mod pleg;
 pub mod pod;
 pub mod pod_workers;

@@ -4,6 +4,8 @@
 //! (`kuberuntime/fixtures.rs`, `cri/fake.rs`); pods are built here, and the one check of whether
 //! a privileged unit test may run.
 
+pub(crate) mod fake_api;
+
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::api::core::v1::{

@@ -658,7 +658,7 @@ fn the_node_object_is_served_locally() {
     assert!(
         info["kubeletVersion"]
             .as_str()
-            .is_some_and(|v| v.starts_with("swiftlet-"))
+            .is_some_and(|v| v.starts_with("v1.35.0+swiftlet."))
     );
     assert!(
         info["containerRuntimeVersion"]

@@ -55,6 +55,8 @@ pub enum Error {
     Sysctls(#[source] crate::kubelet::sysctl::PatternError),
     #[error("API server: {0}")]
     ApiServer(#[source] crate::sources::ApiServerError),
+    #[error("--node-ip: {0}")]
+    NodeIp(#[source] crate::node::NodeIpError),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     /// Upstream `setupDataDirs`: the root dir, its `pods` and the pod log directory.
@@ -129,6 +131,11 @@ impl Error {
                     .into(),
             ),
             Error::Sysctls(_) => Some("see the configuration table in docs/configuration.md".into()),
+            Error::NodeIp(_) => Some(
+                "give one of this host's addresses (`ip address`), one per family at most, or \
+                 leave --node-ip out to have one chosen"
+                    .into(),
+            ),
             Error::DataDirs(_) => Some(
                 "swiftlet runs as root and owns its root dir: check that --root-dir and \
                  --pod-logs-dir are directories (not links) on a writable filesystem"

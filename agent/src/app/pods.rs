@@ -46,11 +46,13 @@ use crate::{
         dns::DnsSettings,
         env::ClusterEnv,
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
+        runtime_class::{ApiRuntimeClasses, DefaultHandler, RuntimeClasses},
         security_context::SecurityOptions,
         userns::UsernsManager,
     },
     lock::MutexExt as _,
     metrics::Metrics,
+    node::{Registration, labels::node_labels},
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PodLifecycleEvent, PublishedEvent,
         ebpf::{self, EbpfPleg, EbpfPlegMetrics},
@@ -188,7 +190,7 @@ struct PlegParts {
 /// loop learns when their first sets are complete), then admit.
 pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let config = app.config;
-    let node = NodeFacts::detect();
+    let node = NodeFacts::detect(config).map_err(Error::NodeIp)?;
     let runtime = connect_runtime(app).await?;
     if !node.has_cap_sys_resource {
         tracing::info!(
@@ -204,15 +206,13 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node)?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
-    let env = cluster_env(app);
     let manager = runtime_manager(
-        config,
+        app,
         &node,
         &runtime,
         reasons.clone(),
         cpu_manager.clone(),
         volumes.clone(),
-        env,
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -357,6 +357,7 @@ fn build_kubelet(
             cpu_millis,
             memory_bytes,
         },
+        registration: registration(config),
         security: security_admission(config, runtime.features.clone())?,
         cpu_manager: parts.cpu_manager,
         probes,
@@ -403,17 +404,19 @@ async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
 }
 
 /// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
-/// containers' environments read of the cluster, and the user namespace ranges (restored from
-/// their checkpoint).
+/// containers' environments read of the cluster, the pods' RuntimeClasses, and the user namespace
+/// ranges (restored from their checkpoint).
 fn runtime_manager(
-    config: &Config,
+    app: &mut App<'_>,
     node: &NodeFacts,
     runtime: &Runtime,
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
-    env: ClusterEnv,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
+    let config = app.config;
+    let env = cluster_env(app);
+    let classes = runtime_classes(app.api);
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
         runtime.client.clone(),
@@ -428,7 +431,7 @@ fn runtime_manager(
                 cluster_dns: config.cluster_dns.clone(),
                 cluster_domain: config.cluster_domain.clone(),
                 resolv_conf: config.resolv_conf.clone(),
-                node_ips: node.host_ip.into_iter().collect(),
+                node_ips: node.node_ips.clone(),
             },
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
@@ -438,10 +441,23 @@ fn runtime_manager(
     if let Some(cpus) = cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    manager = manager.with_mounts(volumes).with_env(env);
+    manager = manager
+        .with_mounts(volumes)
+        .with_env(env)
+        .with_runtime_classes(classes);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
+}
+
+/// Where pods' RuntimeClasses come from: the API server with `--kubeconfig` (through the main,
+/// rate-limited client), else none, as upstream without a client: every pod then runs with the
+/// runtime's default handler.
+fn runtime_classes(api: Option<&ApiClients>) -> Arc<dyn RuntimeClasses> {
+    match api {
+        Some(clients) => Arc::new(ApiRuntimeClasses(clients.main.clone())),
+        None => Arc::new(DefaultHandler),
+    }
 }
 
 /// The relist PLEG, wrapped by the kernel-event PLEG when kernel events drive it; running, and
@@ -742,11 +758,15 @@ async fn start_sources(
     volumes.set_object_source(Arc::new(KubeObjects(clients.main.clone())));
     let source = ApiServerSource {
         clients: clients.clone(),
-        options: ApiServerOptions::new(
-            config.node_name.clone(),
-            config.node_status_update_frequency,
-            config.node_lease_duration_seconds,
-        ),
+        options: ApiServerOptions {
+            node_status_report_frequency: config.node_status_report_frequency,
+            register_node: config.register_node,
+            ..ApiServerOptions::new(
+                config.node_name.clone(),
+                config.node_status_update_frequency,
+                config.node_lease_duration_seconds,
+            )
+        },
         node: node.description.clone(),
         status: status.clone(),
         readiness: node.readiness.clone(),
@@ -831,6 +851,19 @@ fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManag
     Ok(volumes)
 }
 
+/// The labels (the well-known ones, then `--node-labels`) and taints (`--register-with-taints`)
+/// the node registers with and admits pods against.
+fn registration(config: &Config) -> Registration {
+    Registration {
+        labels: node_labels(
+            &config.node_name,
+            go_arch(std::env::consts::ARCH),
+            &config.node_labels,
+        ),
+        taints: config.register_with_taints.clone(),
+    }
+}
+
 /// What the Node object says about this machine.
 fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> NodeDescription {
     let read = |path: &str| {
@@ -842,9 +875,12 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
         allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
     let (ephemeral_storage_bytes, allocatable_ephemeral_storage_bytes) =
         allocatable::ephemeral_storage(config).unzip();
+    let Registration { labels, taints } = registration(config);
     NodeDescription {
         hostname: config.node_name.clone(),
-        internal_ip: node.host_ip,
+        internal_ips: node.node_ips.clone(),
+        labels,
+        taints,
         cpu_millis: node.cpu_millis,
         memory_bytes: node.memory_bytes,
         allocatable_cpu_millis,

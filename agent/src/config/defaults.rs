@@ -22,6 +22,8 @@ pub const HEALTHZ_PORT: u16 = 10248;
 pub const OOM_SCORE_ADJ: i32 = -999;
 pub const CGROUP_ROOT: &str = "/";
 pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
+/// Upstream's `nodeStatusReportFrequency` when `nodeStatusUpdateFrequency` is not written.
+pub const NODE_STATUS_REPORT_FREQUENCY: Duration = Duration::from_secs(300);
 pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
 /// Upstream's `kubeAPIQPS` and `kubeAPIBurst` (since 1.27).
 pub const KUBE_API_QPS: u32 = 50;

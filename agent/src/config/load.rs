@@ -26,6 +26,7 @@
 //! - `fileCheckFrequency` is only the static pods' safety-net rescan: inotify drives changes.
 
 use std::{
+    collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     time::Duration,
@@ -45,6 +46,8 @@ use super::{
     settings::{FileConfig, RunArgs, Settings, with_settings},
     types::{CgroupDriver, Cidr, PlegMode},
 };
+use k8s_openapi::api::core::v1::Taint;
+
 use crate::eviction::thresholds::EvictionConfig;
 
 /// Generates [`Config`] from the table: a field for each `config` setting, then the fields
@@ -137,6 +140,8 @@ with_settings!(config {
     gc: GcConfig,
     /// `seccompDefault` and `allowedUnsafeSysctls` (`security.rs`).
     security: SecurityConfig,
+    /// `nodeStatusReportFrequency`: how often an unchanged node status is still sent.
+    node_status_report_frequency: Duration,
 });
 
 impl Config {
@@ -211,6 +216,7 @@ impl Config {
             logs: housekeeping::logs(&settings),
             gc: housekeeping::gc(&settings)?,
             security: security::resolve(&settings),
+            node_status_report_frequency: node_status_report_frequency(file, &settings),
         };
         Ok(Config::assemble(settings, assembled))
     }
@@ -283,6 +289,18 @@ fn node_name(
         ));
     }
     Ok(name)
+}
+
+/// Upstream's default: `nodeStatusUpdateFrequency` when that was written (for backward
+/// compatibility), else 5 minutes.
+fn node_status_report_frequency(file: &FileConfig, settings: &Settings) -> Duration {
+    settings.node_status_report_frequency.unwrap_or(
+        if file.node_status_update_frequency.is_some() {
+            settings.node_status_update_frequency
+        } else {
+            defaults::NODE_STATUS_REPORT_FREQUENCY
+        },
+    )
 }
 
 /// The read-only port's address: `readOnlyAddress` when given; else `address` when both it

@@ -1201,3 +1201,96 @@ fn bad_unsafe_sysctls_name_the_field_and_value() {
     );
     assert!(err("seccompDefault: maybe\n", &[]).contains("seccompDefault"));
 }
+
+#[test]
+fn registration_settings() {
+    let config = Config::load_with(&run_args(&[]), &host).expect("loads");
+    assert!(config.node_labels.is_empty());
+    assert!(config.register_with_taints.is_empty());
+    assert!(config.node_ip.is_empty());
+    assert!(config.register_node);
+    // Upstream's default once nodeStatusUpdateFrequency is left alone.
+    assert_eq!(
+        config.node_status_report_frequency,
+        Duration::from_secs(300)
+    );
+
+    let (_dir, from_file) = load(
+        "registerNode: false\nnodeStatusUpdateFrequency: 4s\nregisterWithTaints:\n- key: dedicated\n  value: gpu\n  effect: NoSchedule\n",
+        &[
+            "--node-labels",
+            "node.kubernetes.io/pool=a,disk=ssd",
+            "--node-ip",
+            "10.0.0.1,fd00::1",
+        ],
+    );
+    let config = from_file.expect("loads");
+    assert!(!config.register_node);
+    // nodeStatusUpdateFrequency written, nodeStatusReportFrequency not: the same (upstream's
+    // backward compatibility).
+    assert_eq!(config.node_status_report_frequency, Duration::from_secs(4));
+    assert_eq!(
+        config
+            .register_with_taints
+            .iter()
+            .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+            .collect::<Vec<_>>(),
+        [("dedicated", Some("gpu"), "NoSchedule")]
+    );
+    assert_eq!(
+        config.node_labels.get("disk").map(String::as_str),
+        Some("ssd")
+    );
+    assert_eq!(
+        config.node_ip,
+        [
+            "10.0.0.1".parse::<IpAddr>().expect("ip"),
+            "fd00::1".parse().expect("ip")
+        ]
+    );
+
+    let (_dir, flags) = load(
+        "registerNode: false\nnodeStatusReportFrequency: 1m\nregisterWithTaints:\n- key: a\n  effect: NoSchedule\n",
+        &[
+            "--register-node=true",
+            "--register-with-taints",
+            "b=1:NoExecute",
+        ],
+    );
+    let config = flags.expect("loads");
+    assert!(config.register_node);
+    assert_eq!(config.node_status_report_frequency, Duration::from_secs(60));
+    assert_eq!(config.register_with_taints.len(), 1);
+    assert_eq!(config.register_with_taints[0].key, "b");
+
+    assert_eq!(
+        err(
+            "",
+            &["--node-labels", "node-role.kubernetes.io/control-plane="]
+        ),
+        "flag --node-labels: field `nodeLabels`: invalid label \
+         \"node-role.kubernetes.io/control-plane=\": unknown 'kubernetes.io' or 'k8s.io' label \
+         \"node-role.kubernetes.io/control-plane\": labels in the 'kubernetes.io' namespace must \
+         begin with an allowed prefix (kubelet.kubernetes.io, node.kubernetes.io) or be in the \
+         specifically allowed set (beta.kubernetes.io/arch, beta.kubernetes.io/instance-type, \
+         beta.kubernetes.io/os, failure-domain.beta.kubernetes.io/region, \
+         failure-domain.beta.kubernetes.io/zone, kubernetes.io/arch, kubernetes.io/hostname, \
+         kubernetes.io/os, node.kubernetes.io/instance-type, topology.kubernetes.io/region, \
+         topology.kubernetes.io/zone)"
+    );
+    assert_eq!(
+        err("registerWithTaints:\n- key: a\n", &[]),
+        "config file DIR/swiftlet.yaml: field `registerWithTaints`: invalid taint \"a=:\": \
+         invalid taint spec: a:"
+    );
+    assert_eq!(
+        err("", &["--node-ip", "10.0.0.1,10.0.0.2"]),
+        "flag --node-ip: field `nodeIP`: invalid address \"10.0.0.1,10.0.0.2\": must contain \
+         either a single IP or a dual-stack pair of IPs"
+    );
+    assert_eq!(
+        err("nodeStatusReportFrequency: 0s\n", &[]),
+        "config file DIR/swiftlet.yaml: field `nodeStatusReportFrequency`: invalid duration \
+         \"0s\": must be greater than 0"
+    );
+}

@@ -6,7 +6,7 @@
 //! field and the bad value.
 //!
 //! Modules depend one way: the leaves (`error.rs`, `duration.rs`, `types.rs`, `defaults.rs`,
-//! `file.rs`, `kernel.rs`, then the rules `input.rs` and `rules.rs`), then the table
+//! `file.rs`, `kernel.rs`, then the rules `input.rs`, `rules.rs` and `registration.rs`), then the table
 //! (`settings.rs`), then the sections that check several settings together (`server.rs`,
 //! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `housekeeping.rs`, `security.rs`), then loading
 //! (`load.rs`) and the command line (`cli.rs`). This file only declares and re-exports.
@@ -25,6 +25,7 @@ mod housekeeping;
 mod input;
 mod kernel;
 mod load;
+mod registration;
 mod reserved;
 mod rules;
 mod security;
@@ -40,6 +41,7 @@ pub use error::{ConfigError, Origin};
 pub use housekeeping::{GcConfig, LogsConfig};
 pub use kernel::KernelArgs;
 pub use load::Config;
+pub use registration::FileTaint;
 pub use reserved::{Reserved, ReservedResources};
 pub use security::SecurityConfig;
 pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig};

@@ -33,6 +33,7 @@ use std::{
     time::Duration,
 };
 
+use k8s_openapi::api::core::v1::Taint;
 use serde::Deserialize;
 
 use super::{
@@ -45,6 +46,7 @@ use super::{
         map, optional_path, parsed, plain, port, positive_duration, runtime_endpoint,
     },
     kernel::KernelArgs,
+    registration::{FileTaint, node_ips, node_labels, register_with_taints},
     rules::{
         absolute_path, cgroup_driver, cgroup_root, cluster_dns, cluster_domain, cpu_list,
         log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, resolv_conf, root_dir,
@@ -134,6 +136,33 @@ macro_rules! with_settings {
             config node_lease_duration_seconds: [u32] = "nodeLeaseDurationSeconds", file [i64]
                 => |i| int::<i64, u32>(i, 1..=i64::from(i32::MAX), "must be at least 1"),
                 default defaults::NODE_LEASE_DURATION_SECONDS;
+            /// Labels the node registers with (a flag only, as upstream), comma-separated `key=value`;
+            /// `kubernetes.io` and `k8s.io` labels only from the kubelet's own set (so not
+            /// `node-role.kubernetes.io/*`). Set when the Node is created.
+            config node_labels: [BTreeMap<String, String>] = "nodeLabels",
+                flag "node-labels" [Vec<String>] (value_name = "KEY=VALUE,...")
+                => node_labels, default BTreeMap::new();
+            /// Taints the node registers with (`registerWithTaints`), comma-separated
+            /// `<key>=<value>:<effect>` or `<key>:<effect>`. Set when the Node is created.
+            config register_with_taints: [Vec<Taint>] = "registerWithTaints",
+                flag "register-with-taints" [Vec<String>] (value_name = "TAINTS"),
+                file [Vec<FileTaint>]
+                => register_with_taints, default Vec::new();
+            /// The node's IP (a flag only, as upstream), or an IPv4 and an IPv6 one, comma-separated;
+            /// each must be the host's. `0.0.0.0` or `::` picks one, that family first. Default: the
+            /// node name's address, else the default route's interface's.
+            config node_ip: [Vec<IpAddr>] = "nodeIP",
+                flag "node-ip" [Vec<String>] (value_name = "IP[,IP]")
+                => node_ips, default Vec::new();
+            /// Create the Node if it does not exist (`registerNode`, default true); with false the agent
+            /// only updates the status of a Node created by someone else.
+            config register_node: [bool] = "registerNode",
+                flag "register-node" [Option<bool>] (value_name = "BOOL", num_args = 0..=1, default_missing_value = "true"),
+                file [bool]
+                => plain, default true;
+            // Its default depends on whether `nodeStatusUpdateFrequency` was written (`load.rs`).
+            section node_status_report_frequency: [Option<Duration>] = "nodeStatusReportFrequency", file [String]
+                => positive_duration;
             /// Requests a second the agent makes to the API server (`kubeAPIQPS`); its heartbeats (the
             /// Lease and the Node status) are not limited. 0 means client-go's default of 5.
             config kube_api_qps: [u32] = "kubeAPIQPS",

@@ -26,7 +26,7 @@ use tokio::sync::{oneshot, watch};
 use k8s_openapi::api::core::v1::{Pod, PodStatus as ApiPodStatus};
 
 use self::{
-    admission::{NodeCapacity, admit},
+    admission::{AdmissionNode, NodeCapacity, admit},
     pod_manager::PodManager,
     security_admission::SecurityAdmission,
 };
@@ -36,6 +36,7 @@ use crate::{
     eviction::{Evictor, NodeCondition},
     kuberuntime::{manager::KubeRuntimeManager, should_container_be_restarted},
     lock::MutexExt as _,
+    node::Registration,
     pleg::{EventType, PodCache, PodLifecycleEvent, relist::running_pod_of},
     pod_workers::{
         KillOptions, PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase,
@@ -57,6 +58,8 @@ pub struct Kubelet {
     pub runtime: Arc<KubeRuntimeManager>,
     pub cgroups: Arc<PodCgroups>,
     pub capacity: NodeCapacity,
+    /// The labels and taints the node registers with: admission's node affinity and taints.
+    registration: Registration,
     /// Sysctls, AppArmor, supplemental groups and user namespaces the node can (not) enforce.
     security: SecurityAdmission,
     /// Pods admission turned away: they keep their Failed status and never get a worker.
@@ -88,6 +91,7 @@ pub struct KubeletParts {
     pub runtime: Arc<KubeRuntimeManager>,
     pub cgroups: Arc<PodCgroups>,
     pub capacity: NodeCapacity,
+    pub registration: Registration,
     pub security: SecurityAdmission,
     pub cpu_manager: Option<Arc<CpuManager>>,
     pub probes: ProbeManager,
@@ -105,6 +109,7 @@ impl Kubelet {
             runtime,
             cgroups,
             capacity,
+            registration,
             security,
             cpu_manager,
             probes,
@@ -119,6 +124,7 @@ impl Kubelet {
             runtime,
             cgroups,
             capacity,
+            registration,
             security,
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
@@ -144,7 +150,12 @@ impl Kubelet {
         active: &[&Pod],
         wanted: Option<&HashSet<PodUid>>,
     ) -> Result<(), admission::Rejection> {
-        admit(pod, active, &self.capacity, &self.node_name)?;
+        let node = AdmissionNode {
+            name: &self.node_name,
+            capacity: &self.capacity,
+            registration: &self.registration,
+        };
+        admit(pod, active, &node)?;
         if let Some(pressure) = self.pressure.get() {
             let conditions = pressure.borrow().clone();
             crate::eviction::admission::admit(pod, &conditions)?;

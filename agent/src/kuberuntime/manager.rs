@@ -28,6 +28,7 @@ use super::{
     images::ImagePuller,
     lifecycle::{ContainerLifecycle, NoLifecycle},
     mounts::{ContainerMounts, NoMounts},
+    runtime_class::{DefaultHandler, RuntimeClassError, RuntimeClasses, lookup_runtime_handler},
     sandbox_config::{SandboxParams, sandbox_config},
     security_context::SecurityOptions,
     userns::UsernsManager,
@@ -85,6 +86,14 @@ pub enum SyncError {
         pod: String,
         #[source]
         source: crate::cri::Error,
+    },
+    /// The pod's RuntimeClass gave no handler (upstream `LookupRuntimeHandler` in
+    /// `createPodSandbox`).
+    #[error("creating the sandbox of {pod}: {source}")]
+    RuntimeClass {
+        pod: String,
+        #[source]
+        source: RuntimeClassError,
     },
     /// Upstream `CreatePodSandboxConfigError`-like: the pod's spec cannot become a sandbox config
     /// (an unknown `supplementalGroupsPolicy`, user namespaces the runtime lacks).
@@ -165,6 +174,7 @@ pub struct KubeRuntimeManager {
     mounts: Arc<dyn ContainerMounts>,
     userns: Arc<UsernsManager>,
     env: ClusterEnv,
+    runtime_classes: Arc<dyn RuntimeClasses>,
 }
 
 impl KubeRuntimeManager {
@@ -186,7 +196,14 @@ impl KubeRuntimeManager {
             mounts: Arc::new(NoMounts),
             userns: Arc::new(UsernsManager::host_only()),
             env: ClusterEnv::standalone(),
+            runtime_classes: Arc::new(DefaultHandler),
         }
+    }
+
+    /// Resolves pods' `runtimeClassName` through `classes` (the API server's RuntimeClasses).
+    pub fn with_runtime_classes(mut self, classes: Arc<dyn RuntimeClasses>) -> Self {
+        self.runtime_classes = classes;
+        self
     }
 
     /// Gives `hostUsers: false` pods their user namespace from `userns`.
@@ -259,6 +276,7 @@ impl KubeRuntimeManager {
             Ok(Some(sandbox)) => sandbox,
             Ok(None) => return outcome,
             Err(e) => {
+                self.record_sandbox_failure(pod, &e);
                 outcome.errors.push(e);
                 return outcome;
             }
@@ -313,9 +331,26 @@ impl KubeRuntimeManager {
         actions: &PodActions,
         cgroup_parent: &str,
     ) -> Result<Option<SandboxReady>, SyncError> {
+        // Only a new sandbox, or a pod's own user namespace, needs the class's handler: a sync of
+        // a running pod reads no RuntimeClass.
+        let host_users = pod.spec.as_ref().and_then(|s| s.host_users) != Some(false);
+        let handler = if actions.create_sandbox || !host_users {
+            lookup_runtime_handler(
+                self.runtime_classes.as_ref(),
+                pod,
+                &self.config.runtime_handler,
+            )
+            .await
+            .map_err(|source| SyncError::RuntimeClass {
+                pod: format_pod(pod),
+                source,
+            })?
+        } else {
+            self.config.runtime_handler.clone()
+        };
         let userns = self
             .userns
-            .mappings(pod, &self.config.runtime_handler)
+            .mappings(pod, &handler)
             .map_err(|e| sandbox_config_error(pod, &e))?;
         let dns = self
             .config
@@ -337,7 +372,7 @@ impl KubeRuntimeManager {
         };
         let config = sandbox_config(pod, &params).map_err(|e| sandbox_config_error(pod, &e))?;
         let (id, pod_ips) = if actions.create_sandbox {
-            self.create_sandbox(pod, &config).await?
+            self.create_sandbox(pod, &config, &handler).await?
         } else {
             let Some(id) = actions.sandbox_id.clone() else {
                 return Ok(None);
@@ -361,6 +396,7 @@ impl KubeRuntimeManager {
         &self,
         pod: &Pod,
         config: &cri::PodSandboxConfig,
+        handler: &str,
     ) -> Result<(String, Vec<String>), SyncError> {
         // Upstream makes it 0755 (below the 0750 pod log directory).
         if let Err(e) = crate::hostfs::ensure_dir(
@@ -371,7 +407,7 @@ impl KubeRuntimeManager {
         }
         let id = self
             .runtime
-            .run_pod_sandbox(config.clone(), &self.config.runtime_handler)
+            .run_pod_sandbox(config.clone(), handler)
             .await
             .map_err(|source| SyncError::CreateSandbox {
                 pod: format_pod(pod),
@@ -660,6 +696,34 @@ impl KubeRuntimeManager {
             });
         }
         self.reasons().add(uid, &container.name, failure);
+    }
+
+    /// A sandbox that could not be made leaves every container of the pod waiting as
+    /// `ContainerCreating` with upstream's `FailedCreatePodSandBox` event text as the message (the
+    /// volume manager's wait clears it at the next sync), so the status says why the pod does not
+    /// start.
+    fn record_sandbox_failure(&self, pod: &Pod, error: &SyncError) {
+        let cause = match error {
+            SyncError::RuntimeClass { source, .. } => source.to_string(),
+            SyncError::CreateSandbox { source, .. } => source.to_string(),
+            SyncError::SandboxConfig { reason, .. } => reason.clone(),
+            _ => return,
+        };
+        let message = format!("Failed to create pod sandbox: {cause}");
+        tracing::warn!(pod = %format_pod(pod), message, "FailedCreatePodSandBox");
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let mut reasons = self.reasons();
+        for container in pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        {
+            reasons.add(
+                &uid,
+                &container.name,
+                StartFailure::new(StartFailureReason::ContainerCreating, message.clone()),
+            );
+        }
     }
 
     fn oom_score_adj(&self, pod: &Pod, container: &Container) -> i64 {

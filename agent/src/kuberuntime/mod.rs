@@ -7,7 +7,8 @@
 //! Also the translation of a pod into CRI configs (`sandbox_config` with the pod's resolver from
 //! `dns`, `container_config`, `env` with what it reads of the cluster, `security_context`, with
 //! the pods' user namespaces from `userns`)
-//! and, over the CRI, carrying a plan out (`manager`, `images`), and collecting what the runtime
+//! and, over the CRI, carrying a plan out (`manager`, `images`, the pod's runtime handler from its
+//! RuntimeClass in `runtime_class`), and collecting what the runtime
 //! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
 //!
 //! Not here: probing itself (its results come in through [`ContainerProbeResults`]), pod status
@@ -26,6 +27,7 @@ mod init;
 pub mod lifecycle;
 pub mod manager;
 pub mod mounts;
+pub mod runtime_class;
 pub mod sandbox_config;
 pub mod security_context;
 pub mod security_profiles;

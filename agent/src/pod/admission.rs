@@ -4,8 +4,10 @@
 /// Why a pod was not admitted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rejection {
-    /// `OutOfpods`, `OutOfcpu`, `OutOfmemory`, `NodeName`, `UnexpectedAdmissionError`; the
-    /// eviction manager's `Evicted`; `SysctlForbidden`, `AppArmor`,
+    /// `OutOfpods`, `OutOfcpu`, `OutOfmemory`, `NodeAffinity`, `NodeName`, `NodePorts`,
+    /// `TaintToleration`, `PodOSSelectorNodeLabelDoesNotMatch`, `PodOSNotSupported`,
+    /// `UnexpectedAdmissionError` (`kubelet/admission.rs`); the eviction manager's `Evicted`;
+    /// `SysctlForbidden`, `AppArmor`,
     /// `SupplementalGroupsPolicyNotSupported`, `UserNamespacesNotSupported`
     /// (`kubelet/security_admission.rs`).
     pub reason: String,

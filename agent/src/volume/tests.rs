@@ -420,7 +420,7 @@ async fn totals_and_operations_are_counted_per_plugin() {
 
 #[tokio::test(start_paused = true)]
 async fn config_maps_and_secrets_are_read_from_the_api_server() {
-    use crate::sources::apiserver::fake_api::{fake_api, status_error};
+    use crate::testing::fake_api::{fake_api, status_error};
     use http::Method;
     use serde_json::json;
 
@@ -512,7 +512,7 @@ fn object_volumes_are_read_only_in_every_container() {
 
 #[tokio::test(start_paused = true)]
 async fn a_token_is_requested_bound_to_the_pod() {
-    use crate::sources::apiserver::fake_api::fake_api;
+    use crate::testing::fake_api::fake_api;
     use http::Method;
     use serde_json::json;
 
@@ -570,7 +570,7 @@ async fn a_token_is_requested_bound_to_the_pod() {
 /// written on a real tmpfs below a real root, owned by the group with read bits and setgid.
 #[tokio::test]
 async fn an_fs_group_owns_a_secret_volumes_files() {
-    use crate::sources::apiserver::fake_api::fake_api;
+    use crate::testing::fake_api::fake_api;
     use http::Method;
     use k8s_openapi::api::core::v1::{KeyToPath, PodSecurityContext, SecretVolumeSource};
     use serde_json::json;

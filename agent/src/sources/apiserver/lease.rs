@@ -42,6 +42,9 @@ pub(super) struct LeaseController {
     node_uid: watch::Receiver<Option<String>>,
     /// The lease as last written or read (upstream `latestLease`).
     latest: Option<Lease>,
+    /// Told once the lease has been written: the node status loop then reports an unchanged
+    /// status only every `nodeStatusReportFrequency`.
+    held: watch::Sender<bool>,
 }
 
 impl LeaseController {
@@ -60,7 +63,14 @@ impl LeaseController {
             clock,
             node_uid,
             latest: None,
+            held: watch::channel(false).0,
         }
+    }
+
+    /// Says on `held` when the lease has been written.
+    pub(super) fn with_held(mut self, held: watch::Sender<bool>) -> Self {
+        self.held = held;
+        self
     }
 
     /// Renews until cancelled; the interval counts from the end of each renewal, as upstream's
@@ -131,6 +141,7 @@ impl LeaseController {
                         "POST {NODE_LEASE_NAMESPACE}/leases ({})",
                         self.node_name
                     )))?;
+                self.held.send_replace(true);
                 Ok(Some((created, true)))
             }
             Err(error) => Err(Error::Api {
@@ -154,6 +165,7 @@ impl LeaseController {
             {
                 Ok(updated) => {
                     self.latest = Some(updated);
+                    self.held.send_replace(true);
                     return Ok(());
                 }
                 Err(error) => error,

@@ -26,9 +26,6 @@ mod ratelimit;
 mod services;
 mod status_sync;
 
-#[cfg(test)]
-pub(crate) mod fake_api;
-
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use kube::config::KubeconfigError;
@@ -108,12 +105,14 @@ pub struct ApiServerOptions {
     pub node_lease_duration_seconds: u32,
     /// How often statuses that failed to send are tried again.
     pub status_sync_period: Duration,
+    /// `registerNode`: create the Node when it does not exist.
+    pub register_node: bool,
 }
 
 impl ApiServerOptions {
-    /// Options with the given kubelet settings. The node status is reported at every update
-    /// (upstream waits `nodeStatusReportFrequency`, 5 min, between unchanged reports once the
-    /// lease exists; swiftlet heartbeats the Ready condition every update instead).
+    /// Options with the given kubelet settings, the Node registered by the agent and its status
+    /// reported at every update (the app sets `node_status_report_frequency`, upstream's 5 min
+    /// between unchanged reports once the Lease exists, from the configuration).
     pub fn new(
         node_name: String,
         node_status_update_frequency: Duration,
@@ -125,6 +124,7 @@ impl ApiServerOptions {
             node_status_report_frequency: node_status_update_frequency,
             node_lease_duration_seconds,
             status_sync_period: STATUS_SYNC_PERIOD,
+            register_node: true,
         }
     }
 
@@ -179,6 +179,7 @@ impl ApiServerSource {
             clock,
         } = self;
         let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
+        let (lease_held_tx, lease_held) = tokio::sync::watch::channel(false);
         tracing::info!(node = options.node_name, "connecting the API server source");
         let pod_watch = pods::run(
             main.clone(),
@@ -197,9 +198,11 @@ impl ApiServerSource {
         .with_pressure(pressure)
         .with_nudge(node_changed)
         .with_images(images)
+        .with_lease(lease_held)
         .run(cancel.clone());
-        let lease =
-            lease::LeaseController::new(heartbeat, &options, clock, node_uid).run(cancel.clone());
+        let lease = lease::LeaseController::new(heartbeat, &options, clock, node_uid)
+            .with_held(lease_held_tx)
+            .run(cancel.clone());
         let statuses =
             status_sync::StatusSync::new(main, status, options.status_sync_period).run(cancel);
         tokio::join!(pod_watch, node_status, lease, statuses);

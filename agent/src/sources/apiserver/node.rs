@@ -1,14 +1,21 @@
 //! Node registration and status (upstream `kubelet_node_status.go`: `registerWithAPIServer`,
-//! `tryRegisterWithAPIServer`, `updateNodeStatus`/`tryUpdateNodeStatus`). First the Node is
-//! created, retrying with upstream's backoff (100 ms doubling to 7 s); if it already exists (409
-//! `AlreadyExists`, e.g. after a restart), it is read and its default labels and status patched
-//! instead. Then every `nodeStatusUpdateFrequency` the status is computed again — the Ready
-//! condition from the readiness check — and patched when it changed or a report is due. A nudge
-//! (a pressure condition or the runtime's health changed) computes it at once instead of at the
-//! next tick, so a node under pressure says so without waiting up to 10 s.
+//! `tryRegisterWithAPIServer`, `updateDefaultLabels`, `syncNodeStatus`, `updateNodeStatus`/
+//! `tryUpdateNodeStatus`). First the Node is created — labels, `--register-with-taints`, status —
+//! retrying with upstream's backoff (100 ms doubling to 7 s); if it already exists (409
+//! `AlreadyExists`, e.g. after a restart), it is read and only its default labels and its status
+//! patched (taints and other labels are set at creation only, as upstream). With
+//! `registerNode: false` nothing is created: the Node is read (again, on the same backoff, until
+//! someone creates it) and its status patched. Then every `nodeStatusUpdateFrequency` the
+//! status is computed again — the Ready condition from the readiness check — and patched when it
+//! changed, or, unchanged, once `nodeStatusReportFrequency` passed since the last report. Until
+//! the node's Lease has been written the status is the only heartbeat, so it is sent at every
+//! update (upstream's older `NodeLease`-gated rule). A nudge (a pressure condition or the
+//! runtime's health changed) computes it at once instead of at the next tick, so a node under
+//! pressure says so without waiting up to 10 s.
 //!
 //! Patches are strategic merge patches of `nodes/<name>/status`, as upstream's `PatchNodeStatus`:
-//! conditions and addresses merge by `type`, so conditions other components own are kept.
+//! conditions merge by `type`, so conditions other components own are kept; addresses are
+//! replaced whole (`node_object::status_patch`).
 //!
 //! Not here: the Node object itself (`node_object.rs`), the lease (`lease.rs`), re-registering a
 //! Node deleted while the agent runs (upstream does not either).
@@ -20,16 +27,15 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
-use serde_json::json;
 use tokio::{sync::watch, time::Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::{
     ApiServerOptions, Error, ImagesCheck, NodeDescription, PressureCheck, ReadinessCheck,
-    WallClock, is_already_exists,
+    WallClock, is_already_exists, is_not_found,
     node_object::{
         default_labels, initial_node, node_status, pressure_conditions, ready_condition, ready_of,
-        same_but_heartbeat,
+        same_but_heartbeat, status_patch,
     },
 };
 
@@ -57,6 +63,10 @@ pub(super) struct NodeStatusLoop {
     nudge: Arc<tokio::sync::Notify>,
     /// The images to list in the status.
     images: ImagesCheck,
+    /// `registerNode`: whether a missing Node is created.
+    register_node: bool,
+    /// Whether the node's Lease has been written: until then every update is reported.
+    lease_held: watch::Receiver<bool>,
 }
 
 impl NodeStatusLoop {
@@ -81,7 +91,15 @@ impl NodeStatusLoop {
             pressure: Arc::new(Vec::new),
             nudge: Arc::new(tokio::sync::Notify::new()),
             images: Arc::new(Vec::new),
+            register_node: options.register_node,
+            lease_held: watch::channel(true).1,
         }
+    }
+
+    /// Reports an unchanged status at every update until `held` says the Lease was written.
+    pub(super) fn with_lease(mut self, held: watch::Receiver<bool>) -> Self {
+        self.lease_held = held;
+        self
     }
 
     /// Lists the node's images in the status (upstream `nodeStatusMaxImages`).
@@ -111,15 +129,24 @@ impl NodeStatusLoop {
                 () = tokio::time::sleep(step) => {}
             }
             step = (step * 2).min(REGISTER_MAX_STEP);
-            tracing::info!(node = self.name, "attempting to register the node");
-            match self.try_register().await {
+            let attempt = if self.register_node {
+                tracing::info!(node = self.name, "attempting to register the node");
+                self.try_register().await
+            } else {
+                self.adopt().await
+            };
+            match attempt {
                 Ok(()) => break,
                 Err(error) => {
                     tracing::warn!(%error, "unable to register the node with the API server")
                 }
             }
         }
-        tracing::info!(node = self.name, "node registered");
+        tracing::info!(
+            node = self.name,
+            created_by_this_agent = self.register_node,
+            "node registered"
+        );
 
         let mut tick = tokio::time::interval_at(
             Instant::now() + self.update_frequency,
@@ -164,11 +191,28 @@ impl NodeStatusLoop {
             .await
             .map_err(Error::api(format!("GET nodes/{}", self.name)))?;
         let status = self.current_status(existing.status.as_ref());
-        let patch = json!({
-            "metadata": { "labels": default_labels(&self.node) },
-            "status": status,
-        });
+        let patch = status_patch(&status, Some(&default_labels(&self.node)));
         self.patch(&patch).await?;
+        self.accepted(&existing, status);
+        Ok(())
+    }
+
+    /// `registerNode: false` (upstream `syncNodeStatus` without `registerWithAPIServer`): the
+    /// Node someone else created is read and its status patched; a missing one is not created.
+    async fn adopt(&mut self) -> Result<(), Error> {
+        let existing = match self.api.get(&self.name).await {
+            Ok(node) => node,
+            Err(error) if is_not_found(&error) => {
+                tracing::info!(
+                    node = self.name,
+                    "the Node does not exist and registerNode is false: waiting for it to be created"
+                );
+                return Err(Error::api(format!("GET nodes/{}", self.name))(error));
+            }
+            Err(error) => return Err(Error::api(format!("GET nodes/{}", self.name))(error)),
+        };
+        let status = self.current_status(existing.status.as_ref());
+        self.patch(&status_patch(&status, None)).await?;
         self.accepted(&existing, status);
         Ok(())
     }
@@ -199,14 +243,15 @@ impl NodeStatusLoop {
         let previous = self.last.as_ref().map(|(s, _)| s);
         let status = self.current_status(previous);
         let changed = previous.is_none_or(|p| !same_but_heartbeat(p, &status));
-        let due = self
-            .last
-            .as_ref()
-            .is_none_or(|(_, at)| at.elapsed() >= self.report_frequency);
+        let due = !*self.lease_held.borrow()
+            || self
+                .last
+                .as_ref()
+                .is_none_or(|(_, at)| at.elapsed() >= self.report_frequency);
         if !changed && !due {
             return;
         }
-        let patch = json!({ "status": status });
+        let patch = status_patch(&status, None);
         for attempt in 1..=STATUS_UPDATE_RETRIES {
             match self.patch(&patch).await {
                 Ok(()) => {

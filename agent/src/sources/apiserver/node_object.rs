@@ -1,12 +1,21 @@
 //! The Node object the agent registers and the status it reports (upstream `initialNode` in
-//! `kubelet_node_status.go` and the setters in `pkg/kubelet/nodestatus/setters.go`: default labels,
-//! machine info, node info, addresses, the Ready condition). Pure: facts in, objects out.
+//! `kubelet_node_status.go` and the setters in `pkg/kubelet/nodestatus/setters.go`: labels and
+//! taints, machine info, node info, addresses, the Ready condition). Pure: facts in, objects out.
 //!
 //! The pressure conditions (MemoryPressure, DiskPressure, PIDPressure) follow upstream's setters,
-//! from what the eviction manager reports.
+//! from what the eviction manager reports. Addresses are upstream's `NodeAddress` setter's: the
+//! primary `InternalIP`, the `Hostname`, then a second `InternalIP` of the other family; a
+//! status patch replaces the whole list (`$patch: replace`, as upstream's `PatchNodeStatus`
+//! does), since the API merges `addresses` by `type` and would fold a dual-stack pair into one.
 //!
-//! Not here: talking to the API server (`node.rs`), how the facts are detected (the app),
-//! images, volumes, daemon endpoints.
+//! `nodeInfo.kubeletVersion` is `v<Kubernetes API version>+swiftlet.<crate version>`: a semantic
+//! version (what apimachinery's `version.ParseSemantic`/`ParseGeneric`, and so kubectl, kubeadm
+//! and the control plane's version checks, accept), whose `+` build metadata is ignored in
+//! comparisons, so a gate such as "kubelet at least v1.35" holds. A pre-release (`-swiftlet…`)
+//! would sort below v1.35.0 and fail such gates (k3s's `+k3s1` makes the same choice).
+//!
+//! Not here: talking to the API server (`node.rs`), how the facts are detected (the app,
+//! `crate::node`), images, volumes, daemon endpoints.
 
 use std::{
     collections::BTreeMap,
@@ -15,7 +24,10 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::core::v1::{ContainerImage, Node, NodeAddress, NodeCondition, NodeStatus, NodeSystemInfo},
+    api::core::v1::{
+        ContainerImage, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo,
+        Taint,
+    },
     apimachinery::pkg::{
         api::resource::Quantity,
         apis::meta::v1::{ObjectMeta, Time},
@@ -23,15 +35,11 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 
-/// `nodeInfo.kubeletVersion`: what this agent is, for `kubectl get nodes`.
-pub const KUBELET_VERSION: &str = concat!("swiftlet-", env!("CARGO_PKG_VERSION"));
+use crate::node::labels::DEFAULT_LABELS;
 
-const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
-const LABEL_OS: &str = "kubernetes.io/os";
-const LABEL_ARCH: &str = "kubernetes.io/arch";
-/// Upstream still sets the deprecated beta labels next to the stable ones.
-const LABEL_BETA_OS: &str = "beta.kubernetes.io/os";
-const LABEL_BETA_ARCH: &str = "beta.kubernetes.io/arch";
+/// `nodeInfo.kubeletVersion`: the Kubernetes API swiftlet implements (k8s-openapi's `v1_35`),
+/// with swiftlet's own version as build metadata (see the module header).
+pub const KUBELET_VERSION: &str = concat!("v1.35.0+swiftlet.", env!("CARGO_PKG_VERSION"));
 
 pub(super) const READY: &str = "Ready";
 const READY_REASON: &str = "KubeletReady";
@@ -39,12 +47,16 @@ const READY_MESSAGE: &str = "kubelet is posting ready status";
 const NOT_READY_REASON: &str = "KubeletNotReady";
 
 /// What the agent knows about its node, as the app detected it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeDescription {
-    /// The `kubernetes.io/hostname` label and the `Hostname` address.
+    /// The `Hostname` address.
     pub hostname: String,
-    /// The `InternalIP` address, when the node has one.
-    pub internal_ip: Option<IpAddr>,
+    /// The `InternalIP` addresses: the primary first, then one of the other family.
+    pub internal_ips: Vec<IpAddr>,
+    /// Every label of the Node as created: the well-known ones and `--node-labels`.
+    pub labels: BTreeMap<String, String>,
+    /// `--register-with-taints`: set only when the agent creates the Node.
+    pub taints: Vec<Taint>,
     pub cpu_millis: i64,
     pub memory_bytes: u64,
     /// Allocatable (capacity minus kube and system reservations, and for memory the hard
@@ -89,18 +101,14 @@ pub fn os_image(os_release: &str) -> Option<String> {
     })
 }
 
-/// Upstream's default labels (`updateDefaultLabels` keeps them current on an existing Node).
+/// The labels upstream's `updateDefaultLabels` sets on a Node that already exists: those of
+/// its default set that the initial Node has (a `--node-labels` value of one of them included).
 pub(super) fn default_labels(node: &NodeDescription) -> BTreeMap<String, String> {
-    [
-        (LABEL_HOSTNAME, node.hostname.as_str()),
-        (LABEL_OS, "linux"),
-        (LABEL_ARCH, node.architecture.as_str()),
-        (LABEL_BETA_OS, "linux"),
-        (LABEL_BETA_ARCH, node.architecture.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect()
+    node.labels
+        .iter()
+        .filter(|(key, value)| DEFAULT_LABELS.contains(&key.as_str()) && !value.is_empty())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Upstream `MaxNamesPerImageInNodeStatus`.
@@ -141,10 +149,13 @@ pub(super) fn initial_node(
     Node {
         metadata: ObjectMeta {
             name: Some(name.to_owned()),
-            labels: Some(default_labels(node)),
+            labels: Some(node.labels.clone()),
             ..ObjectMeta::default()
         },
-        spec: None,
+        spec: (!node.taints.is_empty()).then(|| NodeSpec {
+            taints: Some(node.taints.clone()),
+            ..NodeSpec::default()
+        }),
         status: Some(node_status(node, ready, pressure)),
     }
 }
@@ -184,17 +195,21 @@ pub(super) fn node_status(
     .collect();
     let mut conditions = pressure;
     conditions.push(ready);
-    let mut addresses = Vec::new();
-    if let Some(ip) = node.internal_ip {
-        addresses.push(NodeAddress {
-            type_: "InternalIP".into(),
-            address: ip.to_string(),
-        });
-    }
+    let internal = |ip: &IpAddr| NodeAddress {
+        type_: "InternalIP".into(),
+        address: ip.to_string(),
+    };
+    let mut addresses: Vec<NodeAddress> = node
+        .internal_ips
+        .first()
+        .map(internal)
+        .into_iter()
+        .collect();
     addresses.push(NodeAddress {
         type_: "Hostname".into(),
         address: node.hostname.clone(),
     });
+    addresses.extend(node.internal_ips.get(1).map(internal));
     NodeStatus {
         allocatable: Some(allocatable),
         capacity: Some(resources),
@@ -212,6 +227,26 @@ pub(super) fn node_status(
             ..NodeSystemInfo::default()
         }),
         ..NodeStatus::default()
+    }
+}
+
+/// The body of a strategic merge patch of `nodes/<name>/status` that sets `status` (and
+/// `labels`, when given): the address list is replaced whole (upstream
+/// `fixupPatchForNodeStatusAddresses`), every other list merges by its key.
+pub(super) fn status_patch(
+    status: &NodeStatus,
+    labels: Option<&BTreeMap<String, String>>,
+) -> serde_json::Value {
+    let mut status = serde_json::to_value(status).unwrap_or_default();
+    if let Some(addresses) = status
+        .get_mut("addresses")
+        .and_then(serde_json::Value::as_array_mut)
+    {
+        addresses.push(serde_json::json!({ "$patch": "replace" }));
+    }
+    match labels {
+        Some(labels) => serde_json::json!({ "metadata": { "labels": labels }, "status": status }),
+        None => serde_json::json!({ "status": status }),
     }
 }
 

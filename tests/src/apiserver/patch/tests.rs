@@ -121,6 +121,31 @@ fn node_addresses_merge_by_type() {
     );
 }
 
+/// Upstream `mergeSliceWithoutSpecialElements` merges each patch element into the first element
+/// with its key, including one the patch itself just added: two `InternalIP`s (dual stack) fold
+/// into one unless the list is replaced, which is why upstream's `PatchNodeStatus` sends
+/// `$patch: replace` for addresses.
+#[test]
+fn a_dual_stack_pair_folds_unless_the_addresses_are_replaced() {
+    let node = json!({"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}});
+    let pair = [
+        json!({"type": "InternalIP", "address": "10.0.0.1"}),
+        json!({"type": "Hostname", "address": "n"}),
+        json!({"type": "InternalIP", "address": "fd00::1"}),
+    ];
+    let merged = strategic_merge_patch("Node", &node, &json!({"status": {"addresses": pair}}))
+        .expect("merges");
+    assert_eq!(
+        merged["status"]["addresses"],
+        json!([{"type": "InternalIP", "address": "fd00::1"}, {"type": "Hostname", "address": "n"}])
+    );
+    let mut replacing = pair.to_vec();
+    replacing.push(json!({"$patch": "replace"}));
+    let merged = strategic_merge_patch("Node", &node, &json!({"status": {"addresses": replacing}}))
+        .expect("merges");
+    assert_eq!(merged["status"]["addresses"], json!(pair));
+}
+
 #[test]
 fn null_deletes_a_field_and_a_map_delete_removes_the_map() {
     let pod = json!({"status": {"phase": "Running", "message": "m", "nominatedNodeName": "x"}});

@@ -9,9 +9,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::sources::apiserver::fake_api::{
-    FakeApi, T0_SECONDS, fake_api, paused_clock, status_error,
-};
+use crate::testing::fake_api::{FakeApi, T0_SECONDS, fake_api, paused_clock, status_error};
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1";

@@ -12,9 +12,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::sources::apiserver::{
-    KUBELET_VERSION,
-    fake_api::{FakeApi, fake_api, paused_clock, status_error, t0_plus},
+use crate::{
+    sources::apiserver::KUBELET_VERSION,
+    testing::fake_api::{FakeApi, fake_api, paused_clock, status_error, t0_plus},
 };
 
 const STRATEGIC: &str = "application/strategic-merge-patch+json";
@@ -22,7 +22,19 @@ const STRATEGIC: &str = "application/strategic-merge-patch+json";
 fn description() -> NodeDescription {
     NodeDescription {
         hostname: "n1".into(),
-        internal_ip: Some(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5))),
+        internal_ips: vec![
+            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 5)),
+            "fd00::5"
+                .parse()
+                .unwrap_or(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)),
+        ],
+        labels: crate::node::labels::node_labels(
+            "n1",
+            "amd64",
+            &[("node.kubernetes.io/pool".to_owned(), "a".to_owned())].into(),
+        ),
+        taints: crate::node::taints::parse_taints(&["dedicated=batch:NoExecute"])
+            .unwrap_or_default(),
         cpu_millis: 4000,
         memory_bytes: 8 * 1024 * 1024 * 1024,
         allocatable_cpu_millis: 3500,
@@ -45,9 +57,18 @@ struct Harness {
     uid: watch::Receiver<Option<String>>,
     cancel: CancellationToken,
     nudge: Arc<tokio::sync::Notify>,
+    lease_held: watch::Sender<bool>,
 }
 
 fn start() -> Harness {
+    start_with(ApiServerOptions::new(
+        "n1".into(),
+        Duration::from_secs(10),
+        40,
+    ))
+}
+
+fn start_with(options: ApiServerOptions) -> Harness {
     let (client, api) = fake_api();
     let problem = Arc::new(Mutex::new(None::<String>));
     let readiness: ReadinessCheck = {
@@ -55,7 +76,7 @@ fn start() -> Harness {
         Arc::new(move || problem.lock().expect("lock").clone())
     };
     let (uid_tx, uid) = watch::channel(None);
-    let options = ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40);
+    let (lease_held, held) = watch::channel(true);
     let cancel = CancellationToken::new();
     let node_loop = NodeStatusLoop::new(
         client,
@@ -66,13 +87,19 @@ fn start() -> Harness {
         uid_tx,
     );
     let nudge = Arc::new(tokio::sync::Notify::new());
-    tokio::spawn(node_loop.with_nudge(nudge.clone()).run(cancel.clone()));
+    tokio::spawn(
+        node_loop
+            .with_nudge(nudge.clone())
+            .with_lease(held)
+            .run(cancel.clone()),
+    );
     Harness {
         api,
         problem,
         uid,
         cancel,
         nudge,
+        lease_held,
     }
 }
 
@@ -94,8 +121,8 @@ fn capacity() -> serde_json::Value {
     })
 }
 
-/// The Node object registration creates: labels, capacity and allocatable, the conditions, the
-/// node's info and addresses.
+/// The Node object registration creates: labels and taints, capacity and allocatable, the
+/// conditions, the node's info and addresses.
 fn assert_registered_node(node: &serde_json::Value) {
     assert_eq!(node["metadata"]["name"], "n1");
     assert_eq!(
@@ -106,7 +133,12 @@ fn assert_registered_node(node: &serde_json::Value) {
             "kubernetes.io/arch": "amd64",
             "beta.kubernetes.io/os": "linux",
             "beta.kubernetes.io/arch": "amd64",
+            "node.kubernetes.io/pool": "a",
         })
+    );
+    assert_eq!(
+        node["spec"]["taints"],
+        json!([{ "key": "dedicated", "value": "batch", "effect": "NoExecute" }])
     );
     assert_eq!(node["status"]["capacity"], capacity());
     assert_eq!(
@@ -155,12 +187,14 @@ fn assert_registered_node(node: &serde_json::Value) {
             "systemUUID": "",
         })
     );
-    assert!(KUBELET_VERSION.starts_with("swiftlet-"));
+    assert!(KUBELET_VERSION.starts_with("v1.35.0+swiftlet."));
+    // Created whole (no merge): both families' InternalIP, in upstream's order.
     assert_eq!(
         node["status"]["addresses"],
         json!([
             { "type": "InternalIP", "address": "10.0.0.5" },
             { "type": "Hostname", "address": "n1" },
+            { "type": "InternalIP", "address": "fd00::5" },
         ])
     );
     assert_eq!(
@@ -208,6 +242,16 @@ async fn registers_the_node_then_heartbeats_its_ready_condition() {
     );
     assert_eq!(condition["lastTransitionTime"], t0_plus(Duration::ZERO));
     assert_eq!(beat.body["status"]["capacity"], capacity());
+    // The API merges addresses by type: the list is replaced, or the pair would fold into one.
+    assert_eq!(
+        beat.body["status"]["addresses"],
+        json!([
+            { "type": "InternalIP", "address": "10.0.0.5" },
+            { "type": "Hostname", "address": "n1" },
+            { "type": "InternalIP", "address": "fd00::5" },
+            { "$patch": "replace" },
+        ])
+    );
     beat.reply(200, &created);
 
     // The PLEG turns unhealthy: NotReady with its message, and a new transition time.
@@ -252,14 +296,19 @@ async fn an_existing_node_is_read_and_patched() {
     );
     let patch = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
     assert_eq!(patch.content_type.as_deref(), Some(STRATEGIC));
+    // Upstream `updateDefaultLabels`: only the default labels; `--node-labels` and
+    // `--register-with-taints` are set when the Node is created, never on an existing one.
     assert_eq!(
-        patch.body["metadata"]["labels"]["kubernetes.io/hostname"],
-        "n1"
+        patch.body["metadata"]["labels"],
+        json!({
+            "kubernetes.io/hostname": "n1",
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "beta.kubernetes.io/os": "linux",
+            "beta.kubernetes.io/arch": "amd64",
+        })
     );
-    assert_eq!(
-        patch.body["metadata"]["labels"]["kubernetes.io/arch"],
-        "amd64"
-    );
+    assert!(patch.body.get("spec").is_none(), "{}", patch.body);
     let condition = ready(&patch.body["status"]);
     assert_eq!(condition["lastHeartbeatTime"], t0_plus(Duration::ZERO));
     assert_eq!(
@@ -313,5 +362,72 @@ async fn a_nudge_posts_a_change_before_the_next_tick() {
     // Posted at the nudge, not at the first 10 s tick (paused time: nothing else moved it).
     assert_eq!(condition["lastHeartbeatTime"], t0_plus(Duration::ZERO));
     down.reply(200, &created);
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_register_node_an_existing_node_is_only_updated() {
+    let mut h = start_with(ApiServerOptions {
+        register_node: false,
+        ..ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40)
+    });
+    // No Node yet: it is read, never created, and read again on the backoff.
+    let get = h.api.expect(Method::GET, "/api/v1/nodes/n1").await;
+    get.reply(404, &status_error(404, "NotFound"));
+    let again = h.api.expect(Method::GET, "/api/v1/nodes/n1").await;
+    again.reply(
+        200,
+        &json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": { "name": "n1", "uid": "uid-admin", "labels": { "team": "x" } },
+        }),
+    );
+    let patch = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert!(patch.body.get("metadata").is_none(), "{}", patch.body);
+    assert_eq!(ready(&patch.body["status"])["status"], "True");
+    patch.reply(200, &json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": "n1", "uid": "uid-admin" } }));
+    h.uid.changed().await.expect("the UID is published");
+    assert_eq!(h.uid.borrow().as_deref(), Some("uid-admin"));
+    h.cancel.cancel();
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unchanged_status_waits_for_the_report_frequency_once_the_lease_is_held() {
+    let mut h = start_with(ApiServerOptions {
+        node_status_report_frequency: Duration::from_secs(300),
+        ..ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40)
+    });
+    h.lease_held.send_replace(false);
+    let create = h.api.expect(Method::POST, "/api/v1/nodes").await;
+    let mut created = create.body.clone();
+    created["metadata"]["uid"] = json!("uid-1");
+    create.reply(201, &created);
+    // No Lease yet: the status is the heartbeat, sent at every update.
+    let beat = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(
+        ready(&beat.body["status"])["lastHeartbeatTime"],
+        t0_plus(Duration::from_secs(10))
+    );
+    beat.reply(200, &created);
+    // The Lease is held: nothing for the next 290 s of unchanged updates...
+    h.lease_held.send_replace(true);
+    h.api.assert_no_request(Duration::from_secs(295)).await;
+    // ...then the report at 300 s after the last one.
+    let report = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(
+        ready(&report.body["status"])["lastHeartbeatTime"],
+        t0_plus(Duration::from_secs(310))
+    );
+    report.reply(200, &created);
+    // A change is sent at once, report period or not.
+    *h.problem.lock().expect("lock") = Some("container runtime is down".into());
+    let change = h.api.expect(Method::PATCH, "/api/v1/nodes/n1/status").await;
+    assert_eq!(ready(&change.body["status"])["status"], "False");
+    assert_eq!(
+        ready(&change.body["status"])["lastHeartbeatTime"],
+        t0_plus(Duration::from_secs(320))
+    );
+    change.reply(200, &created);
     h.cancel.cancel();
 }

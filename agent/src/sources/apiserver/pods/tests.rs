@@ -9,9 +9,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::sources::{
-    CONFIG_SOURCE_ANNOTATION, Op, PodConfig, PodUpdate, Source,
-    apiserver::fake_api::{FakeApi, fake_api, status_error},
+use crate::{
+    sources::{CONFIG_SOURCE_ANNOTATION, Op, PodConfig, PodUpdate, Source},
+    testing::fake_api::{FakeApi, fake_api, status_error},
 };
 
 const PODS: &str = "/api/v1/pods";

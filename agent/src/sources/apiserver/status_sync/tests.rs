@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::sources::apiserver::fake_api::{FakeApi, fake_api, status_error};
+use crate::testing::fake_api::{FakeApi, fake_api, status_error};
 
 const STRATEGIC: &str = "application/strategic-merge-patch+json";
 const WEB_STATUS: &str = "/api/v1/namespaces/default/pods/web/status";

@@ -1,5 +1,5 @@
-//! A scripted API server for this module's tests: kube's [`Client`] over tower-test's mock
-//! transport. A test takes each request in turn, asserts what it must be (method, path, query,
+//! A scripted API server for the unit tests of what talks to the API server: kube's [`Client`]
+//! over tower-test's mock transport. A test takes each request in turn, asserts what it must be (method, path, query,
 //! content type, body) and answers with canned JSON, so every request the source makes is seen and
 //! checked, in order. Run under paused tokio time: waiting for a request lets timers fire at once.
 
@@ -13,7 +13,7 @@ use kube::{Client, client::Body};
 use serde_json::{Value, json};
 use tower_test::mock::{self, Handle, SendResponse};
 
-use super::WallClock;
+use crate::clock::Clock as WallClock;
 
 /// The wall time at the start of a test: 2023-11-14T22:13:20Z.
 pub(crate) const T0_SECONDS: u64 = 1_700_000_000;
