@@ -24,7 +24,7 @@ use crate::{
         CgroupLayout,
         pod_cgroups::{PodCgroupConfig, PodCgroups},
     },
-    config::Config,
+    config::{ChangeDetectionStrategy, Config},
     container::RuntimeFeatures,
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
     eviction::{EvictionManager, NodeCondition},
@@ -66,8 +66,8 @@ use crate::{
     },
     status::{ReasonCache, StatusManager},
     volume::{
-        KubeObjects, NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, VolumeMetrics,
-        default_wait_budget,
+        CachedObjects, KubeObjects, NodeResources, OBJECT_CACHE_TTL, ObjectSource, PodDirs,
+        VolumeManager, VolumeManagerConfig, VolumeMetrics, WatchedObjects, default_wait_budget,
     },
 };
 
@@ -724,7 +724,7 @@ async fn start_sources(
     let client = client_from_kubeconfig(kubeconfig)
         .await
         .map_err(Error::ApiServer)?;
-    volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
+    volumes.set_object_source(object_source(config, &client, &app.shutdown));
     let source = ApiServerSource {
         client,
         options: ApiServerOptions::new(
@@ -772,6 +772,26 @@ fn security_admission(
         features,
         runtime_handler: String::new(),
     })
+}
+
+/// Where configMap, secret and projected volumes read their objects
+/// (`configMapAndSecretChangeDetectionStrategy`).
+fn object_source(
+    config: &Config,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+) -> Arc<dyn ObjectSource> {
+    match config.config_map_and_secret_change_detection_strategy {
+        ChangeDetectionStrategy::Watch => {
+            Arc::new(WatchedObjects::new(client.clone(), shutdown.clone()))
+        }
+        ChangeDetectionStrategy::Cache => Arc::new(CachedObjects::new(
+            client.clone(),
+            OBJECT_CACHE_TTL,
+            crate::clock::system(),
+        )),
+        ChangeDetectionStrategy::Get => Arc::new(KubeObjects(client.clone())),
+    }
 }
 
 /// The volume manager, its reconciler running, with pod directories below `rootDir`.

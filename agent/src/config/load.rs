@@ -43,7 +43,7 @@ use super::{
     security::{self, SecurityConfig},
     server::{self, ServerConfig},
     settings::{FileConfig, RunArgs, Settings, with_settings},
-    types::{CgroupDriver, Cidr, PlegMode},
+    types::{CgroupDriver, ChangeDetectionStrategy, Cidr, PlegMode},
 };
 use crate::eviction::thresholds::EvictionConfig;
 

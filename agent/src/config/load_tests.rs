@@ -1189,3 +1189,28 @@ fn bad_unsafe_sysctls_name_the_field_and_value() {
     );
     assert!(err("seccompDefault: maybe\n", &[]).contains("seccompDefault"));
 }
+
+#[test]
+fn change_detection_strategy_is_watch_unless_the_file_says_otherwise() {
+    use crate::config::ChangeDetectionStrategy;
+    let (_dir, config) = load("", &[]);
+    assert_eq!(
+        config
+            .expect("loads")
+            .config_map_and_secret_change_detection_strategy,
+        ChangeDetectionStrategy::Watch
+    );
+    let (_dir, config) = load("configMapAndSecretChangeDetectionStrategy: Cache\n", &[]);
+    assert_eq!(
+        config
+            .expect("loads")
+            .config_map_and_secret_change_detection_strategy,
+        ChangeDetectionStrategy::Cache
+    );
+    let msg = err("configMapAndSecretChangeDetectionStrategy: watch\n", &[]);
+    assert!(
+        msg.contains("configMapAndSecretChangeDetectionStrategy")
+            && msg.contains("must be one of: \"Watch\", \"Cache\", or \"Get\""),
+        "{msg}"
+    );
+}

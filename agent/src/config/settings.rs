@@ -50,7 +50,10 @@ use super::{
         log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, root_dir,
         unsafe_sysctls,
     },
-    types::{CgroupDriver, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion},
+    types::{
+        CgroupDriver, ChangeDetectionStrategy, Cidr, CpuApply, CpuManagerPolicy, PlegMode,
+        TlsVersion,
+    },
 };
 use crate::{
     cm::cpumanager::CpuSet,
@@ -249,6 +252,10 @@ macro_rules! with_settings {
             config cluster_dns: [Vec<IpAddr>] = "clusterDNS", file [Vec<String>]
                 => cluster_dns, default Vec::new();
             config cluster_domain: [Option<String>] = "clusterDomain", file [String] => cluster_domain;
+            /// How ConfigMaps and Secrets of volumes are kept current: Watch (one watch per
+            /// object), Cache (read at most once a minute) or Get (read at every sync).
+            config config_map_and_secret_change_detection_strategy: [ChangeDetectionStrategy] = "configMapAndSecretChangeDetectionStrategy", file [String]
+                => parsed, default ChangeDetectionStrategy::Watch;
             /// Hard eviction thresholds (`evictionHard`), comma-separated, e.g.
             /// `memory.available<100Mi,nodefs.available<10%` or swiftlet's
             /// `memory.pressure.some.avg10>40`. Repeatable; replaces the file's.

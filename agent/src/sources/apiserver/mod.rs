@@ -43,6 +43,7 @@ pub use local_node::LocalNode;
 pub use node_object::{
     KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
 };
+pub(crate) use pods::is_too_large_resource_version;
 
 /// Upstream's namespace for node leases (`v1.NamespaceNodeLease`).
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
