@@ -244,7 +244,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
+    start_sources(app, &mut pod_config, &reporting, &kubelet, &volumes).await?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -701,7 +701,7 @@ async fn start_sources(
     app: &mut App<'_>,
     pod_config: &mut PodConfig,
     node: &NodeReporting,
-    status: &Arc<StatusManager>,
+    kubelet: &Arc<Kubelet>,
     volumes: &Arc<VolumeManager>,
 ) -> Result<(), Error> {
     let config = app.config;
@@ -733,13 +733,17 @@ async fn start_sources(
             config.node_lease_duration_seconds,
         ),
         node: node.description.clone(),
-        status: status.clone(),
+        status: kubelet.status.clone(),
         readiness: node.readiness.clone(),
         pressure: node.pressure.clone(),
         node_changed: node.changed.clone(),
         images: node.images.clone(),
         pods: pod_config.channel(Source::Api),
         clock: Arc::new(SystemTime::now) as WallClock,
+        static_pods: {
+            let kubelet = kubelet.clone();
+            Arc::new(move || kubelet.static_pods())
+        },
     };
     let shutdown = app.shutdown.clone();
     app.spawn(async move { source.run(shutdown).await });

@@ -9,13 +9,16 @@
 //! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
 //! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`):
 //!   two-way status patches, and the final DELETE of a pod whose termination is finished.
+//! - `mirror_pods.rs` — the static pods' mirror pods (`mirror_client.go`): created, replaced,
+//!   and deleted with their static pods; the pod watch sets them apart from the pods to run.
 //!
-//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, volumes, the
+//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), volumes, the
 //! kubelet's own HTTPS server. Every loop logs API errors and keeps
 //! going: a node agent outlives API-server outages.
 
 mod lease;
 mod local_node;
+mod mirror_pods;
 mod node;
 mod node_object;
 mod pods;
@@ -40,6 +43,7 @@ use super::SourceSender;
 use crate::status::StatusManager;
 
 pub use local_node::LocalNode;
+pub use mirror_pods::{StaticPods, StaticPodsCheck};
 pub use node_object::{
     KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
 };
@@ -177,6 +181,8 @@ pub struct ApiServerSource {
     /// From `PodConfig::channel(Source::Api)`.
     pub pods: SourceSender,
     pub clock: WallClock,
+    /// The kubelet's static pods, for their mirror pods.
+    pub static_pods: StaticPodsCheck,
 }
 
 impl std::fmt::Debug for ApiServerSource {
@@ -189,8 +195,9 @@ impl std::fmt::Debug for ApiServerSource {
 }
 
 impl ApiServerSource {
-    /// Runs the pod watcher, node registration and status, the lease, and the status syncer until
-    /// `cancel`. The lease learns the Node's UID (for its owner reference) from the registration.
+    /// Runs the pod watcher, node registration and status, the lease, the status syncer and the
+    /// mirror pods until `cancel`. The lease and the mirror pods learn the Node's UID (for
+    /// their owner references) from the registration.
     pub async fn run(self, cancel: CancellationToken) {
         let ApiServerSource {
             client,
@@ -203,15 +210,26 @@ impl ApiServerSource {
             images,
             pods,
             clock,
+            static_pods,
         } = self;
         let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
+        let (mirrors_tx, mirrors) = tokio::sync::watch::channel(None);
         tracing::info!(node = options.node_name, "connecting the API server source");
         let pod_watch = pods::run(
             client.clone(),
             options.node_name.clone(),
             pods,
+            mirrors_tx,
             cancel.clone(),
         );
+        let mirror_pods = mirror_pods::MirrorPodController::new(
+            client.clone(),
+            options.node_name.clone(),
+            node_uid.clone(),
+            static_pods,
+            mirrors.clone(),
+        )
+        .run(cancel.clone());
         let node_status = node::NodeStatusLoop::new(
             client.clone(),
             &options,
@@ -227,8 +245,9 @@ impl ApiServerSource {
         let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
             .run(cancel.clone());
         let statuses =
-            status_sync::StatusSync::new(client, status, options.status_sync_period).run(cancel);
-        tokio::join!(pod_watch, node_status, lease, statuses);
+            status_sync::StatusSync::new(client, status, options.status_sync_period, mirrors)
+                .run(cancel);
+        tokio::join!(pod_watch, node_status, lease, statuses, mirror_pods);
     }
 }
 
