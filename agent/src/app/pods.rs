@@ -724,7 +724,7 @@ async fn start_sources(
     let client = client_from_kubeconfig(kubeconfig)
         .await
         .map_err(Error::ApiServer)?;
-    volumes.set_object_source(object_source(config, &client, &app.shutdown));
+    volumes.set_object_source(object_source(config, &client, app.shutdown));
     let source = ApiServerSource {
         client,
         options: ApiServerOptions::new(

@@ -204,7 +204,7 @@ fn valid_pods(pods: Vec<Pod>, source: Source) -> Vec<Pod> {
                 return false;
             }
             if is_mirror_pod(pod) {
-                tracing::debug!(%source, pod = %name, "a mirror pod is never run, ignoring");
+                tracing::warn!(%source, pod = %name, "a mirror pod (kubernetes.io/config.mirror) is never run, ignoring");
                 return false;
             }
             if !names.insert(name.clone()) {

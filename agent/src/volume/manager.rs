@@ -720,6 +720,7 @@ impl VolumeManager {
     }
 
     /// The volumes of `uid` marked for a remount that has not happened yet.
+    #[cfg(test)]
     pub fn remount_pending(&self, uid: &PodUid) -> Vec<String> {
         let mut names: Vec<String> = self
             .state()

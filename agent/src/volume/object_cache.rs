@@ -100,6 +100,9 @@ impl ObjectSource for CachedObjects {
 
     /// Upstream's `AddReference`: a new reference makes the next read go to the API server.
     fn register_pod(&self, pod: &PodUid, objects: &BTreeSet<ObjectRef>) {
+        if objects.is_empty() {
+            return self.unregister_pod(pod);
+        }
         let mut registry = self.registry.lock_unpoisoned();
         if registry.pods.get(pod) == Some(objects) {
             return;

@@ -96,6 +96,7 @@ impl WatchedObjects {
     }
 
     /// How many objects are watched now.
+    #[cfg(test)]
     pub fn watched(&self) -> usize {
         self.registry.lock_unpoisoned().items.len()
     }
@@ -194,6 +195,9 @@ impl ObjectSource for WatchedObjects {
     /// Upstream `RegisterPod`: the new references first, then the old ones dropped, so an
     /// object both name keeps its watch.
     fn register_pod(&self, pod: &PodUid, objects: &BTreeSet<ObjectRef>) {
+        if objects.is_empty() {
+            return self.unregister_pod(pod);
+        }
         let mut registry = self.registry.lock_unpoisoned();
         if registry.pods.get(pod) == Some(objects) {
             return;

@@ -105,10 +105,12 @@ impl TokenManager {
             .retain(|_, issued| now <= issued.expires);
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.cache.lock_unpoisoned().len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

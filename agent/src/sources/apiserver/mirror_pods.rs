@@ -135,7 +135,7 @@ pub enum Action {
     /// Delete this mirror pod (grace 0, its UID as precondition); then create `replace`'s, if
     /// the delete went through.
     Delete {
-        mirror: MirrorPod,
+        mirror: Box<MirrorPod>,
         replace: Option<Arc<Pod>>,
     },
     /// Create the mirror pod of this static pod.
@@ -150,7 +150,7 @@ pub fn plan(statics: &StaticPods, mirrors: &BTreeMap<String, MirrorPod>) -> Vec<
             None => actions.push(Action::Create(pod.clone())),
             Some(mirror) if mirror.deleting || !is_mirror_of(mirror, pod) => {
                 actions.push(Action::Delete {
-                    mirror: mirror.clone(),
+                    mirror: Box::new(mirror.clone()),
                     replace: Some(pod.clone()),
                 });
             }
@@ -160,7 +160,7 @@ pub fn plan(statics: &StaticPods, mirrors: &BTreeMap<String, MirrorPod>) -> Vec<
     for (name, mirror) in mirrors {
         if !statics.wanted.contains(name) && !statics.terminating.contains(name) {
             actions.push(Action::Delete {
-                mirror: mirror.clone(),
+                mirror: Box::new(mirror.clone()),
                 replace: None,
             });
         }
@@ -252,7 +252,7 @@ impl MirrorPodController {
         // What the watch has caught up with needs no more waiting for.
         self.created.retain(|name, (hash, at)| {
             now.duration_since(*at) < RETRY_PERIOD
-                && !mirrors.get(name).is_some_and(|m| &m.hash == hash)
+                && mirrors.get(name).is_none_or(|m| &m.hash != hash)
         });
         self.deleted
             .retain(|uid| mirrors.values().any(|m| &m.uid == uid));
