@@ -60,9 +60,9 @@ use crate::{
     prober::{ProbeManager, ProbeUpdate, metrics::ProberMetrics},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
-        PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
-        client_from_kubeconfig, go_arch, os_image,
+        ApiClients, ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription,
+        PodConfig, PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource,
+        WallClock, go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
     volume::{
@@ -83,6 +83,8 @@ pub struct Pods {
     pub runtime: Arc<GrpcRuntime>,
     /// What `/containerLogs` reads.
     pub logs: crate::server::logs::LogsState,
+    /// The API server's clients, with `--kubeconfig` (the kubelet server's reviews use them).
+    pub api: Option<ApiClients>,
 }
 
 /// How the pod half learns of container changes.
@@ -140,6 +142,8 @@ pub struct PodsInput {
 /// The app's shared parts every builder hands tasks and registrations to.
 pub struct App<'a> {
     pub config: &'a Config,
+    /// The API server's clients, with `--kubeconfig`.
+    pub api: Option<&'a ApiClients>,
     pub metrics: &'a Metrics,
     pub health: &'a Health,
     pub tasks: &'a mut JoinSet<Result<(), Error>>,
@@ -289,6 +293,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         annotate,
         evictions: eviction.decision_sender(),
         runtime: runtime.client,
+        api: app.api.cloned(),
     })
 }
 
@@ -718,15 +723,12 @@ async fn start_sources(
         app.spawn(async move { source.run(shutdown).await });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
-    let Some(kubeconfig) = &config.kubeconfig else {
+    let (Some(kubeconfig), Some(clients)) = (&config.kubeconfig, app.api) else {
         return Ok(());
     };
-    let client = client_from_kubeconfig(kubeconfig)
-        .await
-        .map_err(Error::ApiServer)?;
-    volumes.set_object_source(object_source(config, &client, app.shutdown));
+    volumes.set_object_source(object_source(config, &clients.main, app.shutdown));
     let source = ApiServerSource {
-        client,
+        clients: clients.clone(),
         options: ApiServerOptions::new(
             config.node_name.clone(),
             config.node_status_update_frequency,

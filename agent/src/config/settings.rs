@@ -137,6 +137,19 @@ macro_rules! with_settings {
             config node_lease_duration_seconds: [u32] = "nodeLeaseDurationSeconds", file [i64]
                 => |i| int::<i64, u32>(i, 1..=i64::from(i32::MAX), "must be at least 1"),
                 default defaults::NODE_LEASE_DURATION_SECONDS;
+            /// Requests a second the agent makes to the API server (`kubeAPIQPS`); its heartbeats (the
+            /// Lease and the Node status) are not limited. 0 means client-go's default of 5.
+            config kube_api_qps: [u32] = "kubeAPIQPS",
+                flag "kube-api-qps" [Option<u32>] (value_name = "QPS"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
+                default defaults::KUBE_API_QPS;
+            /// Requests the agent may make at once above `kubeAPIQPS` (`kubeAPIBurst`).
+            config kube_api_burst: [u32] = "kubeAPIBurst",
+                flag "kube-api-burst" [Option<u32>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
+                default defaults::KUBE_API_BURST;
             /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
             section read_only_port: [Option<u16>] = "readOnlyPort",
                 flag "read-only-port" [Option<u16>] (value_name = "PORT"),

@@ -16,32 +16,28 @@
 //! kubelet's own HTTPS server. Every loop logs API errors and keeps
 //! going: a node agent outlives API-server outages.
 
+mod client;
 mod lease;
 mod local_node;
 mod mirror_pods;
 mod node;
 mod node_object;
 mod pods;
+mod ratelimit;
 mod status_sync;
 
 #[cfg(test)]
 pub(crate) mod fake_api;
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
-};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use kube::{
-    Client,
-    config::{KubeConfigOptions, Kubeconfig, KubeconfigError},
-};
+use kube::config::KubeconfigError;
 use tokio_util::sync::CancellationToken;
 
 use super::SourceSender;
 use crate::status::StatusManager;
 
+pub use client::{ApiClients, ClientSettings, client_from_kubeconfig};
 pub use local_node::LocalNode;
 pub use mirror_pods::{StaticPods, StaticPodsCheck};
 pub use node_object::{
@@ -101,31 +97,6 @@ impl Error {
     }
 }
 
-/// Builds the API client from the kubeconfig at `path` (its current context), as
-/// `--kubeconfig` asks; nothing is inferred from the environment.
-pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, Error> {
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
-        path: path.to_owned(),
-        source,
-    })?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|source| Error::Kubeconfig {
-                path: path.to_owned(),
-                source,
-            })?;
-    // kube's default retries a 429/503/504 up to 15 times with a backoff growing to minutes,
-    // inside one call: a status batch or a lease renewal would stall that long behind an
-    // overloaded API server. Every loop here tries again on its own period instead, as the
-    // kubelet's do (client-go retries only when the server names a Retry-After).
-    config.default_retry = false;
-    Client::try_from(config).map_err(|source| Error::Client {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 /// The kubelet configuration the API-server loops use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiServerOptions {
@@ -167,7 +138,7 @@ impl ApiServerOptions {
 
 /// Everything the API-server source needs; [`ApiServerSource::run`] runs its four loops.
 pub struct ApiServerSource {
-    pub client: Client,
+    pub clients: ApiClients,
     pub options: ApiServerOptions,
     pub node: NodeDescription,
     /// Where the kubelet's pod statuses are read from.
@@ -200,7 +171,7 @@ impl ApiServerSource {
     /// their owner references) from the registration.
     pub async fn run(self, cancel: CancellationToken) {
         let ApiServerSource {
-            client,
+            clients: ApiClients { main, heartbeat },
             options,
             node,
             status,
@@ -216,14 +187,14 @@ impl ApiServerSource {
         let (mirrors_tx, mirrors) = tokio::sync::watch::channel(None);
         tracing::info!(node = options.node_name, "connecting the API server source");
         let pod_watch = pods::run(
-            client.clone(),
+            main.clone(),
             options.node_name.clone(),
             pods,
             mirrors_tx,
             cancel.clone(),
         );
         let mirror_pods = mirror_pods::MirrorPodController::new(
-            client.clone(),
+            main.clone(),
             options.node_name.clone(),
             node_uid.clone(),
             static_pods,
@@ -231,7 +202,7 @@ impl ApiServerSource {
         )
         .run(cancel.clone());
         let node_status = node::NodeStatusLoop::new(
-            client.clone(),
+            heartbeat.clone(),
             &options,
             node,
             readiness,
@@ -242,10 +213,10 @@ impl ApiServerSource {
         .with_nudge(node_changed)
         .with_images(images)
         .run(cancel.clone());
-        let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
-            .run(cancel.clone());
+        let lease =
+            lease::LeaseController::new(heartbeat, &options, clock, node_uid).run(cancel.clone());
         let statuses =
-            status_sync::StatusSync::new(client, status, options.status_sync_period, mirrors)
+            status_sync::StatusSync::new(main, status, options.status_sync_period, mirrors)
                 .run(cancel);
         tokio::join!(pod_watch, node_status, lease, statuses, mirror_pods);
     }
@@ -275,51 +246,11 @@ fn is_already_exists(error: &kube::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
-
     use super::*;
 
     #[test]
     fn renew_interval_is_a_quarter_of_the_duration() {
         let options = ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40);
         assert_eq!(options.lease_renew_interval(), Duration::from_secs(10));
-    }
-
-    #[tokio::test]
-    async fn client_errors_name_the_kubeconfig() {
-        let missing = Path::new("/nonexistent/swiftlet/kubeconfig");
-        let Err(error) = client_from_kubeconfig(missing).await else {
-            panic!("a missing file is an error");
-        };
-        assert!(
-            error
-                .to_string()
-                .contains("/nonexistent/swiftlet/kubeconfig"),
-            "{error}"
-        );
-
-        let mut file = tempfile::NamedTempFile::new().expect("temp file");
-        file.write_all(b"apiVersion: v1\nkind: Config\nclusters: []\n")
-            .expect("write");
-        let Err(error) = client_from_kubeconfig(file.path()).await else {
-            panic!("a kubeconfig without a context is an error");
-        };
-        assert!(
-            error
-                .to_string()
-                .contains(&file.path().display().to_string()),
-            "{error}"
-        );
-    }
-
-    #[tokio::test]
-    async fn client_from_a_complete_kubeconfig() {
-        let mut file = tempfile::NamedTempFile::new().expect("temp file");
-        file.write_all(
-            b"apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\ncontexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n    namespace: ns1\nusers:\n- name: u\n  user:\n    token: t\n",
-        )
-        .expect("write");
-        let client = client_from_kubeconfig(file.path()).await.expect("client");
-        assert_eq!(client.default_namespace(), "ns1");
     }
 }
