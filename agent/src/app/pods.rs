@@ -24,7 +24,7 @@ use crate::{
         CgroupLayout,
         pod_cgroups::{PodCgroupConfig, PodCgroups},
     },
-    config::Config,
+    config::{ChangeDetectionStrategy, Config},
     container::RuntimeFeatures,
     cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics, RuntimeService},
     eviction::{EvictionManager, NodeCondition},
@@ -72,8 +72,8 @@ use crate::{
     },
     status::{ReasonCache, StatusManager},
     volume::{
-        KubeObjects, NodeResources, PodDirs, VolumeManager, VolumeManagerConfig, VolumeMetrics,
-        default_wait_budget,
+        CachedObjects, KubeObjects, NodeResources, OBJECT_CACHE_TTL, ObjectSource, PodDirs,
+        VolumeManager, VolumeManagerConfig, VolumeMetrics, WatchedObjects, default_wait_budget,
     },
 };
 
@@ -254,7 +254,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
+    start_sources(app, &mut pod_config, &reporting, &kubelet, &volumes).await?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -735,7 +735,7 @@ async fn start_sources(
     app: &mut App<'_>,
     pod_config: &mut PodConfig,
     node: &NodeReporting,
-    status: &Arc<StatusManager>,
+    kubelet: &Arc<Kubelet>,
     volumes: &Arc<VolumeManager>,
 ) -> Result<(), Error> {
     let config = app.config;
@@ -755,7 +755,7 @@ async fn start_sources(
     let (Some(kubeconfig), Some(clients)) = (&config.kubeconfig, app.api) else {
         return Ok(());
     };
-    volumes.set_object_source(Arc::new(KubeObjects(clients.main.clone())));
+    volumes.set_object_source(object_source(config, &clients.main, app.shutdown));
     let source = ApiServerSource {
         clients: clients.clone(),
         options: ApiServerOptions {
@@ -768,13 +768,17 @@ async fn start_sources(
             )
         },
         node: node.description.clone(),
-        status: status.clone(),
+        status: kubelet.status.clone(),
         readiness: node.readiness.clone(),
         pressure: node.pressure.clone(),
         node_changed: node.changed.clone(),
         images: node.images.clone(),
         pods: pod_config.channel(Source::Api),
         clock: Arc::new(SystemTime::now) as WallClock,
+        static_pods: {
+            let kubelet = kubelet.clone();
+            Arc::new(move || kubelet.static_pods())
+        },
     };
     let shutdown = app.shutdown.clone();
     app.spawn(async move { source.run(shutdown).await });
@@ -819,6 +823,26 @@ fn security_admission(
         features,
         runtime_handler: String::new(),
     })
+}
+
+/// Where configMap, secret and projected volumes read their objects
+/// (`configMapAndSecretChangeDetectionStrategy`).
+fn object_source(
+    config: &Config,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+) -> Arc<dyn ObjectSource> {
+    match config.config_map_and_secret_change_detection_strategy {
+        ChangeDetectionStrategy::Watch => {
+            Arc::new(WatchedObjects::new(client.clone(), shutdown.clone()))
+        }
+        ChangeDetectionStrategy::Cache => Arc::new(CachedObjects::new(
+            client.clone(),
+            OBJECT_CACHE_TTL,
+            crate::clock::system(),
+        )),
+        ChangeDetectionStrategy::Get => Arc::new(KubeObjects(client.clone())),
+    }
 }
 
 /// The volume manager, its reconciler running, with pod directories below `rootDir`.

@@ -44,7 +44,7 @@ use super::{
     security::{self, SecurityConfig},
     server::{self, ServerConfig},
     settings::{FileConfig, RunArgs, Settings, with_settings},
-    types::{CgroupDriver, Cidr, PlegMode},
+    types::{CgroupDriver, ChangeDetectionStrategy, Cidr, PlegMode},
 };
 use k8s_openapi::api::core::v1::Taint;
 

@@ -1294,3 +1294,28 @@ fn registration_settings() {
          \"0s\": must be greater than 0"
     );
 }
+
+#[test]
+fn change_detection_strategy_is_watch_unless_the_file_says_otherwise() {
+    use crate::config::ChangeDetectionStrategy;
+    let (_dir, config) = load("", &[]);
+    assert_eq!(
+        config
+            .expect("loads")
+            .config_map_and_secret_change_detection_strategy,
+        ChangeDetectionStrategy::Watch
+    );
+    let (_dir, config) = load("configMapAndSecretChangeDetectionStrategy: Cache\n", &[]);
+    assert_eq!(
+        config
+            .expect("loads")
+            .config_map_and_secret_change_detection_strategy,
+        ChangeDetectionStrategy::Cache
+    );
+    let msg = err("configMapAndSecretChangeDetectionStrategy: watch\n", &[]);
+    assert!(
+        msg.contains("configMapAndSecretChangeDetectionStrategy")
+            && msg.contains("must be one of: \"Watch\", \"Cache\", or \"Get\""),
+        "{msg}"
+    );
+}

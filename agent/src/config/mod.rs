@@ -46,4 +46,6 @@ pub use reserved::{Reserved, ReservedResources};
 pub use security::SecurityConfig;
 pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig};
 pub use settings::{FileConfig, RunArgs};
-pub use types::{CgroupDriver, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion};
+pub use types::{
+    CgroupDriver, ChangeDetectionStrategy, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion,
+};

@@ -52,7 +52,10 @@ use super::{
         log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, resolv_conf, root_dir,
         unsafe_sysctls,
     },
-    types::{CgroupDriver, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion},
+    types::{
+        CgroupDriver, ChangeDetectionStrategy, Cidr, CpuApply, CpuManagerPolicy, PlegMode,
+        TlsVersion,
+    },
 };
 use crate::{
     cm::cpumanager::CpuSet,
@@ -295,6 +298,10 @@ macro_rules! with_settings {
             /// append (`resolvConf`); empty for none (the node's loopback, search `.`).
             config resolv_conf: [Option<PathBuf>] = "resolvConf", file [PathBuf]
                 => resolv_conf, default Some(PathBuf::from(defaults::RESOLV_CONF));
+            /// How ConfigMaps and Secrets of volumes are kept current: Watch (one watch per
+            /// object), Cache (read at most once a minute) or Get (read at every sync).
+            config config_map_and_secret_change_detection_strategy: [ChangeDetectionStrategy] = "configMapAndSecretChangeDetectionStrategy", file [String]
+                => parsed, default ChangeDetectionStrategy::Watch;
             /// Hard eviction thresholds (`evictionHard`), comma-separated, e.g.
             /// `memory.available<100Mi,nodefs.available<10%` or swiftlet's
             /// `memory.pressure.some.avg10>40`. Repeatable; replaces the file's.

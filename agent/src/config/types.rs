@@ -211,3 +211,29 @@ mod tests {
         assert_eq!("evented".parse::<PlegMode>(), Err(()));
     }
 }
+
+/// How the ConfigMaps and Secrets pods reference are kept current
+/// (`configMapAndSecretChangeDetectionStrategy`, upstream's `ResourceChangeDetectionStrategy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ChangeDetectionStrategy {
+    /// A GET from the API server at every read.
+    Get,
+    /// A GET at most once per TTL (a minute), and when a pod newly references the object.
+    Cache,
+    /// One watch per referenced object (upstream's default).
+    #[default]
+    Watch,
+}
+
+impl FromStr for ChangeDetectionStrategy {
+    type Err = &'static str;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "Get" => Ok(ChangeDetectionStrategy::Get),
+            "Cache" => Ok(ChangeDetectionStrategy::Cache),
+            "Watch" => Ok(ChangeDetectionStrategy::Watch),
+            _ => Err("must be one of: \"Watch\", \"Cache\", or \"Get\""),
+        }
+    }
+}

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod pod_manager;
 pub mod runtime_health;
 pub mod security_admission;
+mod static_pods;
 pub mod sync_loop;
 pub mod syncer;
 pub use crate::pod::sysctl;
@@ -78,6 +79,8 @@ pub struct Kubelet {
     probes: ProbeManager,
     /// Housekeeping removes the directories of pods nobody wants.
     volumes: Arc<VolumeManager>,
+    /// Every source's first complete set is in the pod manager (see `static_pods.rs`).
+    sources_complete: std::sync::atomic::AtomicBool,
 }
 
 /// What the kubelet core is built from, each part already built by its own constructor
@@ -131,6 +134,7 @@ impl Kubelet {
             cpu_manager,
             probes,
             volumes,
+            sources_complete: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -198,6 +202,14 @@ impl Kubelet {
     /// One update from the sources (upstream `syncLoopIteration`'s `configCh` case).
     /// `sources_complete`: the updates up to this one hold every source's first complete set.
     pub fn handle_update(&self, update: PodUpdate, sources_complete: bool) {
+        self.handle_source_update(update, sources_complete);
+        if sources_complete {
+            self.sources_complete
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    fn handle_source_update(&self, update: PodUpdate, sources_complete: bool) {
         match update.op {
             Op::Add => self.handle_additions(update.pods, sources_complete),
             Op::Update | Op::Delete => self.handle_updates(update.pods),

@@ -386,6 +386,21 @@ impl<S: PodSyncer> PodWorkers<S> {
             .is_some_and(|p| matches!(p, WorkerPhase::Terminated | WorkerPhase::Finished))
     }
 
+    /// The static pods that have started, one per full name (the others of the name wait for
+    /// it to finish), with their workers' phases: what their mirror pods follow (upstream
+    /// `startedStaticPodsByFullname`).
+    pub fn started_static_pods(&self) -> HashMap<String, (PodUid, WorkerPhase)> {
+        let inner = self.lock();
+        inner
+            .started_static
+            .iter()
+            .filter_map(|(name, uid)| {
+                let phase = inner.pods.get(uid)?.phase;
+                Some((name.clone(), (uid.clone(), phase)))
+            })
+            .collect()
+    }
+
     /// Whether the pod was evicted.
     pub fn is_evicted(&self, uid: &PodUid) -> bool {
         self.lock().pods.get(uid).is_some_and(|s| s.evicted)

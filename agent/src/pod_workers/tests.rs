@@ -320,6 +320,9 @@ async fn a_static_pod_waits_for_its_predecessor_of_the_same_name() {
     w.update_pod(update(UpdateType::Create, &new));
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(syncer.calls().len(), 1, "the new UID waits");
+    // The one started under the name is the old one (its mirror pod follows it).
+    let started: Vec<(PodUid, WorkerPhase)> = w.started_static_pods().into_values().collect();
+    assert_eq!(started, vec![(PodUid::from("old"), WorkerPhase::Syncing)]);
     w.update_pod(update(UpdateType::Kill, &old));
     let calls = syncer
         .wait_for(|c| {
@@ -334,6 +337,12 @@ async fn a_static_pod_waits_for_its_predecessor_of_the_same_name() {
         .iter()
         .position(|c| matches!(c, Call::Sync(uid, _, _) if uid == "new"));
     assert!(terminated < started, "{calls:#?}");
+    let started: Vec<PodUid> = w
+        .started_static_pods()
+        .into_values()
+        .map(|(uid, _)| uid)
+        .collect();
+    assert_eq!(started, vec![PodUid::from("new")]);
 }
 
 #[tokio::test]

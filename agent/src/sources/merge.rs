@@ -27,7 +27,7 @@ use super::{
     CONFIG_FIRST_SEEN_ANNOTATION, CONFIG_SOURCE_ANNOTATION, LOCAL_ANNOTATIONS, Op, PodUpdate,
     Source,
 };
-use crate::pod::full_name;
+use crate::pod::{full_name, spec::is_mirror_pod};
 
 // The wall clock is injected so tests can pin `config.seen`.
 use crate::clock::Clock;
@@ -192,7 +192,8 @@ fn uid_of(pod: &Pod) -> &str {
 }
 
 /// Upstream `filterInvalidPods`: sources validate their pods; here only a repeated full name in
-/// one batch (the later one is dropped) and, as swiftlet's own guard, a missing UID.
+/// one batch (the later one is dropped) and, as swiftlet's own guards, a missing UID and a
+/// mirror pod (upstream `IsMirrorPod`: never run; the API source sets them apart before).
 fn valid_pods(pods: Vec<Pod>, source: Source) -> Vec<Pod> {
     let mut names = HashSet::new();
     pods.into_iter()
@@ -200,6 +201,10 @@ fn valid_pods(pods: Vec<Pod>, source: Source) -> Vec<Pod> {
             let name = full_name(pod);
             if uid_of(pod).is_empty() {
                 tracing::warn!(%source, pod = %name, "pod without metadata.uid, ignoring");
+                return false;
+            }
+            if is_mirror_pod(pod) {
+                tracing::warn!(%source, pod = %name, "a mirror pod (kubernetes.io/config.mirror) is never run, ignoring");
                 return false;
             }
             if !names.insert(name.clone()) {

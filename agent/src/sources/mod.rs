@@ -13,7 +13,8 @@
 //! - `apiserver/` — with `--kubeconfig`: the pods bound to this node (as SETs), and what the node
 //!   reports back (registration, node status, lease, pod statuses).
 //!
-//! Not here: what the sync loop does with updates, mirror pods.
+//! Not here: what the sync loop does with updates. Mirror pods are the API-server source's
+//! (`apiserver/mirror_pods.rs`); the merge drops any that reach it.
 
 mod api_references;
 pub(crate) mod apiserver;
@@ -32,8 +33,8 @@ use k8s_openapi::api::core::v1::Pod;
 pub use apiserver::{
     ApiClients, ApiServerOptions, ApiServerSource, ClientSettings, Error as ApiServerError,
     ImagesCheck, KUBELET_VERSION, LocalNode, MAX_IMAGES, NODE_LEASE_NAMESPACE, NodeDescription,
-    PressureCheck, ReadinessCheck, WallClock, client_from_kubeconfig, go_arch, node_images,
-    os_image,
+    PressureCheck, ReadinessCheck, StaticPods, StaticPodsCheck, WallClock, client_from_kubeconfig,
+    go_arch, node_images, os_image,
 };
 pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
 pub use merge::PodStorage;

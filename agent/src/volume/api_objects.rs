@@ -1,11 +1,18 @@
 //! configMap and secret volumes (upstream `pkg/volume/configmap` and `pkg/volume/secret`): the
-//! object is read from the API server when the volume is set up, and its keys (all of them, or
-//! the listed `items`) become files through the atomic writer, on a tmpfs as upstream.
+//! object is read through an [`ObjectSource`] each time the volume is set up or remounted, and
+//! its keys (all of them, or the listed `items`) become files through the atomic writer, on a
+//! tmpfs as upstream. [`KubeObjects`] reads the API server on every call (upstream's `Get`
+//! change-detection strategy); `object_watch.rs` serves the same reads from one watch per
+//! object (`Watch`, the default), `object_cache.rs` from a TTL cache (`Cache`).
 //!
-//! Deviation: upstream re-reads the object on every resync and updates the files; swiftlet
-//! writes them once, at set-up (a restarted container sees the same files).
+//! A deleted object is `Ok(None)`: a volume that is not `optional` then fails to set up, and one
+//! already set up keeps its last files (upstream's SetUp returns the error before writing); an
+//! `optional` one becomes empty.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::SystemTime,
+};
 
 use k8s_openapi::api::{
     authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
@@ -18,12 +25,14 @@ use super::{
     atomic_writer::{FileProjection, Payload, validate_path},
     spec::ObjectKind,
 };
+use crate::container::PodUid;
 
 /// The keys of a ConfigMap or Secret, as bytes.
 pub type ObjectData = BTreeMap<String, Vec<u8>>;
 
-/// A service account token for a pod (upstream's bound token request).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A service account token for a pod (upstream's bound token request); also the token
+/// manager's cache key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TokenSpec {
     pub namespace: String,
     pub service_account: String,
@@ -31,6 +40,25 @@ pub struct TokenSpec {
     pub expiration_seconds: i64,
     pub pod_name: String,
     pub pod_uid: String,
+}
+
+/// A ConfigMap or Secret a pod references: what one watch is kept for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    pub kind: ObjectKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+/// A token the API server issued (upstream keeps the whole `TokenRequest`; these are the parts
+/// its token manager reads).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IssuedToken {
+    pub token: String,
+    /// `status.expirationTimestamp`: the API server decides it, whatever was asked.
+    pub expires: SystemTime,
+    /// `spec.expirationSeconds` of the answer (the server may have shortened the request).
+    pub lifetime_seconds: Option<i64>,
 }
 
 /// Reads ConfigMaps and Secrets and requests tokens (the API server; a fake in tests).
@@ -45,7 +73,18 @@ pub trait ObjectSource: Send + Sync {
     ) -> std::result::Result<Option<ObjectData>, String>;
 
     /// A token of the pod's service account, bound to the pod.
-    async fn token(&self, spec: &TokenSpec) -> std::result::Result<String, String>;
+    async fn token(&self, spec: &TokenSpec) -> std::result::Result<IssuedToken, String>;
+
+    /// Pod `pod` references `objects` from now on, in place of what it referenced before
+    /// (upstream's manager `RegisterPod`). Sources that keep nothing per object ignore it.
+    fn register_pod(&self, pod: &PodUid, objects: &BTreeSet<ObjectRef>) {
+        let _ = (pod, objects);
+    }
+
+    /// Pod `pod` references nothing any more (upstream `UnregisterPod`).
+    fn unregister_pod(&self, pod: &PodUid) {
+        let _ = pod;
+    }
 }
 
 /// The API server through kube's client.
@@ -53,7 +92,7 @@ pub struct KubeObjects(pub Client);
 
 #[tonic::async_trait]
 impl ObjectSource for KubeObjects {
-    async fn token(&self, spec: &TokenSpec) -> std::result::Result<String, String> {
+    async fn token(&self, spec: &TokenSpec) -> std::result::Result<IssuedToken, String> {
         let api: Api<ServiceAccount> = Api::namespaced(self.0.clone(), &spec.namespace);
         let request = TokenRequest {
             spec: TokenRequestSpec {
@@ -72,11 +111,16 @@ impl ObjectSource for KubeObjects {
             .create_token_request(&spec.service_account, &PostParams::default(), &request)
             .await
             .map_err(|e| e.to_string())?;
-        answer
+        let lifetime_seconds = answer.spec.expiration_seconds;
+        let status = answer
             .status
-            .map(|s| s.token)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| "the API server returned no token".to_owned())
+            .filter(|s| !s.token.is_empty())
+            .ok_or_else(|| "the API server returned no token".to_owned())?;
+        Ok(IssuedToken {
+            token: status.token,
+            expires: SystemTime::from(status.expiration_timestamp.0),
+            lifetime_seconds,
+        })
     }
 
     async fn get(
@@ -89,44 +133,60 @@ impl ObjectSource for KubeObjects {
             ObjectKind::ConfigMap => {
                 let api: Api<ConfigMap> = Api::namespaced(self.0.clone(), namespace);
                 let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
-                Ok(found.map(|c| {
-                    let mut data: ObjectData = c
-                        .binary_data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0))
-                        .collect();
-                    data.extend(
-                        c.data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.into_bytes())),
-                    );
-                    data
-                }))
+                Ok(found.map(|c| config_map_data(c).0))
             }
             ObjectKind::Secret => {
                 let api: Api<Secret> = Api::namespaced(self.0.clone(), namespace);
                 let found = api.get_opt(name).await.map_err(|e| e.to_string())?;
-                Ok(found.map(|s| {
-                    let mut data: ObjectData = s
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0))
-                        .collect();
-                    // The API server folds stringData into data; a fake may not.
-                    data.extend(
-                        s.string_data
-                            .unwrap_or_default()
-                            .into_iter()
-                            .map(|(k, v)| (k, v.into_bytes())),
-                    );
-                    data
-                }))
+                Ok(found.map(|s| secret_data(s).0))
             }
         }
     }
+}
+
+/// Upstream's size limit of one ConfigMap or Secret (`MaxSecretSize`, and the ConfigMap's
+/// validation of its total size): 1 MiB of keys and values. What the node keeps of one object
+/// is checked against it, since the node does not depend on the API server's validation.
+pub const MAX_OBJECT_BYTES: usize = 1024 * 1024;
+
+/// The size the object's keys and values add up to.
+pub fn object_bytes(data: &ObjectData) -> usize {
+    data.iter().map(|(k, v)| k.len() + v.len()).sum()
+}
+
+/// A ConfigMap's keys (`binaryData` and `data`), and whether it is `immutable`.
+pub fn config_map_data(c: ConfigMap) -> (ObjectData, bool) {
+    let mut data: ObjectData = c
+        .binary_data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    data.extend(
+        c.data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes())),
+    );
+    (data, c.immutable == Some(true))
+}
+
+/// A Secret's keys, and whether it is `immutable`.
+pub fn secret_data(s: Secret) -> (ObjectData, bool) {
+    let mut data: ObjectData = s
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    // The API server folds stringData into data; a fake may not.
+    data.extend(
+        s.string_data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.into_bytes())),
+    );
+    (data, s.immutable == Some(true))
 }
 
 /// What a fetch found: the object's data, or why it could not be read.

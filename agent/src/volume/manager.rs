@@ -7,6 +7,18 @@
 //! ([`VolumeManager::wait_for_unmount`]), each kicking the reconciler at once. The waits keep
 //! upstream's bound (back-off from 1 s, ×1.2, 6 steps) but also look after every reconcile
 //! pass, so a pod whose volumes are ready does not sleep through the first step.
+//!
+//! Volumes that follow the API: every sync of a pod after the first marks its set-up configMap,
+//! secret and projected volumes for a remount (upstream `WaitForAttachAndMount` →
+//! `ReprocessPod` → `MarkRemountRequired` for plugins whose `RequiresRemount` holds), so they
+//! are set up again within `syncFrequency` (the pod workers' resync): the objects are read again
+//! from the object source (a watch per object by default, see `object_watch.rs`), tokens come
+//! from the token manager (renewed at 80 % of their lifetime, `token_manager.rs`), and the atomic
+//! writer swaps `..data` only when the payload changed. A remount that fails leaves the volume
+//! set up with its last files (a deleted object, an API server away) and is tried again at the
+//! pod's next sync; downwardAPI volumes are written again every pass. The pod's object
+//! references are registered with the source when the pod is added and dropped when it is
+//! removed (upstream's pod manager registers them with the ConfigMap and Secret managers).
 
 use crate::lock::MutexExt as _;
 use std::{
@@ -22,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{
     Error, Result,
-    api_objects::{Fetch, ObjectSource},
+    api_objects::{Fetch, ObjectRef, ObjectSource},
     downward_api, empty_dir, host_path,
     metrics::VolumeMetrics,
     mount::{self, MountInfo},
@@ -31,6 +43,7 @@ use super::{
     projected::{self, Want},
     spec::{Medium, Source, VolumeSpec, pod_volumes},
     subpath,
+    token_manager::TokenManager,
 };
 use crate::hostfs::Dir;
 
@@ -100,6 +113,8 @@ struct State {
     actual: HashMap<PodUid, BTreeMap<String, MountedVolume>>,
     /// The last set-up failure per volume, upstream's event text.
     failures: HashMap<PodUid, BTreeMap<String, String>>,
+    /// Set-up volumes to set up again (upstream's `remountRequired`), by pod and volume name.
+    remount: HashSet<(PodUid, String)>,
 }
 
 pub struct VolumeManager {
@@ -113,6 +128,8 @@ pub struct VolumeManager {
     metrics: VolumeMetrics,
     /// Where ConfigMaps and Secrets come from, once an API server is connected.
     objects: std::sync::OnceLock<Arc<dyn ObjectSource>>,
+    /// Service account tokens of projected volumes, renewed when due.
+    tokens: TokenManager,
 }
 
 impl VolumeManager {
@@ -125,6 +142,7 @@ impl VolumeManager {
             passes: watch::channel(0).0,
             reconciling: tokio::sync::Mutex::new(()),
             objects: std::sync::OnceLock::new(),
+            tokens: TokenManager::new(crate::clock::system(), Arc::new(fastrand::f64)),
         })
     }
 
@@ -160,6 +178,7 @@ impl VolumeManager {
     /// One reconcile pass (the file system work off the async threads).
     pub async fn reconcile(self: &Arc<Self>) {
         let _one = self.reconciling.lock().await;
+        self.tokens.cleanup();
         let fetched = self.fetch_objects().await;
         let this = self.clone();
         if let Err(e) = tokio::task::spawn_blocking(move || this.reconcile_blocking(&fetched)).await
@@ -169,8 +188,8 @@ impl VolumeManager {
         self.passes.send_modify(|n| *n += 1);
     }
 
-    /// Reads what the object and projected volumes about to be set up need from the API server
-    /// (one read per source).
+    /// Reads what the object and projected volumes about to be set up or remounted need (one
+    /// read per source).
     async fn fetch_objects(&self) -> Fetches {
         let wanted: Vec<((PodUid, String), Vec<Want>)> = {
             let state = self.state();
@@ -179,25 +198,16 @@ impl VolumeManager {
                 .iter()
                 .flat_map(|(uid, d)| {
                     let actual = state.actual.get(uid);
+                    let remount = &state.remount;
                     let pod = d.pod.clone();
                     d.volumes.iter().filter_map(move |v| {
-                        if actual.is_some_and(|a| a.contains_key(&v.name)) {
+                        let key = (uid.clone(), v.name.clone());
+                        if actual.is_some_and(|a| a.contains_key(&v.name))
+                            && !remount.contains(&key)
+                        {
                             return None;
                         }
-                        let namespace = || {
-                            pod.metadata
-                                .namespace
-                                .clone()
-                                .unwrap_or_else(|| "default".into())
-                        };
-                        let wants = match &v.source {
-                            Source::Object { kind, name, .. } => {
-                                vec![Want::Object(*kind, namespace(), name.clone())]
-                            }
-                            Source::Projected { sources, .. } => projected::wanted(&pod, sources),
-                            _ => return None,
-                        };
-                        Some(((uid.clone(), v.name.clone()), wants))
+                        Some((key, volume_wants(&pod, v)?))
                     })
                 })
                 .collect()
@@ -213,9 +223,16 @@ impl VolumeManager {
                     (Want::Object(kind, namespace, name), Some(o)) => {
                         Fetch::Object(o.get(kind, &namespace, &name).await)
                     }
-                    (Want::Token(spec), Some(o)) => Fetch::Token(o.token(&spec).await),
+                    (Want::Token(spec), Some(o)) => Fetch::Token(
+                        self.tokens
+                            .get(&spec, o.as_ref())
+                            .await
+                            .map_err(|e| e.to_string()),
+                    ),
                     (Want::Object(..), None) => Fetch::Object(Err(no_api())),
-                    (Want::Token(_), None) => Fetch::Token(Err(no_api())),
+                    (Want::Token(_), None) => Fetch::Token(Err(
+                        super::token_manager::TokenError::Fetch(no_api()).to_string(),
+                    )),
                 });
             }
             out.insert(key, fetched);
@@ -274,8 +291,9 @@ impl VolumeManager {
                 }
             }
         }
-        // Set up what is wanted (upstream `mountOrAttachVolumes`). Downward API volumes are
-        // written again each pass: the atomic writer changes nothing unless the pod did.
+        // Set up what is wanted (upstream `mountOrAttachVolumes`), and again what is marked for a
+        // remount. Downward API volumes are written again each pass: the atomic writer changes
+        // nothing unless the pod did.
         let wanted: Vec<(PodUid, Arc<Pod>, VolumeSpec)> = {
             let state = self.state();
             state
@@ -283,19 +301,22 @@ impl VolumeManager {
                 .iter()
                 .flat_map(|(uid, d)| {
                     let actual = state.actual.get(uid);
+                    let remount = &state.remount;
                     d.volumes
                         .iter()
                         .filter(move |v| {
+                            let key = (uid.clone(), v.name.clone());
                             let object = matches!(
                                 v.source,
                                 Source::Object { .. } | Source::Projected { .. }
                             );
                             // An object volume added after the fetch waits for the next pass.
-                            if object && !fetched.contains_key(&(uid.clone(), v.name.clone())) {
+                            if object && !fetched.contains_key(&key) {
                                 return false;
                             }
                             matches!(v.source, Source::DownwardApi { .. })
                                 || !actual.is_some_and(|a| a.contains_key(&v.name))
+                                || remount.contains(&key)
                         })
                         .map(move |v| (uid.clone(), d.pod.clone(), v.clone()))
                 })
@@ -311,6 +332,9 @@ impl VolumeManager {
                 started.elapsed().as_secs_f64(),
             );
             let mut state = self.state();
+            // Done either way: a failed remount waits for the pod's next sync, with the files it
+            // had (upstream's SetUp fails before it writes).
+            state.remount.remove(&(uid.clone(), volume.name.clone()));
             // The pod may have gone while this one was being set up: the next pass tears it down.
             match result {
                 Ok(mounted) => {
@@ -401,6 +425,24 @@ impl VolumeManager {
         // downwardAPI, configMap, secret and projected: files on a tmpfs, written atomically,
         // fsGroup applied to the new payload (read-only bits) before it becomes visible.
         let write_files = |payload: &super::atomic_writer::Payload| -> Result<()> {
+            // The group's read bits the ownership change adds, in the payload already: the
+            // writer's unchanged check compares modes, and a remount must find the files as the
+            // last write left them.
+            let grouped;
+            let payload = match fs_group {
+                Some(_) => {
+                    grouped = payload
+                        .iter()
+                        .map(|(path, file)| {
+                            let mut file = file.clone();
+                            file.mode |= ownership::RO_MASK;
+                            (path.clone(), file)
+                        })
+                        .collect();
+                    &grouped
+                }
+                None => payload,
+            };
             let parent = self.config.dirs.plugin_dir(uid, plugin)?;
             let root =
                 empty_dir::set_up(&parent, &volume.name, Medium::Memory, memory(None), mounts)?;
@@ -509,11 +551,29 @@ impl VolumeManager {
         for v in &volumes {
             crate::hostfs::check_component(std::ffi::OsStr::new(&v.name))?;
         }
+        if let Some(objects) = self.objects.get() {
+            objects.register_pod(&uid, &referenced_objects(&pod, &volumes));
+        }
+        let mut state = self.state();
+        // Upstream `MarkRemountRequired`: what is set up already is set up again.
+        let mounted: Vec<String> = state
+            .actual
+            .get(&uid)
+            .map(|a| {
+                volumes
+                    .iter()
+                    .filter(|v| requires_remount(&v.source) && a.contains_key(&v.name))
+                    .map(|v| v.name.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
         // A pod without volumes gives the reconciler nothing to do.
         let kick = !volumes.is_empty();
-        self.state()
-            .desired
-            .insert(uid, DesiredPod { pod, volumes });
+        for name in mounted {
+            state.remount.insert((uid.clone(), name));
+        }
+        state.desired.insert(uid, DesiredPod { pod, volumes });
+        drop(state);
         if kick {
             self.kick.notify_one();
         }
@@ -522,9 +582,14 @@ impl VolumeManager {
 
     /// No longer wants the volumes of `uid` (its pod terminated).
     pub fn remove_pod(&self, uid: &PodUid) {
+        if let Some(objects) = self.objects.get() {
+            objects.unregister_pod(uid);
+        }
+        self.tokens.forget_pod(uid);
         let mut state = self.state();
         state.desired.remove(uid);
         state.failures.remove(uid);
+        state.remount.retain(|(pod, _)| pod != uid);
         let kick = state.actual.contains_key(uid);
         drop(state);
         if kick {
@@ -654,6 +719,20 @@ impl VolumeManager {
         Ok(())
     }
 
+    /// The volumes of `uid` marked for a remount that has not happened yet.
+    #[cfg(test)]
+    pub fn remount_pending(&self, uid: &PodUid) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .state()
+            .remount
+            .iter()
+            .filter(|(pod, _)| pod == uid)
+            .map(|(_, name)| name.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Housekeeping: removes the directories of pods `keep` does not name.
     pub fn cleanup_orphaned_pod_dirs(&self, keep: impl Fn(&PodUid) -> bool) {
         let tracked: HashSet<PodUid> = {
@@ -677,4 +756,45 @@ impl VolumeManager {
             }
         }
     }
+}
+
+/// Plugins whose set-up is repeated at every sync (upstream `RequiresRemount`: configMap,
+/// secret, projected and downwardAPI; downwardAPI volumes are written every pass here anyway).
+fn requires_remount(source: &Source) -> bool {
+    matches!(source, Source::Object { .. } | Source::Projected { .. })
+}
+
+/// What volume `v` of `pod` reads from the API server, one entry per source; `None` for
+/// volumes that read nothing.
+fn volume_wants(pod: &Pod, v: &VolumeSpec) -> Option<Vec<Want>> {
+    match &v.source {
+        Source::Object { kind, name, .. } => {
+            let namespace = pod
+                .metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into());
+            Some(vec![Want::Object(*kind, namespace, name.clone())])
+        }
+        Source::Projected { sources, .. } => Some(projected::wanted(pod, sources)),
+        _ => None,
+    }
+}
+
+/// The ConfigMaps and Secrets the volumes of `pod` read (upstream's `getReferencedObjects`,
+/// for volumes).
+fn referenced_objects(pod: &Pod, volumes: &[VolumeSpec]) -> std::collections::BTreeSet<ObjectRef> {
+    volumes
+        .iter()
+        .filter_map(|v| volume_wants(pod, v))
+        .flatten()
+        .filter_map(|want| match want {
+            Want::Object(kind, namespace, name) => Some(ObjectRef {
+                kind,
+                namespace,
+                name,
+            }),
+            _ => None,
+        })
+        .collect()
 }

@@ -2,15 +2,18 @@
 //! the [`VolumeManager`] with its desired and actual state and reconciler (`manager.rs`), the
 //! plugins swiftlet has — emptyDir on disk or tmpfs (`empty_dir.rs`), hostPath with its type
 //! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`), configMap and secret files
-//! read from the API server (`api_objects.rs`, whose reader also serves containers' environments:
-//! `env_objects.rs`), projected volumes with service account tokens
-//! (`projected.rs`), all written by `atomic_writer.rs` — the node's mounts (`mount.rs`), the pod directory layout
+//! read from the API server (`api_objects.rs`: directly, `Get`; through a cache, `Cache`,
+//! `object_cache.rs`; through one watch per object, `Watch`, `object_watch.rs`; the same reader
+//! serves containers' environments: `env_objects.rs`), projected volumes with service account
+//! tokens (`projected.rs`, renewed by `token_manager.rs`), all written by `atomic_writer.rs` and
+//! set up again at every sync of their pod so they follow the API — the node's mounts
+//! (`mount.rs`), the pod directory layout
 //! (`paths.rs`), `fsGroup` ownership (`ownership.rs`), and each container's CRI mounts with
 //! `subPath` bound from a descriptor (`container_mounts.rs`, `subpath.rs`). Everything below a
 //! volume is touched through [`crate::hostfs`]: no link a container left is followed, no mount
 //! crossed.
 //!
-//! Not here: refreshing tokens and objects after set-up, PVCs, attach/detach
+//! Not here: PVCs, attach/detach
 //! and CSI, SELinux relabelling, and eviction for `sizeLimit` of disk
 //! emptyDirs (usage is measured, [`VolumeManager::empty_dir_usage`]).
 
@@ -25,16 +28,21 @@ mod host_path;
 mod manager;
 mod metrics;
 pub mod mount;
+mod object_cache;
+mod object_watch;
 mod ownership;
 mod paths;
 mod projected;
 mod spec;
 mod subpath;
+mod token_manager;
 
 #[cfg(test)]
 mod tests;
 
-pub use api_objects::{KubeObjects, ObjectData, ObjectSource, TokenSpec};
+pub use api_objects::{
+    IssuedToken, KubeObjects, MAX_OBJECT_BYTES, ObjectData, ObjectRef, ObjectSource, TokenSpec,
+};
 pub use container_mounts::{hostname_and_domain, managed_hosts};
 pub use downward_api::NodeResources;
 pub use error::{Error, Result};
@@ -43,5 +51,8 @@ pub use manager::{
     default_wait_budget, wait_steps,
 };
 pub use metrics::VolumeMetrics;
+pub use object_cache::{CachedObjects, DEFAULT_TTL as OBJECT_CACHE_TTL};
+pub use object_watch::WatchedObjects;
 pub use paths::{DIR_MODE, Plugin, PodDirs};
 pub use spec::{Medium, ObjectKind, Source, VolumeSpec, pod_volumes};
+pub use token_manager::{TokenError, TokenManager};

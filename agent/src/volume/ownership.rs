@@ -23,7 +23,7 @@ use crate::hostfs::{self, Dir, FileKind, MAX_OPEN_DEPTH, Stat};
 
 /// Upstream `rwMask`, `roMask`, `execMask`.
 const RW_MASK: u32 = 0o660;
-const RO_MASK: u32 = 0o440;
+pub(super) const RO_MASK: u32 = 0o440;
 const EXEC_MASK: u32 = 0o110;
 const SETGID: u32 = 0o2000;
 

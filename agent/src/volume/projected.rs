@@ -1,10 +1,9 @@
 //! projected volumes (upstream `pkg/volume/projected/projected.go` `collectData`): configMap,
 //! secret, downwardAPI and serviceAccountToken sources merged into one directory, each source
 //! with its own rules, later sources overwriting earlier paths. This is what the API server's
-//! admission puts in every pod (`kube-api-access-*`).
-//!
-//! Deviation: upstream refreshes the token at 80 % of its lifetime; swiftlet requests it once,
-//! at set-up.
+//! admission puts in every pod (`kube-api-access-*`). The volume is set up again at every sync
+//! of its pod (the manager's remount), with the objects read again and the token the token
+//! manager holds, renewed at 80 % of its lifetime (`token_manager.rs`).
 
 use k8s_openapi::api::core::v1::{Pod, VolumeProjection};
 
@@ -115,10 +114,11 @@ pub fn payload(
             })?;
             let token = match fetch {
                 Fetch::Token(Ok(token)) => token.clone(),
+                // The token manager's text (upstream's "failed to fetch token: ...").
                 Fetch::Token(Err(e)) => {
                     return Err(Error::Object {
                         volume: volume.to_owned(),
-                        reason: format!("failed to fetch token: {e}"),
+                        reason: e.clone(),
                     });
                 }
                 _ => {
@@ -269,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_failed_token_request_fails_the_volume() {
-        let fetched = vec![Fetch::Token(Err("forbidden".into()))];
+        let fetched = vec![Fetch::Token(Err("failed to fetch token: forbidden".into()))];
         let err = payload(
             "v",
             &pod(),

@@ -49,7 +49,7 @@ pub enum Source {
 }
 
 /// The API objects a volume can project.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
     ConfigMap,
     Secret,

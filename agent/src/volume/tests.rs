@@ -557,13 +557,21 @@ async fn a_token_is_requested_bound_to_the_pod() {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
                 "metadata": {},
-                "spec": {"audiences": ["vault"]},
+                "spec": {"audiences": ["vault"], "expirationSeconds": 3600},
                 "status": {"token": "eyJhbGciOi", "expirationTimestamp": "2030-01-01T00:00:00Z"},
             }),
         );
     };
     let ((), token) = tokio::join!(server, objects.token(&spec));
-    assert_eq!(token.as_deref(), Ok("eyJhbGciOi"));
+    // The lifetime and its end are the API server's answer (it shortened the request).
+    assert_eq!(
+        token,
+        Ok(IssuedToken {
+            token: "eyJhbGciOi".into(),
+            expires: std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_893_456_000),
+            lifetime_seconds: Some(3600),
+        })
+    );
 }
 
 /// upstream's secret plugin with an fsGroup: read from the API server (the scripted transport),
@@ -720,4 +728,153 @@ async fn a_downward_api_volume_on_its_tmpfs_is_rewritten_when_labels_change() {
     assert!(!volume.exists(), "torn down");
     assert_eq!(first.expect("first write"), "round=\"1\"");
     assert_eq!(second.expect("second write"), "round=\"2\"");
+}
+
+/// An in-memory object source that records what pods register.
+#[derive(Default)]
+struct MemoryObjects {
+    objects: std::sync::Mutex<std::collections::HashMap<String, ObjectData>>,
+    registered:
+        std::sync::Mutex<std::collections::HashMap<PodUid, std::collections::BTreeSet<ObjectRef>>>,
+}
+
+impl MemoryObjects {
+    fn put(&self, name: &str, value: Option<&str>) {
+        let mut objects = self.objects.lock().expect("lock");
+        match value {
+            Some(v) => objects.insert(
+                name.into(),
+                [("key".to_owned(), v.as_bytes().to_vec())].into(),
+            ),
+            None => objects.remove(name),
+        };
+    }
+}
+
+#[tonic::async_trait]
+impl ObjectSource for MemoryObjects {
+    async fn get(
+        &self,
+        _: ObjectKind,
+        _: &str,
+        name: &str,
+    ) -> std::result::Result<Option<ObjectData>, String> {
+        Ok(self.objects.lock().expect("lock").get(name).cloned())
+    }
+
+    async fn token(&self, _: &TokenSpec) -> std::result::Result<IssuedToken, String> {
+        Err("no tokens here".into())
+    }
+
+    fn register_pod(&self, pod: &PodUid, objects: &std::collections::BTreeSet<ObjectRef>) {
+        self.registered
+            .lock()
+            .expect("lock")
+            .insert(pod.clone(), objects.clone());
+    }
+
+    fn unregister_pod(&self, pod: &PodUid) {
+        self.registered.lock().expect("lock").remove(pod);
+    }
+}
+
+/// Upstream's remount: a configMap volume is set up again at each sync of its pod (not
+/// between syncs), a changed object changes the file through a new `..data`, a deleted one
+/// leaves the last files of a volume that is not optional and empties an optional one.
+#[tokio::test]
+async fn object_volumes_follow_their_objects_at_each_sync() {
+    use k8s_openapi::api::core::v1::ConfigMapVolumeSource;
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: a configMap volume is a tmpfs, mounting one needs root");
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let manager = manager(root.path());
+    let objects = Arc::new(MemoryObjects::default());
+    manager.set_object_source(objects.clone());
+    let volume = |name: &str, optional: bool| Volume {
+        name: name.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: name.into(),
+            optional: Some(optional),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let p = pod(
+        vec![volume("web", false), volume("extra", true)],
+        vec![mount("web", "/web"), mount("extra", "/extra")],
+    );
+    let uid = PodUid::from("uid-1");
+    let dir = |name: &str| {
+        root.path()
+            .join("pods/uid-1/volumes/kubernetes.io~configmap")
+            .join(name)
+    };
+    let read = |name: &str| std::fs::read_to_string(dir(name).join("key")).ok();
+    let data_link = || std::fs::read_link(dir("web").join("..data")).ok();
+    objects.put("web", Some("v1"));
+    objects.put("extra", Some("x1"));
+
+    let checked = async {
+        manager.add_pod(p.clone()).expect("supported");
+        manager.reconcile().await;
+        assert_eq!(read("web").as_deref(), Some("v1"));
+        assert_eq!(read("extra").as_deref(), Some("x1"));
+        assert_eq!(
+            objects
+                .registered
+                .lock()
+                .expect("lock")
+                .get(&uid)
+                .map(|r| r.len()),
+            Some(2),
+            "both objects registered with the source"
+        );
+        let first = data_link();
+
+        // Unchanged: a sync remounts, and the writer leaves `..data` where it was.
+        manager.add_pod(p.clone()).expect("supported");
+        assert_eq!(manager.remount_pending(&uid), vec!["extra", "web"]);
+        manager.reconcile().await;
+        assert!(manager.remount_pending(&uid).is_empty());
+        assert_eq!(data_link(), first);
+
+        // Changed: nothing happens until the pod's next sync.
+        objects.put("web", Some("v2"));
+        manager.reconcile().await;
+        assert_eq!(read("web").as_deref(), Some("v1"));
+        manager.add_pod(p.clone()).expect("supported");
+        manager.reconcile().await;
+        assert_eq!(read("web").as_deref(), Some("v2"));
+        assert_ne!(data_link(), first, "a new payload directory");
+
+        // Deleted: the required volume keeps its files, the optional one is emptied.
+        objects.put("web", None);
+        objects.put("extra", None);
+        manager.add_pod(p.clone()).expect("supported");
+        manager.reconcile().await;
+        assert_eq!(read("web").as_deref(), Some("v2"));
+        assert_eq!(read("extra"), None);
+        assert_eq!(
+            manager.mounted_volumes(&uid).len(),
+            2,
+            "a failed remount leaves the volume set up"
+        );
+    };
+    let outcome = {
+        use futures::FutureExt as _;
+        std::panic::AssertUnwindSafe(checked).catch_unwind().await
+    };
+    // Torn down whatever the checks said: the tmpfs must not outlive the test.
+    manager.remove_pod(&uid);
+    manager.reconcile().await;
+    assert!(!dir("web").exists(), "torn down");
+    assert!(
+        objects.registered.lock().expect("lock").is_empty(),
+        "the references dropped with the pod"
+    );
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
 }

@@ -346,7 +346,10 @@ fn token_request(
         &account,
         with_metadata(body),
         now_seconds(),
-        server.config.min_token_expiration_seconds,
+        (
+            server.config.min_token_expiration_seconds,
+            server.config.max_token_expiration_seconds,
+        ),
     )?;
     Ok(json_response(201, &issued))
 }

@@ -53,6 +53,9 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// The shortest TokenRequest expiration accepted, in seconds (upstream: 600).
     pub min_token_expiration_seconds: i64,
+    /// The longest TokenRequest expiration granted, in seconds; 0 for no cap (kube-apiserver's
+    /// `--service-account-max-token-expiration`).
+    pub max_token_expiration_seconds: i64,
     /// The largest request body, in bytes (upstream: 3 MiB); larger ones get 413.
     pub max_body_bytes: usize,
 }
@@ -64,6 +67,7 @@ impl Default for ServerConfig {
             history: 10_000,
             bookmark_interval: Duration::from_secs(5),
             min_token_expiration_seconds: 600,
+            max_token_expiration_seconds: 0,
             max_body_bytes: 3 * 1024 * 1024,
         }
     }

@@ -123,14 +123,19 @@ impl Reviews {
     }
 
     /// A TokenRequest for `account`: a new token valid `spec.expirationSeconds` (default one
-    /// hour; fewer than `min_seconds` is invalid, as upstream's 10-minute minimum).
+    /// hour; fewer than `min_seconds` is invalid, as upstream's 10-minute minimum). A request
+    /// for more than `max_seconds` (when positive) is shortened to it, in the answer's
+    /// `spec.expirationSeconds` and its `expirationTimestamp`, as kube-apiserver does with
+    /// `--service-account-max-token-expiration` (`TokenREST.Create`: "requested expiration of
+    /// N seconds shortened to M seconds"). kube-apiserver accepts no maximum below an hour; this
+    /// server takes any, so a test sees a token renewed within seconds.
     pub fn token_request(
         &mut self,
         resource: &Resource,
         account: &Value,
         mut request: Value,
         now: i64,
-        min_seconds: i64,
+        (min_seconds, max_seconds): (i64, i64),
     ) -> ApiResult<Value> {
         let name = meta_str(account, "name").unwrap_or_default();
         let namespace = meta_str(account, "namespace").unwrap_or_default();
@@ -148,6 +153,11 @@ impl Reviews {
                 ),
             ));
         }
+        let seconds = if max_seconds > 0 {
+            seconds.min(max_seconds)
+        } else {
+            seconds
+        };
         self.serial += 1;
         let token = format!(
             "swiftlet-test.{namespace}.{name}.{}.{:016x}",
@@ -192,7 +202,7 @@ mod tests {
                 &account,
                 json!({"spec": {"expirationSeconds": 600}}),
                 1000,
-                600,
+                (600, 0),
             )
             .expect("issued");
         assert_eq!(issued["status"]["expirationTimestamp"], rfc3339(1600));
@@ -213,9 +223,21 @@ mod tests {
             &account,
             json!({"spec": {"expirationSeconds": 60}}),
             0,
-            600,
+            (600, 0),
         );
         assert_eq!(short.map_err(|e| e.code), Err(422));
+        // A maximum shortens a longer request: the answer says how long the token lives.
+        let capped = reviews
+            .token_request(
+                accounts,
+                &account,
+                json!({"spec": {"expirationSeconds": 3600}}),
+                1000,
+                (600, 20),
+            )
+            .expect("issued");
+        assert_eq!(capped["spec"]["expirationSeconds"], 20);
+        assert_eq!(capped["status"]["expirationTimestamp"], rfc3339(1020));
     }
 
     #[test]

@@ -38,6 +38,10 @@ struct Args {
     /// The shortest TokenRequest expiration accepted, in seconds.
     #[arg(long, default_value_t = 600)]
     min_token_expiration_seconds: i64,
+    /// The longest TokenRequest expiration granted, in seconds (longer requests are shortened);
+    /// 0 for no cap.
+    #[arg(long, default_value_t = 0)]
+    max_token_expiration_seconds: i64,
     /// The bearer token; a random one by default.
     #[arg(long)]
     token: Option<String>,
@@ -50,6 +54,7 @@ async fn main() -> anyhow::Result<()> {
         history: args.history,
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms.max(1)),
         min_token_expiration_seconds: args.min_token_expiration_seconds,
+        max_token_expiration_seconds: args.max_token_expiration_seconds,
         ..ServerConfig::default()
     };
     if let Some(token) = args.token {

@@ -11,14 +11,17 @@
 //!   two-way status patches, and the final DELETE of a pod whose termination is finished.
 //! - `services.rs` — the cluster's Services, watched into a bounded store for containers'
 //!   service environment variables (upstream's service lister); run by the app on its own.
+//! - `mirror_pods.rs` — the static pods' mirror pods (`mirror_client.go`): created, replaced,
+//!   and deleted with their static pods; the pod watch sets them apart from the pods to run.
 //!
-//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, volumes, the
+//! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), volumes, the
 //! kubelet's own HTTPS server. Every loop logs API errors and keeps
 //! going: a node agent outlives API-server outages.
 
 mod client;
 mod lease;
 mod local_node;
+mod mirror_pods;
 mod node;
 mod node_object;
 mod pods;
@@ -36,9 +39,11 @@ use crate::status::StatusManager;
 
 pub use client::{ApiClients, ClientSettings, client_from_kubeconfig};
 pub use local_node::LocalNode;
+pub use mirror_pods::{StaticPods, StaticPodsCheck};
 pub use node_object::{
     KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
 };
+pub(crate) use pods::is_too_large_resource_version;
 pub use services::{ServiceStore, watch_services};
 
 /// Upstream's namespace for node leases (`v1.NamespaceNodeLease`).
@@ -151,6 +156,8 @@ pub struct ApiServerSource {
     /// From `PodConfig::channel(Source::Api)`.
     pub pods: SourceSender,
     pub clock: WallClock,
+    /// The kubelet's static pods, for their mirror pods.
+    pub static_pods: StaticPodsCheck,
 }
 
 impl std::fmt::Debug for ApiServerSource {
@@ -163,8 +170,9 @@ impl std::fmt::Debug for ApiServerSource {
 }
 
 impl ApiServerSource {
-    /// Runs the pod watcher, node registration and status, the lease, and the status syncer until
-    /// `cancel`. The lease learns the Node's UID (for its owner reference) from the registration.
+    /// Runs the pod watcher, node registration and status, the lease, the status syncer and the
+    /// mirror pods until `cancel`. The lease and the mirror pods learn the Node's UID (for
+    /// their owner references) from the registration.
     pub async fn run(self, cancel: CancellationToken) {
         let ApiServerSource {
             clients: ApiClients { main, heartbeat },
@@ -177,16 +185,27 @@ impl ApiServerSource {
             images,
             pods,
             clock,
+            static_pods,
         } = self;
         let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
         let (lease_held_tx, lease_held) = tokio::sync::watch::channel(false);
+        let (mirrors_tx, mirrors) = tokio::sync::watch::channel(None);
         tracing::info!(node = options.node_name, "connecting the API server source");
         let pod_watch = pods::run(
             main.clone(),
             options.node_name.clone(),
             pods,
+            mirrors_tx,
             cancel.clone(),
         );
+        let mirror_pods = mirror_pods::MirrorPodController::new(
+            main.clone(),
+            options.node_name.clone(),
+            node_uid.clone(),
+            static_pods,
+            mirrors.clone(),
+        )
+        .run(cancel.clone());
         let node_status = node::NodeStatusLoop::new(
             heartbeat.clone(),
             &options,
@@ -204,8 +223,9 @@ impl ApiServerSource {
             .with_held(lease_held_tx)
             .run(cancel.clone());
         let statuses =
-            status_sync::StatusSync::new(main, status, options.status_sync_period).run(cancel);
-        tokio::join!(pod_watch, node_status, lease, statuses);
+            status_sync::StatusSync::new(main, status, options.status_sync_period, mirrors)
+                .run(cancel);
+        tokio::join!(pod_watch, node_status, lease, statuses, mirror_pods);
     }
 }
 

@@ -14,7 +14,11 @@
 //! (`validate_pod_identity`: the API server never sends one, but the node does not depend on it)
 //! is left out and logged, and the others keep flowing.
 //!
-//! Not here: validating the rest of a pod (the API server did), the merge, mirror pods.
+//! Mirror pods (those with `kubernetes.io/config.mirror`) are set apart before the SET: they
+//! are never run, only published for the mirror-pod controller and the status syncer
+//! (`mirror_pods.rs`).
+//!
+//! Not here: validating the rest of a pod (the API server did), the merge.
 
 use std::{collections::BTreeMap, pin::pin};
 
@@ -26,7 +30,10 @@ use kube::{
 };
 use tokio_util::sync::CancellationToken;
 
-use super::super::{MergeStopped, SourceSender};
+use super::{
+    super::{MergeStopped, SourceSender},
+    mirror_pods::{MirrorPods, split_mirrors},
+};
 
 /// The watched pods by `namespace/name` (upstream's `MetaNamespaceKeyFunc`), and the list in
 /// progress, if any.
@@ -100,11 +107,12 @@ pub(super) fn node_selector(node_name: &str) -> String {
     format!("spec.nodeName={node_name}")
 }
 
-/// Watches and sends until cancelled or the merge stops.
+/// Watches and sends until cancelled or the merge stops; the mirror pods go to `mirrors`.
 pub(super) async fn run(
     client: Client,
     node_name: String,
     sender: SourceSender,
+    mirrors: tokio::sync::watch::Sender<MirrorPods>,
     cancel: CancellationToken,
 ) {
     let api: Api<Pod> = Api::all(client);
@@ -131,6 +139,14 @@ pub(super) async fn run(
             None => return,
         };
         let Some(pods) = pods else { continue };
+        let (pods, mirror_pods) = split_mirrors(pods);
+        mirrors.send_if_modified(|held| {
+            let changed = held.as_ref() != Some(&mirror_pods);
+            if changed {
+                *held = Some(mirror_pods);
+            }
+            changed
+        });
         tracing::debug!(pods = pods.len(), "API server pods changed");
         if let Err(MergeStopped) = sender.set(pods).await {
             tracing::debug!("pod config merge stopped; API server pod source ends");
@@ -144,7 +160,7 @@ pub(super) async fn run(
 /// (`isTooLargeResourceVersionError`: the `ResourceVersionTooLarge` cause, or a 504 saying "Too
 /// large resource version" from servers older than the cause); kube-runtime's watcher would ask
 /// for the same version for ever.
-pub(super) fn is_too_large_resource_version(error: &watcher::Error) -> bool {
+pub(crate) fn is_too_large_resource_version(error: &watcher::Error) -> bool {
     let status = match error {
         watcher::Error::WatchStartFailed(kube::Error::Api(status))
         | watcher::Error::WatchFailed(kube::Error::Api(status))

@@ -23,8 +23,14 @@
 //! precondition, so a pod recreated under the same name is never deleted by it. Until then the
 //! pod stays `Terminating` on the API server, whatever its grace period said.
 //!
-//! Not here: static pods (their status would go to mirror pods, which do not exist yet), holding
-//! back a terminal phase while containers may run, `needsReconcile`.
+//! A static pod's status goes to its mirror pod (upstream's `syncBatch` translates the static
+//! pod's UID to the mirror pod's): the patch names the mirror pod's UID, and the first one
+//! starts from the status the mirror pod has. Only a mirror pod whose `kubernetes.io/config.mirror`
+//! is the static pod's hash gets it (not one of an older manifest, nor one being deleted); with
+//! none, the status waits for the mirror pod to appear. A mirror pod is never sent the final
+//! DELETE (upstream `canBeDeleted` excludes them).
+//!
+//! Not here: holding back a terminal phase while containers may run, `needsReconcile`.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -41,8 +47,12 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Error, is_conflict, is_invalid, is_not_found};
+use super::{
+    Error, is_conflict, is_invalid, is_not_found,
+    mirror_pods::{MirrorPods, is_mirror_of},
+};
 use crate::{
+    pod::{full_name, spec::is_static_pod},
     sources::{CONFIG_SOURCE_ANNOTATION, Source},
     status::{PodWithStatus, StatusManager},
 };
@@ -59,18 +69,27 @@ pub(super) struct StatusSync {
     client: Client,
     status: Arc<StatusManager>,
     period: Duration,
-    /// Pod UID → what the API server has from the agent (upstream `apiStatusVersions`).
+    /// The mirror pods, where static pods' statuses go.
+    mirrors: tokio::sync::watch::Receiver<MirrorPods>,
+    /// UID on the API server (a mirror pod's for a static pod) → what the API server has from
+    /// the agent (upstream `apiStatusVersions`, keyed by `MirrorPodUID`).
     sent: HashMap<String, Sent>,
     /// Pods the agent has sent the final DELETE for (until their status goes).
     deleted: HashSet<String>,
 }
 
 impl StatusSync {
-    pub(super) fn new(client: Client, status: Arc<StatusManager>, period: Duration) -> Self {
+    pub(super) fn new(
+        client: Client,
+        status: Arc<StatusManager>,
+        period: Duration,
+        mirrors: tokio::sync::watch::Receiver<MirrorPods>,
+    ) -> Self {
         StatusSync {
             client,
             status,
             period,
+            mirrors,
             sent: HashMap::new(),
             deleted: HashSet::new(),
         }
@@ -80,6 +99,7 @@ impl StatusSync {
         let mut changes = self.status.subscribe();
         let mut resync = tokio::time::interval_at(Instant::now() + self.period, self.period);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut mirrors_open = true;
         loop {
             // Marked seen before reading, so a change made during the batch wakes the next one.
             changes.borrow_and_update();
@@ -87,33 +107,38 @@ impl StatusSync {
             tokio::select! {
                 () = cancel.cancelled() => return,
                 changed = changes.changed() => if changed.is_err() { return },
+                // A mirror pod appeared (or went): a static pod's status may now be sent.
+                changed = self.mirrors.changed(), if mirrors_open => mirrors_open = changed.is_ok(),
                 _ = resync.tick() => {}
             }
         }
     }
 
-    /// Upstream `syncBatch`: every API pod whose status version is newer than the one sent.
+    /// Upstream `syncBatch`: every API pod, and every static pod with its mirror pod, whose
+    /// status version is newer than the one sent.
     async fn sync_batch(&mut self) {
         let pods = self.status.pods();
-        let live: HashSet<&str> = pods
-            .iter()
-            .filter_map(|p| p.pod.metadata.uid.as_deref())
+        let mirrors = self.mirrors.borrow_and_update().clone().unwrap_or_default();
+        let targets: Vec<(String, PodWithStatus)> = pods
+            .into_iter()
+            .filter_map(|p| {
+                let (uid, source_status) = api_target(&p, &mirrors)?;
+                Some((uid, PodWithStatus { source_status, ..p }))
+            })
             .collect();
+        let live: HashSet<&str> = targets.iter().map(|(uid, _)| uid.as_str()).collect();
         self.sent.retain(|uid, _| live.contains(uid.as_str()));
         self.deleted.retain(|uid| live.contains(uid.as_str()));
-        for PodWithStatus {
-            pod,
-            version,
-            finished,
-            source_status,
-        } in pods
+        for (
+            uid,
+            PodWithStatus {
+                pod,
+                version,
+                finished,
+                source_status,
+            },
+        ) in targets
         {
-            if !is_api_pod(&pod) {
-                continue;
-            }
-            let Some(uid) = pod.metadata.uid.clone() else {
-                continue;
-            };
             let previous = self.sent.get(&uid);
             if previous.is_none_or(|s| s.version != version) {
                 let status = status_object(pod.status.as_ref());
@@ -143,7 +168,7 @@ impl StatusSync {
                     }
                 }
             }
-            if can_be_deleted(&pod, finished) && !self.deleted.contains(&uid) {
+            if is_api_pod(&pod) && can_be_deleted(&pod, finished) && !self.deleted.contains(&uid) {
                 match self.delete(&pod, &uid).await {
                     Ok(()) => {
                         self.deleted.insert(uid);
@@ -226,6 +251,24 @@ fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
         .and_then(|s| s.phase.as_deref())
         .is_some_and(|phase| phase == "Succeeded" || phase == "Failed");
     pod.metadata.deletion_timestamp.is_some() && terminal && finished
+}
+
+/// Where the status of `p` goes on the API server: the UID there, and the status the API server
+/// holds for the first patch to start from. An API pod is itself; a static pod goes to its
+/// mirror pod, if one of its hash exists and is not being deleted; anything else nowhere.
+fn api_target(
+    p: &PodWithStatus,
+    mirrors: &std::collections::BTreeMap<String, super::mirror_pods::MirrorPod>,
+) -> Option<(String, Option<k8s_openapi::api::core::v1::PodStatus>)> {
+    if is_api_pod(&p.pod) {
+        return Some((p.pod.metadata.uid.clone()?, p.source_status.clone()));
+    }
+    if !is_static_pod(&p.pod) {
+        return None;
+    }
+    let mirror = mirrors.get(&full_name(&p.pod))?;
+    (!mirror.deleting && is_mirror_of(mirror, &p.pod))
+        .then(|| (mirror.uid.clone(), mirror.status.clone()))
 }
 
 /// Whether the pod came from the API server (`kubernetes.io/config.source: api`).

@@ -113,7 +113,7 @@ fn label_and_annotation_changes_are_updates_local_ones_are_not() {
 
     let mut local = pod("a", "1", "img");
     local.metadata.annotations = Some(BTreeMap::from([(
-        CONFIG_MIRROR_ANNOTATION.to_owned(),
+        CONFIG_FIRST_SEEN_ANNOTATION.to_owned(),
         "x".to_owned(),
     )]));
     assert!(s.merge(set(vec![local])).is_empty());
@@ -220,5 +220,18 @@ fn sources_are_kept_apart() {
     };
     // The API server's empty set removes nothing of the file source's.
     assert_eq!(summary(&s.merge(api)), vec![(Op::Add, vec![])]);
+    assert_eq!(s.merged_state().len(), 1);
+}
+
+#[test]
+fn mirror_pods_are_never_taken() {
+    let mut s = storage();
+    let mut mirror = pod("etcd-n1", "m-1", "img");
+    mirror.metadata.annotations = Some(BTreeMap::from([(
+        CONFIG_MIRROR_ANNOTATION.to_owned(),
+        "h1".to_owned(),
+    )]));
+    let out = s.merge(set(vec![mirror, pod("web", "1", "img")]));
+    assert_eq!(summary(&out), vec![(Op::Add, names(&["web"]))]);
     assert_eq!(s.merged_state().len(), 1);
 }

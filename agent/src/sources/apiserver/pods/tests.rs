@@ -39,6 +39,7 @@ fn watch_query(version: &str) -> String {
 struct Harness {
     api: FakeApi,
     updates: mpsc::Receiver<PodUpdate>,
+    mirrors: tokio::sync::watch::Receiver<super::super::mirror_pods::MirrorPods>,
     cancel: CancellationToken,
 }
 
@@ -48,10 +49,12 @@ fn start() -> Harness {
     let sender = config.channel(Source::Api);
     let cancel = CancellationToken::new();
     tokio::spawn(config.run(cancel.clone()));
-    tokio::spawn(run(client, "n1".into(), sender, cancel.clone()));
+    let (mirrors_tx, mirrors) = tokio::sync::watch::channel(None);
+    tokio::spawn(run(client, "n1".into(), sender, mirrors_tx, cancel.clone()));
     Harness {
         api,
         updates,
+        mirrors,
         cancel,
     }
 }
@@ -241,4 +244,20 @@ fn a_watch_ahead_of_the_api_server_lists_again_and_other_errors_retry() {
     assert!(!is_too_large_resource_version(&watcher::Error::WatchError(
         status(410, "too old resource version", None)
     )));
+}
+
+#[tokio::test(start_paused = true)]
+async fn mirror_pods_are_set_apart_never_run() {
+    let mut h = start();
+    let list = h.api.expect(Method::GET, PODS).await;
+    let mut mirror = pod("etcd-n1", "m-1", "8");
+    mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "h1"});
+    list.reply(200, &pod_list("10", &[pod("web", "u-web", "9"), mirror]));
+    assert_eq!(h.next_update().await, (Op::Add, vec!["web".into()]));
+    let mirrors = h.mirrors.borrow().clone().expect("listed");
+    let etcd = mirrors.get("etcd-n1_default").expect("the mirror pod");
+    assert_eq!((etcd.uid.as_str(), etcd.hash.as_str()), ("m-1", "h1"));
+    assert_eq!(mirrors.len(), 1);
+    let _open = h.api.expect(Method::GET, PODS).await.hold();
+    h.cancel.cancel();
 }

@@ -47,11 +47,24 @@ fn running(message: Option<&str>) -> ApiPodStatus {
 }
 
 fn start(status: &Arc<StatusManager>) -> (FakeApi, CancellationToken) {
+    let (api, cancel, _) = start_with_mirrors(status);
+    (api, cancel)
+}
+
+/// The syncer with the mirror pods a test sets.
+fn start_with_mirrors(
+    status: &Arc<StatusManager>,
+) -> (
+    FakeApi,
+    CancellationToken,
+    tokio::sync::watch::Sender<super::super::mirror_pods::MirrorPods>,
+) {
     let (client, api) = fake_api();
     let cancel = CancellationToken::new();
-    let sync = StatusSync::new(client, status.clone(), Duration::from_secs(10));
+    let (mirrors, watched) = tokio::sync::watch::channel(Some(Default::default()));
+    let sync = StatusSync::new(client, status.clone(), Duration::from_secs(10), watched);
     tokio::spawn(sync.run(cancel.clone()));
-    (api, cancel)
+    (api, cancel, mirrors)
 }
 
 fn ok_pod() -> serde_json::Value {
@@ -232,4 +245,63 @@ fn a_long_held_list_is_patched_element_by_element() {
             .iter()
             .all(|c| c["$patch"] == "delete" && c.get("status").is_none())
     );
+}
+
+/// A static pod's status goes to its mirror pod, with the mirror's UID, only to one made from
+/// the static pod's hash; a recreated mirror pod gets it again.
+#[tokio::test(start_paused = true)]
+async fn a_static_pods_status_goes_to_its_mirror_pod_of_the_same_hash() {
+    use super::super::mirror_pods::MirrorPod;
+    const ETCD_STATUS: &str = "/api/v1/namespaces/default/pods/etcd-n1/status";
+    let status = Arc::new(StatusManager::default());
+    let etcd = Arc::new(
+        testing::pod()
+            .named("default", "etcd-n1", "h1")
+            .annotation(CONFIG_SOURCE_ANNOTATION, "file")
+            .annotation(crate::sources::CONFIG_HASH_ANNOTATION, "h1")
+            .build(),
+    );
+    status.set_pod_status(&etcd, running(None));
+    let (mut api, cancel, mirrors) = start_with_mirrors(&status);
+    let mirror = |uid: &str, hash: &str, deleting: bool| MirrorPod {
+        uid: uid.into(),
+        namespace: "default".into(),
+        name: "etcd-n1".into(),
+        hash: hash.into(),
+        deleting,
+        status: Some(ApiPodStatus {
+            phase: Some("Pending".into()),
+            ..ApiPodStatus::default()
+        }),
+    };
+    let set = |m: Option<MirrorPod>| {
+        mirrors.send_replace(Some(
+            m.into_iter()
+                .map(|m| ("etcd-n1_default".to_owned(), m))
+                .collect(),
+        ));
+    };
+    // No mirror pod, one of an older manifest, one being deleted: nothing is sent.
+    api.assert_no_request(Duration::from_secs(15)).await;
+    set(Some(mirror("m-1", "h0", false)));
+    api.assert_no_request(Duration::from_secs(15)).await;
+    set(Some(mirror("m-2", "h1", true)));
+    api.assert_no_request(Duration::from_secs(15)).await;
+
+    set(Some(mirror("m-2", "h1", false)));
+    let patch = api.expect(Method::PATCH, ETCD_STATUS).await;
+    assert_eq!(patch.body["metadata"]["uid"], "m-2");
+    assert_eq!(patch.body["status"]["phase"], "Running");
+    assert!(patch.body["status"]["containerStatuses"].is_array());
+    patch.reply(200, &ok_pod());
+    api.assert_no_request(Duration::from_secs(15)).await;
+
+    // Deleted and made again: the new mirror pod gets the status, from its own.
+    set(Some(mirror("m-3", "h1", false)));
+    let patch = api.expect(Method::PATCH, ETCD_STATUS).await;
+    assert_eq!(patch.body["metadata"]["uid"], "m-3");
+    assert_eq!(patch.body["status"]["phase"], "Running");
+    patch.reply(200, &ok_pod());
+    api.assert_no_request(Duration::from_secs(15)).await;
+    cancel.cancel();
 }
