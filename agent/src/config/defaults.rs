@@ -23,6 +23,9 @@ pub const OOM_SCORE_ADJ: i32 = -999;
 pub const CGROUP_ROOT: &str = "/";
 pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
 pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
+/// Upstream's `eventRecordQPS` and `eventBurst`.
+pub const EVENT_RECORD_QPS: u32 = 50;
+pub const EVENT_BURST: u32 = 100;
 pub const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
 pub const EBPF_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);

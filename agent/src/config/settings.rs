@@ -134,6 +134,20 @@ macro_rules! with_settings {
             config node_lease_duration_seconds: [u32] = "nodeLeaseDurationSeconds", file [i64]
                 => |i| int::<i64, u32>(i, 1..=i64::from(i32::MAX), "must be at least 1"),
                 default defaults::NODE_LEASE_DURATION_SECONDS;
+            /// Most Kubernetes Events written to the API server per second (`eventRecordQPS`); 0
+            /// means no limit.
+            config event_record_qps: [u32] = "eventRecordQPS",
+                flag "event-qps" [Option<i64>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must not be a negative number"),
+                default defaults::EVENT_RECORD_QPS;
+            /// How many Events may be written at once above `eventRecordQPS` (`eventBurst`; only
+            /// with a limit).
+            config event_burst: [u32] = "eventBurst",
+                flag "event-burst" [Option<i64>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must not be a negative number"),
+                default defaults::EVENT_BURST;
             /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
             section read_only_port: [Option<u16>] = "readOnlyPort",
                 flag "read-only-port" [Option<u16>] (value_name = "PORT"),

@@ -175,6 +175,31 @@ pub fn node_ref(node_name: &str) -> ObjectReference {
     }
 }
 
+/// `d` as Go prints a `time.Duration` truncated to milliseconds (`313ms`, `1.594s`, `1m2.5s`),
+/// as upstream's messages show durations.
+pub fn go_duration_millis(d: std::time::Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return if ms == 0 { "0s".into() } else { format!("{ms}ms") };
+    }
+    let (hours, minutes) = (ms / 3_600_000, (ms / 60_000) % 60);
+    let (seconds, fraction) = ((ms / 1000) % 60, ms % 1000);
+    let mut out = String::new();
+    if hours > 0 {
+        out.push_str(&format!("{hours}h"));
+    }
+    if hours > 0 || minutes > 0 {
+        out.push_str(&format!("{minutes}m"));
+    }
+    out.push_str(&seconds.to_string());
+    if fraction > 0 {
+        out.push('.');
+        out.push_str(format!("{fraction:03}").trim_end_matches('0'));
+    }
+    out.push('s');
+    out
+}
+
 /// `text` cut to at most `max` bytes, on a character boundary.
 pub fn bounded(mut text: String, max: usize) -> String {
     if text.len() > max {
@@ -222,6 +247,31 @@ mod tests {
             (Some("Node"), Some("n1"), Some("n1"))
         );
         assert_eq!(node.namespace, None);
+    }
+
+    #[test]
+    fn durations_read_as_go_prints_them() {
+        let cases = [
+            (0, "0s"),
+            (313, "313ms"),
+            (1000, "1s"),
+            (1594, "1.594s"),
+            (1500, "1.5s"),
+            (62_500, "1m2.5s"),
+            (3_600_000, "1h0m0s"),
+        ];
+        for (ms, want) in cases {
+            assert_eq!(
+                go_duration_millis(std::time::Duration::from_millis(ms)),
+                want,
+                "{ms} ms"
+            );
+        }
+        // Truncated, not rounded.
+        assert_eq!(
+            go_duration_millis(std::time::Duration::from_micros(1_999_999)),
+            "1.999s"
+        );
     }
 
     #[test]
