@@ -135,6 +135,8 @@ pub struct PodsInput {
     pub source: PlegSource,
     pub published: broadcast::Sender<Arc<PublishedEvent>>,
     pub kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
+    /// The gRPC stream's bus of Kubernetes Events.
+    pub kube_events: broadcast::Sender<Arc<crate::events::Published>>,
 }
 
 /// The app's shared parts every builder hands tasks and registrations to.
@@ -148,7 +150,7 @@ pub struct App<'a> {
 
 impl App<'_> {
     /// Runs `task` in the app's task set until shutdown; a task that ends stops the agent.
-    fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    pub(super) fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(async move {
             task.await;
             Ok(())
@@ -181,6 +183,8 @@ struct PlegParts {
 pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let config = app.config;
     let node = NodeFacts::detect();
+    let client = api_client(config).await?;
+    let events = super::events::start(app, client.clone(), input.kube_events.clone())?;
     let runtime = connect_runtime(app).await?;
     if !node.has_cap_sys_resource {
         tracing::info!(
@@ -194,7 +198,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         app.tasks,
         app.shutdown,
     )?;
-    let volumes = volume_manager(app, &node)?;
+    let volumes = volume_manager(app, &node, events.clone())?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
     let manager = runtime_manager(
         config,
@@ -203,6 +207,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         reasons.clone(),
         cpu_manager.clone(),
         volumes.clone(),
+        events.clone(),
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -227,8 +232,14 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             reasons,
             cpu_manager,
             volumes: volumes.clone(),
+            events: events.clone(),
         },
     )?;
+    super::events::watch_system_ooms(
+        app,
+        input.kernel_bus.as_ref().map(|rx| rx.resubscribe()),
+        &events,
+    );
     let eviction = super::eviction::start(
         app,
         super::eviction::EvictionParts {
@@ -244,7 +255,14 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(app, &mut pod_config, &reporting, &status, &volumes).await?;
+    start_sources(
+        app,
+        &mut pod_config,
+        &reporting,
+        &status,
+        &volumes,
+        client.map(|client| (client, events)),
+    )?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -300,6 +318,7 @@ struct CoreParts {
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
+    events: crate::events::Events,
 }
 
 /// The probe manager, the pod workers and the kubelet core, built once with all it needs
@@ -316,6 +335,7 @@ fn build_kubelet(
         runtime.client.clone(),
         parts.status.clone(),
         ProberMetrics::register(&app.metrics.registry)?,
+        parts.events.clone(),
     );
     let workers = pod_workers(
         app,
@@ -328,6 +348,7 @@ fn build_kubelet(
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             probes: probes.clone(),
             volumes: parts.volumes.clone(),
+            events: parts.events.clone(),
         },
     )?;
     // Admission fits pods into allocatable, as upstream's does.
@@ -350,6 +371,7 @@ fn build_kubelet(
         cpu_manager: parts.cpu_manager,
         probes,
         volumes: parts.volumes,
+        events: parts.events,
     });
     Ok((Arc::new(kubelet), probe_updates))
 }
@@ -400,6 +422,7 @@ fn runtime_manager(
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
+    events: crate::events::Events,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
@@ -420,7 +443,7 @@ fn runtime_manager(
     if let Some(cpus) = cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    manager = manager.with_mounts(volumes);
+    manager = manager.with_mounts(volumes).with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
@@ -517,6 +540,7 @@ struct KubeletSyncerParts {
     host_ip: Option<String>,
     probes: ProbeManager,
     volumes: Arc<VolumeManager>,
+    events: crate::events::Events,
 }
 
 struct Workers {
@@ -544,6 +568,7 @@ fn pod_workers(
         host_ip: parts.host_ip,
         probes: parts.probes,
         volumes: parts.volumes,
+        events: parts.events,
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();
@@ -696,13 +721,15 @@ async fn refresh_images(
 }
 
 /// The pod sources: static pods from `staticPodPath`, and the API server's pods (which also
-/// registers the node and posts its status) with `--kubeconfig`.
-async fn start_sources(
+/// registers the node and posts its status, reporting its condition changes to the events) with
+/// `--kubeconfig`'s client.
+fn start_sources(
     app: &mut App<'_>,
     pod_config: &mut PodConfig,
     node: &NodeReporting,
     status: &Arc<StatusManager>,
     volumes: &Arc<VolumeManager>,
+    api: Option<(kube::Client, crate::events::Events)>,
 ) -> Result<(), Error> {
     let config = app.config;
     if let Some(dir) = &config.static_pod_path {
@@ -718,12 +745,9 @@ async fn start_sources(
         app.spawn(async move { source.run(shutdown).await });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
-    let Some(kubeconfig) = &config.kubeconfig else {
+    let (Some(kubeconfig), Some((client, events))) = (&config.kubeconfig, api) else {
         return Ok(());
     };
-    let client = client_from_kubeconfig(kubeconfig)
-        .await
-        .map_err(Error::ApiServer)?;
     volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
     let source = ApiServerSource {
         client,
@@ -740,6 +764,7 @@ async fn start_sources(
         images: node.images.clone(),
         pods: pod_config.channel(Source::Api),
         clock: Arc::new(SystemTime::now) as WallClock,
+        events,
     };
     let shutdown = app.shutdown.clone();
     app.spawn(async move { source.run(shutdown).await });
@@ -775,7 +800,11 @@ fn security_admission(
 }
 
 /// The volume manager, its reconciler running, with pod directories below `rootDir`.
-fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManager>, Error> {
+fn volume_manager(
+    app: &mut App<'_>,
+    node: &NodeFacts,
+    events: crate::events::Events,
+) -> Result<Arc<VolumeManager>, Error> {
     let config = app.config;
     let (_, allocatable_memory) =
         allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
@@ -797,11 +826,23 @@ fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManag
             wait_budget: default_wait_budget(),
         },
         VolumeMetrics::register(&app.metrics.registry)?,
+        events,
     );
     let runner = volumes.clone();
     let shutdown = app.shutdown.clone();
     app.spawn(async move { runner.run(shutdown).await });
     Ok(volumes)
+}
+
+/// The API client from `--kubeconfig`, if given: made once, before the components that use it.
+async fn api_client(config: &Config) -> Result<Option<kube::Client>, Error> {
+    match &config.kubeconfig {
+        Some(path) => client_from_kubeconfig(path)
+            .await
+            .map(Some)
+            .map_err(Error::ApiServer),
+        None => Ok(None),
+    }
 }
 
 /// What the Node object says about this machine.

@@ -98,9 +98,11 @@ impl ApiWriter {
             action: event.action.as_str().to_owned(),
             secondary: None,
         };
-        let result =
-            tokio::time::timeout(WRITE_TIMEOUT, recorder.publish(&published, &event.regarding))
-                .await;
+        let result = tokio::time::timeout(
+            WRITE_TIMEOUT,
+            recorder.publish(&published, &event.regarding),
+        )
+        .await;
         let error = match result {
             Ok(Ok(())) => {
                 self.metrics
@@ -147,7 +149,11 @@ mod tests {
         let (parts, body) = request.into_parts();
         let bytes = body.collect_bytes().await.expect("a body");
         let json: Value = serde_json::from_slice(&bytes).expect("JSON");
-        let status = if parts.method == http::Method::POST { 201 } else { 200 };
+        let status = if parts.method == http::Method::POST {
+            201
+        } else {
+            200
+        };
         respond.send_response(
             Response::builder()
                 .status(status)
@@ -204,7 +210,10 @@ mod tests {
         assert!(name.starts_with("web."), "{name}");
         let (method, path, patched) = answer(&mut handle).await;
         assert_eq!(method, "PATCH");
-        assert_eq!(path, format!("/apis/events.k8s.io/v1/namespaces/ns1/events/{name}"));
+        assert_eq!(
+            path,
+            format!("/apis/events.k8s.io/v1/namespaces/ns1/events/{name}")
+        );
         assert_eq!(patched["series"]["count"], 2);
 
         // A node's event: the Node has no namespace, its Events live in `default`.
@@ -214,7 +223,9 @@ mod tests {
             Action::StartKubelet,
             "Starting kubelet.",
         );
-        let c = correlator.correlate(starting, Instant::now()).expect("passes");
+        let c = correlator
+            .correlate(starting, Instant::now())
+            .expect("passes");
         tx.send(c).await.expect("queued");
         let (method, path, created) = answer(&mut handle).await;
         assert_eq!(

@@ -111,7 +111,8 @@ impl EventBroadcaster {
         let (api_tx, writer) = match sinks.api {
             Some(client) => {
                 let (tx, rx) = mpsc::channel(API_QUEUE_CAPACITY);
-                let writer = ApiWriter::new(client, instance.clone(), config.limits, metrics.clone());
+                let writer =
+                    ApiWriter::new(client, instance.clone(), config.limits, metrics.clone());
                 (Some(tx), Some(writer.run(rx, shutdown.clone())))
             }
             None => (None, None),
@@ -183,7 +184,10 @@ mod tests {
     fn config() -> BroadcasterConfig {
         BroadcasterConfig {
             node_name: "n1".into(),
-            limits: Limits { qps: 50, burst: 100 },
+            limits: Limits {
+                qps: 50,
+                burst: 100,
+            },
         }
     }
 
@@ -219,7 +223,12 @@ mod tests {
         shutdown.cancel();
         task.await.expect("the broadcaster ends");
         // Recording after the end is counted, not an error.
-        queue.record(Event::normal(node_ref("n1"), "x", Action::StartKubelet, "y"));
+        queue.record(Event::normal(
+            node_ref("n1"),
+            "x",
+            Action::StartKubelet,
+            "y",
+        ));
         assert_eq!(metrics.dropped.with_label_values(&["shut_down"]).get(), 1);
     }
 

@@ -183,9 +183,10 @@ impl Correlator {
             aggregate_key
         };
 
-        let series = self
-            .series
-            .get_or_insert_with(key, || Series { count: 0, last: now });
+        let series = self.series.get_or_insert_with(key, || Series {
+            count: 0,
+            last: now,
+        });
         if now.saturating_duration_since(series.last) > SERIES_TTL {
             series.count = 0;
         }
@@ -257,11 +258,20 @@ mod tests {
         let mut correlator = Correlator::default();
         let start = Instant::now();
         let event = || unhealthy(pod("a"), "x");
-        assert_eq!(correlator.correlate(event(), start).map(|c| c.count), Some(1));
+        assert_eq!(
+            correlator.correlate(event(), start).map(|c| c.count),
+            Some(1)
+        );
         let within = start + SERIES_TTL;
-        assert_eq!(correlator.correlate(event(), within).map(|c| c.count), Some(2));
+        assert_eq!(
+            correlator.correlate(event(), within).map(|c| c.count),
+            Some(2)
+        );
         let after = within + SERIES_TTL + Duration::from_secs(1);
-        assert_eq!(correlator.correlate(event(), after).map(|c| c.count), Some(1));
+        assert_eq!(
+            correlator.correlate(event(), after).map(|c| c.count),
+            Some(1)
+        );
     }
 
     #[test]
@@ -269,15 +279,31 @@ mod tests {
         let mut correlator = Correlator::default();
         let now = Instant::now();
         let passed = (0..40)
-            .filter(|_| correlator.correlate(unhealthy(pod("a"), "x"), now).is_some())
+            .filter(|_| {
+                correlator
+                    .correlate(unhealthy(pod("a"), "x"), now)
+                    .is_some()
+            })
             .count();
         assert_eq!(passed, SPAM_BURST as usize);
         // Other objects have their own budget; the first one's refills slowly.
-        assert!(correlator.correlate(unhealthy(pod("b"), "x"), now).is_some());
+        assert!(
+            correlator
+                .correlate(unhealthy(pod("b"), "x"), now)
+                .is_some()
+        );
         let soon = now + Duration::from_secs(299);
-        assert!(correlator.correlate(unhealthy(pod("a"), "x"), soon).is_none());
+        assert!(
+            correlator
+                .correlate(unhealthy(pod("a"), "x"), soon)
+                .is_none()
+        );
         let later = now + Duration::from_secs(301);
-        assert!(correlator.correlate(unhealthy(pod("a"), "x"), later).is_some());
+        assert!(
+            correlator
+                .correlate(unhealthy(pod("a"), "x"), later)
+                .is_some()
+        );
     }
 
     #[test]

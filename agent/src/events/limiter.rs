@@ -72,10 +72,7 @@ mod tests {
         assert!(!bucket.try_take(later));
         // Never more than the burst, however long it waited.
         let much_later = later + Duration::from_secs(3600);
-        assert_eq!(
-            (0..10).filter(|_| bucket.try_take(much_later)).count(),
-            3
-        );
+        assert_eq!((0..10).filter(|_| bucket.try_take(much_later)).count(), 3);
     }
 
     #[test]
@@ -86,7 +83,10 @@ mod tests {
         assert_eq!(bucket.reserve(start), Duration::ZERO);
         let third = bucket.reserve(start);
         let fourth = bucket.reserve(start);
-        assert!(third > Duration::ZERO && fourth > third, "{third:?} {fourth:?}");
+        assert!(
+            third > Duration::ZERO && fourth > third,
+            "{third:?} {fourth:?}"
+        );
         assert!(fourth <= Duration::from_millis(201), "{fourth:?}");
     }
 

@@ -180,7 +180,11 @@ pub fn node_ref(node_name: &str) -> ObjectReference {
 pub fn go_duration_millis(d: std::time::Duration) -> String {
     let ms = d.as_millis();
     if ms < 1000 {
-        return if ms == 0 { "0s".into() } else { format!("{ms}ms") };
+        return if ms == 0 {
+            "0s".into()
+        } else {
+            format!("{ms}ms")
+        };
     }
     let (hours, minutes) = (ms / 3_600_000, (ms / 60_000) % 60);
     let (seconds, fraction) = ((ms / 1000) % 60, ms % 1000);
@@ -243,7 +247,11 @@ mod tests {
     fn node_references_use_the_name_as_uid() {
         let node = node_ref("n1");
         assert_eq!(
-            (node.kind.as_deref(), node.name.as_deref(), node.uid.as_deref()),
+            (
+                node.kind.as_deref(),
+                node.name.as_deref(),
+                node.uid.as_deref()
+            ),
             (Some("Node"), Some("n1"), Some("n1"))
         );
         assert_eq!(node.namespace, None);

@@ -334,11 +334,11 @@ impl KubeRuntimeManager {
                 grace,
             )
             .await
-                .map_err(|source| SyncError::KillContainer {
-                    pod: format_pod(pod),
-                    container: kill.name.clone(),
-                    source,
-                })?;
+            .map_err(|source| SyncError::KillContainer {
+                pod: format_pod(pod),
+                container: kill.name.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -530,7 +530,11 @@ impl KubeRuntimeManager {
                 start.pod,
                 &container.name,
                 None,
-                (EventType::Warning, reasons::BACK_OFF_START_CONTAINER, Action::StartContainer),
+                (
+                    EventType::Warning,
+                    reasons::BACK_OFF_START_CONTAINER,
+                    Action::StartContainer,
+                ),
                 format!(
                     "Back-off restarting failed container {} in pod {}",
                     container.name,
@@ -737,7 +741,11 @@ impl KubeRuntimeManager {
             pod,
             &container.name,
             Some(id),
-            (EventType::Warning, reasons::FAILED_POST_START_HOOK, Action::RunHook),
+            (
+                EventType::Warning,
+                reasons::FAILED_POST_START_HOOK,
+                Action::RunHook,
+            ),
             "PostStartHook failed".into(),
         );
         // Upstream kills it with the message "FailedPostStartHook", which its Killing event says.
@@ -745,7 +753,11 @@ impl KubeRuntimeManager {
             pod,
             &container.name,
             Some(id),
-            (EventType::Normal, reasons::KILLING_CONTAINER, Action::KillContainer),
+            (
+                EventType::Normal,
+                reasons::KILLING_CONTAINER,
+                Action::KillContainer,
+            ),
             "FailedPostStartHook".into(),
         );
         if let Err(e) = self.stop_container(id, pod_grace(pod)).await {
@@ -830,7 +842,11 @@ impl KubeRuntimeManager {
                 pod,
                 name,
                 Some(id),
-                (EventType::Normal, reasons::KILLING_CONTAINER, Action::KillContainer),
+                (
+                    EventType::Normal,
+                    reasons::KILLING_CONTAINER,
+                    Action::KillContainer,
+                ),
                 note,
             );
         }
@@ -854,7 +870,11 @@ impl KubeRuntimeManager {
                         pod,
                         name,
                         Some(id),
-                        (EventType::Warning, reasons::FAILED_PRE_STOP_HOOK, Action::RunHook),
+                        (
+                            EventType::Warning,
+                            reasons::FAILED_PRE_STOP_HOOK,
+                            Action::RunHook,
+                        ),
                         "PreStopHook failed".into(),
                     );
                 }

@@ -478,7 +478,13 @@ mod tests {
                 e.count,
                 e.event_time_unix_ns
             ),
-            ("Normal", "Started", "Started container app", 2, 3_000_000_000)
+            (
+                "Normal",
+                "Started",
+                "Started container app",
+                2,
+                3_000_000_000
+            )
         );
         let regarding = e.regarding.expect("regarding");
         assert_eq!(
@@ -491,7 +497,10 @@ mod tests {
             ("Pod", "web", "u1", "spec.containers{app}")
         );
         assert_eq!(
-            (e.reporting_controller.as_str(), e.reporting_instance.as_str()),
+            (
+                e.reporting_controller.as_str(),
+                e.reporting_instance.as_str()
+            ),
             ("kubelet", "n1")
         );
     }

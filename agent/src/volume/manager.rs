@@ -7,6 +7,11 @@
 //! ([`VolumeManager::wait_for_unmount`]), each kicking the reconciler at once. The waits keep
 //! upstream's bound (back-off from 1 s, ×1.2, 6 steps) but also look after every reconcile
 //! pass, so a pod whose volumes are ready does not sleep through the first step.
+//!
+//! A failed set-up is retried every pass; it is reported as a `FailedMount` event about the pod
+//! (`MountVolume.SetUp failed for volume "v" : …`) as often as upstream's operation executor
+//! retries it: at once, then after 0.5 s doubling to 2 min 2 s (`exponentialbackoff`), so a
+//! volume that keeps failing makes one series of events, not one per pass.
 
 use crate::lock::MutexExt as _;
 use std::{
@@ -32,7 +37,10 @@ use super::{
     spec::{Medium, Source, VolumeSpec, pod_volumes},
     subpath,
 };
-use crate::hostfs::Dir;
+use crate::{
+    events::{Action, Event, Events, pod_ref, reasons},
+    hostfs::Dir,
+};
 
 /// The objects read for this pass, by (pod, volume).
 type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
@@ -40,6 +48,17 @@ use crate::{container::PodUid, pod::pod_uid};
 
 /// Upstream's reconciler period; here only the safety net (changes kick it at once).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+
+/// Upstream `initialDurationBeforeRetry` and `maxDurationBeforeRetry` of a failed volume
+/// operation: how often its `FailedMount` event repeats.
+pub const FAILED_MOUNT_FIRST_RETRY: Duration = Duration::from_millis(500);
+pub const FAILED_MOUNT_MAX_RETRY: Duration = Duration::from_secs(122);
+
+/// When a volume's failure is next reported.
+struct FailureReport {
+    next: tokio::time::Instant,
+    step: Duration,
+}
 
 /// Upstream `WaitForAttachAndMount`'s back-off: 1 s, ×1.2, 6 steps.
 pub fn wait_steps() -> Vec<Duration> {
@@ -100,6 +119,8 @@ struct State {
     actual: HashMap<PodUid, BTreeMap<String, MountedVolume>>,
     /// The last set-up failure per volume, upstream's event text.
     failures: HashMap<PodUid, BTreeMap<String, String>>,
+    /// When each failing volume's failure is reported again.
+    reports: HashMap<PodUid, BTreeMap<String, FailureReport>>,
 }
 
 pub struct VolumeManager {
@@ -113,13 +134,15 @@ pub struct VolumeManager {
     metrics: VolumeMetrics,
     /// Where ConfigMaps and Secrets come from, once an API server is connected.
     objects: std::sync::OnceLock<Arc<dyn ObjectSource>>,
+    events: Events,
 }
 
 impl VolumeManager {
-    pub fn new(config: VolumeManagerConfig, metrics: VolumeMetrics) -> Arc<Self> {
+    pub fn new(config: VolumeManagerConfig, metrics: VolumeMetrics, events: Events) -> Arc<Self> {
         Arc::new(VolumeManager {
             config,
             metrics,
+            events,
             state: Mutex::new(State::default()),
             kick: Notify::new(),
             passes: watch::channel(0).0,
@@ -317,6 +340,9 @@ impl VolumeManager {
                     if let Some(f) = state.failures.get_mut(&uid) {
                         f.remove(&volume.name);
                     }
+                    if let Some(r) = state.reports.get_mut(&uid) {
+                        r.remove(&volume.name);
+                    }
                     state
                         .actual
                         .entry(uid)
@@ -333,7 +359,30 @@ impl VolumeManager {
                     if failures.get(&volume.name) != Some(&text) {
                         tracing::warn!(pod = %uid, volume = volume.name, error = %e, "FailedMount");
                     }
-                    failures.insert(volume.name, text);
+                    failures.insert(volume.name.clone(), text.clone());
+                    let now = tokio::time::Instant::now();
+                    let reports = state.reports.entry(uid.clone()).or_default();
+                    let due = reports.get(&volume.name).is_none_or(|r| now >= r.next);
+                    if due {
+                        let step = reports
+                            .get(&volume.name)
+                            .map_or(FAILED_MOUNT_FIRST_RETRY, |r| {
+                                (r.step * 2).min(FAILED_MOUNT_MAX_RETRY)
+                            });
+                        reports.insert(
+                            volume.name,
+                            FailureReport {
+                                next: now + step,
+                                step,
+                            },
+                        );
+                        self.events.record(Event::warning(
+                            pod_ref(&pod),
+                            reasons::FAILED_MOUNT_VOLUME,
+                            Action::MountVolume,
+                            text,
+                        ));
+                    }
                 }
             }
         }
@@ -525,6 +574,7 @@ impl VolumeManager {
         let mut state = self.state();
         state.desired.remove(uid);
         state.failures.remove(uid);
+        state.reports.remove(uid);
         let kick = state.actual.contains_key(uid);
         drop(state);
         if kick {

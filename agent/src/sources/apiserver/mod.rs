@@ -5,7 +5,8 @@
 //!
 //! - `pods.rs` — the pod watcher (field selector `spec.nodeName`) turned into SETs for the merge.
 //! - `node_object.rs` — the Node object and its status, built from [`NodeDescription`] (pure).
-//! - `node.rs` — registration (`registerWithAPIServer`) and the periodic status update.
+//! - `node.rs` — registration (`registerWithAPIServer`) and the periodic status update, with
+//!   the events of the node's condition changes (`node_events.rs`).
 //! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
 //! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`):
 //!   two-way status patches, and the final DELETE of a pod whose termination is finished.
@@ -17,6 +18,7 @@
 mod lease;
 mod local_node;
 mod node;
+mod node_events;
 mod node_object;
 mod pods;
 mod status_sync;
@@ -176,6 +178,8 @@ pub struct ApiServerSource {
     /// From `PodConfig::channel(Source::Api)`.
     pub pods: SourceSender,
     pub clock: WallClock,
+    /// The node's condition changes are reported here.
+    pub events: crate::events::Events,
 }
 
 impl std::fmt::Debug for ApiServerSource {
@@ -202,6 +206,7 @@ impl ApiServerSource {
             images,
             pods,
             clock,
+            events,
         } = self;
         let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
         tracing::info!(node = options.node_name, "connecting the API server source");
@@ -222,6 +227,7 @@ impl ApiServerSource {
         .with_pressure(pressure)
         .with_nudge(node_changed)
         .with_images(images)
+        .with_events(events)
         .run(cancel.clone());
         let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
             .run(cancel.clone());

@@ -5,7 +5,8 @@
 //! instead. Then every `nodeStatusUpdateFrequency` the status is computed again — the Ready
 //! condition from the readiness check — and patched when it changed or a report is due. A nudge
 //! (a pressure condition or the runtime's health changed) computes it at once instead of at the
-//! next tick, so a node under pressure says so without waiting up to 10 s.
+//! next tick, so a node under pressure says so without waiting up to 10 s. Each status the API
+//! server accepts reports the condition changes it makes as events (`node_events.rs`).
 //!
 //! Patches are strategic merge patches of `nodes/<name>/status`, as upstream's `PatchNodeStatus`:
 //! conditions and addresses merge by `type`, so conditions other components own are kept.
@@ -27,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     ApiServerOptions, Error, ImagesCheck, NodeDescription, PressureCheck, ReadinessCheck,
     WallClock, is_already_exists,
+    node_events::record_status_events,
     node_object::{
         default_labels, initial_node, node_status, pressure_conditions, ready_condition, ready_of,
         same_but_heartbeat,
@@ -57,6 +59,7 @@ pub(super) struct NodeStatusLoop {
     nudge: Arc<tokio::sync::Notify>,
     /// The images to list in the status.
     images: ImagesCheck,
+    events: crate::events::Events,
 }
 
 impl NodeStatusLoop {
@@ -81,7 +84,14 @@ impl NodeStatusLoop {
             pressure: Arc::new(Vec::new),
             nudge: Arc::new(tokio::sync::Notify::new()),
             images: Arc::new(Vec::new),
+            events: crate::events::none(),
         }
+    }
+
+    /// Reports the node's condition changes to `events`.
+    pub(super) fn with_events(mut self, events: crate::events::Events) -> Self {
+        self.events = events;
+        self
     }
 
     /// Lists the node's images in the status (upstream `nodeStatusMaxImages`).
@@ -146,7 +156,9 @@ impl NodeStatusLoop {
         let created = self.api.create(&PostParams::default(), &node).await;
         let error = match created {
             Ok(created) => {
-                self.accepted(&created, node.status.unwrap_or_default());
+                let status = node.status.unwrap_or_default();
+                record_status_events(self.events.as_ref(), &self.name, None, &status);
+                self.accepted(&created, status);
                 return Ok(());
             }
             Err(error) => error,
@@ -169,6 +181,12 @@ impl NodeStatusLoop {
             "status": status,
         });
         self.patch(&patch).await?;
+        record_status_events(
+            self.events.as_ref(),
+            &self.name,
+            existing.status.as_ref(),
+            &status,
+        );
         self.accepted(&existing, status);
         Ok(())
     }
@@ -210,6 +228,8 @@ impl NodeStatusLoop {
         for attempt in 1..=STATUS_UPDATE_RETRIES {
             match self.patch(&patch).await {
                 Ok(()) => {
+                    let previous = self.last.as_ref().map(|(s, _)| s);
+                    record_status_events(self.events.as_ref(), &self.name, previous, &status);
                     self.last = Some((status, Instant::now()));
                     return;
                 }

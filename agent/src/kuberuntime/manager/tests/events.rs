@@ -85,7 +85,10 @@ async fn a_liveness_failure_kills_with_its_reason_and_a_pod_kill_says_stopping()
     let m = m.with_events(recorder.clone());
     let p = pod(
         vec![],
-        vec![container("app", "IfNotPresent"), container("side", "IfNotPresent")],
+        vec![
+            container("app", "IfNotPresent"),
+            container("side", "IfNotPresent"),
+        ],
         "Always",
     );
     let cancel = CancellationToken::new();
@@ -107,9 +110,13 @@ async fn a_liveness_failure_kills_with_its_reason_and_a_pod_kill_says_stopping()
     );
 
     let before = recorder.events().len();
-    m.kill_pod_status(Some(&p), &status_of(&fake).await, std::time::Duration::from_secs(5))
-        .await
-        .expect("killed");
+    m.kill_pod_status(
+        Some(&p),
+        &status_of(&fake).await,
+        std::time::Duration::from_secs(5),
+    )
+    .await
+    .expect("killed");
     let mut kills: Vec<(String, String)> = pairs(&recorder)[before..].to_vec();
     kills.sort();
     assert_eq!(
@@ -135,10 +142,7 @@ async fn a_failed_pull_reports_the_failure_then_its_back_off() {
     m.sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
         .await;
     let summary = recorder.summary();
-    let reasons: Vec<(&str, &str)> = summary
-        .iter()
-        .map(|(t, r, _)| (*t, r.as_str()))
-        .collect();
+    let reasons: Vec<(&str, &str)> = summary.iter().map(|(t, r, _)| (*t, r.as_str())).collect();
     assert_eq!(
         reasons,
         [
