@@ -2,8 +2,10 @@
 //! server), socket and node name, talking to the private containerd; pods read back through its read-only
 //! `/pods`, as a user would.
 //!
-//! Runs that share one containerd must not overlap (each agent stops pods it does not know), so
-//! [`Node::start`] takes a process-wide lock that the returned node holds.
+//! Runs that share one containerd (or one machine's `/kubepods`) must not overlap: each agent
+//! stops pods it does not know. So [`Node::start`] takes a lock that the returned node holds:
+//! a process-wide one for the tests of one binary, and a machine-wide one (`flock` on
+//! [`ONE_AGENT_LOCK_FILE`]) for test processes started side by side, e.g. by two `cargo test`s.
 
 use std::{
     path::{Path, PathBuf},
@@ -17,6 +19,21 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::{EVENT_WAIT, process::Running, swiftlet_bin};
 
 static ONE_AGENT: Mutex<()> = Mutex::new(());
+
+/// The machine-wide lock of a running agent under test.
+pub const ONE_AGENT_LOCK_FILE: &str = "/tmp/swiftlet-tests-one-agent.lock";
+
+/// Waits for the machine-wide lock (see the module's docs); `None` if the lock file cannot be
+/// opened, which only costs the protection against another test process.
+fn machine_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(ONE_AGENT_LOCK_FILE)
+        .ok()?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).ok()
+}
 
 pub struct Node {
     pub name: String,
@@ -32,6 +49,8 @@ pub struct Node {
     /// The agent's log up to "swiftlet is running" (its start-up), of its latest start.
     pub startup_log: Vec<String>,
     extra_args: Vec<String>,
+    // Dropped in field order: the machine-wide lock goes after the agent field above.
+    _machine: Option<nix::fcntl::Flock<std::fs::File>>,
     _exclusive: MutexGuard<'static, ()>,
 }
 
@@ -64,6 +83,7 @@ impl Node {
     /// The same with more `swiftlet run` flags.
     pub fn start_with(name: &str, endpoint: &str, extra_args: &[&str]) -> Node {
         let exclusive = ONE_AGENT.lock().unwrap_or_else(|p| p.into_inner());
+        let machine = machine_lock();
         let dir = std::env::temp_dir().join(format!("swiftlet-node-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let manifests = dir.join("manifests");
@@ -83,6 +103,7 @@ impl Node {
             agent: None,
             startup_log: Vec::new(),
             extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+            _machine: machine,
             _exclusive: exclusive,
         };
         node.restart();
