@@ -24,8 +24,9 @@ static ONE_AGENT: Mutex<()> = Mutex::new(());
 pub const ONE_AGENT_LOCK_FILE: &str = "/tmp/swiftlet-tests-one-agent.lock";
 
 /// Waits for the machine-wide lock (see the module's docs); `None` if the lock file cannot be
-/// opened, which only costs the protection against another test process.
-fn machine_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
+/// opened, which only costs the protection against another test process. The benchmarks' agents
+/// take it too.
+pub fn machine_lock() -> Option<nix::fcntl::Flock<std::fs::File>> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)

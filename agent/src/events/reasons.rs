@@ -41,6 +41,12 @@ pub const NODE_NOT_READY: &str = "NodeNotReady";
 pub const SUCCESSFUL_NODE_ALLOCATABLE_ENFORCEMENT: &str = "NodeAllocatableEnforced";
 pub const SYSTEM_OOM: &str = "SystemOOM";
 
+// Garbage collection (kubelet.go `StartGarbageCollection`, images/image_gc_manager.go).
+pub const CONTAINER_GC_FAILED: &str = "ContainerGCFailed";
+pub const IMAGE_GC_FAILED: &str = "ImageGCFailed";
+pub const INVALID_DISK_CAPACITY: &str = "InvalidDiskCapacity";
+pub const FREE_DISK_SPACE_FAILED: &str = "FreeDiskSpaceFailed";
+
 /// What the node did, for events.k8s.io's required `action` (upstream's kubelet writes core/v1
 /// events, which have none; these name the kubelet operation each event reports on).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,6 +65,7 @@ pub enum Action {
     UpdateNodeStatus,
     EnforceNodeAllocatable,
     WatchOom,
+    CollectGarbage,
 }
 
 impl Action {
@@ -78,6 +85,7 @@ impl Action {
             Action::UpdateNodeStatus => "UpdateNodeStatus",
             Action::EnforceNodeAllocatable => "EnforceNodeAllocatable",
             Action::WatchOom => "WatchOOM",
+            Action::CollectGarbage => "CollectGarbage",
         }
     }
 }

@@ -136,6 +136,11 @@ impl Kubelet {
         }
     }
 
+    /// Where the kubelet's components report events.
+    pub fn events(&self) -> &Events {
+        &self.events
+    }
+
     /// Admission from now on also checks the node's pressure conditions (see `pressure`).
     pub fn set_pressure(&self, conditions: watch::Receiver<BTreeSet<NodeCondition>>) {
         let _ = self.pressure.set(conditions);
