@@ -253,7 +253,10 @@ fn a_pods_life_and_the_nodes_start_are_events_on_the_api_server() {
         let s = one("plain", reason);
         assert_eq!(s.note, *note);
         assert_eq!(s.type_, "Normal");
-        assert_eq!((s.kind.as_str(), s.uid.as_str()), ("Pod", plain_uid.as_str()));
+        assert_eq!(
+            (s.kind.as_str(), s.uid.as_str()),
+            ("Pod", plain_uid.as_str())
+        );
         assert_eq!(s.field_path.as_deref(), Some("spec.containers{app}"));
     }
 
@@ -304,7 +307,11 @@ fn a_pods_life_and_the_nodes_start_are_events_on_the_api_server() {
         (starting.kind.as_str(), starting.uid.as_str()),
         ("Node", name.as_str())
     );
-    for reason in ["NodeReady", "NodeHasSufficientMemory", "NodeHasNoDiskPressure"] {
+    for reason in [
+        "NodeReady",
+        "NodeHasSufficientMemory",
+        "NodeHasNoDiskPressure",
+    ] {
         let s = one(&name, reason);
         assert_eq!(s.note, format!("Node {name} status is now: {reason}"));
         assert_eq!(s.kind, "Node");
@@ -376,9 +383,7 @@ async fn without_an_api_server_events_reach_the_grpc_stream() {
                     panic!("only kube_event was asked for: {event:?}");
                 };
                 assert!(event.ts_ns > 0);
-                if e.reason == want
-                    && e.regarding.as_ref().is_some_and(|r| r.name == pod_name)
-                {
+                if e.reason == want && e.regarding.as_ref().is_some_and(|r| r.name == pod_name) {
                     return e;
                 }
             }

@@ -38,6 +38,7 @@ pub const EVICTED: &str = "Evicted";
 pub const STARTING_KUBELET: &str = "Starting";
 pub const NODE_READY: &str = "NodeReady";
 pub const NODE_NOT_READY: &str = "NodeNotReady";
+pub const NODE_REBOOTED: &str = "Rebooted";
 pub const SUCCESSFUL_NODE_ALLOCATABLE_ENFORCEMENT: &str = "NodeAllocatableEnforced";
 pub const SYSTEM_OOM: &str = "SystemOOM";
 

@@ -441,7 +441,12 @@ mod tests {
              but only found 40 bytes eligible to free."
         );
         assert_eq!(summary[1].2, "invalid capacity 0 on image filesystem");
-        assert!(recorder.events().iter().all(|e| e.type_ == crate::events::EventType::Warning
-            && e.regarding.kind.as_deref() == Some("Node")));
+        assert!(
+            recorder
+                .events()
+                .iter()
+                .all(|e| e.type_ == crate::events::EventType::Warning
+                    && e.regarding.kind.as_deref() == Some("Node"))
+        );
     }
 }

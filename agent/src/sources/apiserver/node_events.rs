@@ -3,12 +3,13 @@
 //! `kubelet_node_status.go`'s `recordNodeStatusEvent`: `Node <name> status is now: <event>`). A
 //! pressure condition reports whenever its status is new or changed (`NodeHasSufficientMemory`,
 //! `NodeHasInsufficientMemory`, ...); Ready only when it changed (`NodeReady`, `NodeNotReady`),
-//! not when the Node first gets it. The previous status is what the API server last accepted
-//! from this node, or the Node's status found at registration.
+//! not when the Node first gets it; a new boot ID reports `Rebooted` (the `MachineInfo` setter).
+//! The previous status is what the API server last accepted from this node, or the Node's
+//! status found at registration.
 
 use k8s_openapi::api::core::v1::NodeStatus;
 
-use crate::events::{Action, Event, EventRecorder, node_ref, reasons};
+use crate::events::{Action, Event, EventRecorder, EventType, node_ref, reasons};
 
 /// The pressure conditions' events, for `False` and `True`, in upstream's setter order.
 const PRESSURE_EVENTS: [(&str, [&str; 2]); 3] = [
@@ -35,9 +36,28 @@ fn condition<'a>(status: Option<&'a NodeStatus>, type_: &str) -> Option<&'a str>
         .map(|c| c.status.as_str())
 }
 
-/// What going from `previous` to `next` reports, in upstream's order.
-pub(super) fn status_events(previous: Option<&NodeStatus>, next: &NodeStatus) -> Vec<&'static str> {
+/// What going from `previous` to `next` reports, in upstream's setter order: `(type, reason,
+/// note)` of each event about node `name`.
+pub(super) fn status_events(
+    name: &str,
+    previous: Option<&NodeStatus>,
+    next: &NodeStatus,
+) -> Vec<(EventType, &'static str, String)> {
+    let boot_id = |s: Option<&NodeStatus>| {
+        s.and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+            .unwrap_or_default()
+    };
+    let (before, now) = (boot_id(previous), boot_id(Some(next)));
     let mut out = Vec::new();
+    if !before.is_empty() && !now.is_empty() && before != now {
+        out.push((
+            EventType::Warning,
+            reasons::NODE_REBOOTED,
+            format!("Node {name} has been rebooted, boot id: {now}"),
+        ));
+    }
+    let mut conditions = Vec::new();
     for (type_, [sufficient, insufficient]) in PRESSURE_EVENTS {
         let now = condition(Some(next), type_);
         let event = match now {
@@ -46,7 +66,7 @@ pub(super) fn status_events(previous: Option<&NodeStatus>, next: &NodeStatus) ->
             _ => continue,
         };
         if condition(previous, type_) != now {
-            out.push(event);
+            conditions.push(event);
         }
     }
     if let (Some(before), Some(now)) = (
@@ -54,12 +74,19 @@ pub(super) fn status_events(previous: Option<&NodeStatus>, next: &NodeStatus) ->
         condition(Some(next), super::node_object::READY),
     ) && before != now
     {
-        out.push(if now == "True" {
+        conditions.push(if now == "True" {
             reasons::NODE_READY
         } else {
             reasons::NODE_NOT_READY
         });
     }
+    out.extend(conditions.into_iter().map(|event| {
+        (
+            EventType::Normal,
+            event,
+            format!("Node {name} status is now: {event}"),
+        )
+    }));
     out
 }
 
@@ -70,12 +97,13 @@ pub(super) fn record_status_events(
     previous: Option<&NodeStatus>,
     next: &NodeStatus,
 ) {
-    for event in status_events(previous, next) {
-        events.record(Event::normal(
+    for (type_, reason, note) in status_events(name, previous, next) {
+        events.record(Event::new(
             node_ref(name),
-            event,
+            type_,
+            reason,
             Action::UpdateNodeStatus,
-            format!("Node {name} status is now: {event}"),
+            note,
         ));
     }
 }
@@ -155,12 +183,34 @@ mod tests {
             ),
         ];
         for (previous, next, want) in cases {
-            assert_eq!(
-                status_events(previous.as_ref(), &next),
-                want,
-                "{previous:?}"
-            );
+            let got: Vec<&str> = status_events("n1", previous.as_ref(), &next)
+                .into_iter()
+                .map(|(_, reason, _)| reason)
+                .collect();
+            assert_eq!(got, want, "{previous:?}");
         }
+    }
+
+    #[test]
+    fn a_new_boot_id_is_a_reboot() {
+        let booted = |id: &str| NodeStatus {
+            node_info: Some(k8s_openapi::api::core::v1::NodeSystemInfo {
+                boot_id: id.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let events = status_events("n1", Some(&booted("a")), &booted("b"));
+        assert_eq!(
+            events,
+            [(
+                EventType::Warning,
+                "Rebooted",
+                "Node n1 has been rebooted, boot id: b".to_owned()
+            )]
+        );
+        assert!(status_events("n1", Some(&booted("b")), &booted("b")).is_empty());
+        assert!(status_events("n1", None, &booted("b")).is_empty());
     }
 
     #[test]
