@@ -142,7 +142,7 @@ fn find<'a>(seen: &'a [Seen], name: &str, reason: &str) -> Vec<&'a Seen> {
 /// One pod runs and is deleted (Pulled "already present", Created, Started, then Killing
 /// "Stopping container"), one fails its liveness probe until it backs off (Unhealthy as one
 /// series, Killing with the probe's reason, BackOff), one has a volume that cannot be set up
-/// (FailedMount); the node, found Unknown as the node controller leaves a node whose kubelet
+/// (FailedMount), one asks for more CPU than the node has (OutOfcpu); the node, found Unknown as the node controller leaves a node whose kubelet
 /// went away, reports its start and its conditions (Starting, NodeHasSufficientMemory,
 /// NodeReady).
 #[test]
@@ -212,6 +212,12 @@ fn a_pods_life_and_the_nodes_start_are_events_on_the_api_server() {
             "hostPath": {"path": "/nonexistent/swiftlet-events", "type": "Directory"},
         }]}),
     ));
+    create(busybox_pod(
+        "greedy",
+        &name,
+        json!({"resources": {"requests": {"cpu": "100000"}}}),
+        json!({}),
+    ));
 
     let events: Api<ApiEvent> = Api::namespaced(client, "default");
     let seen = wait_for_events(&rt, &events, "the pods' and the node's events", |seen| {
@@ -221,6 +227,7 @@ fn a_pods_life_and_the_nodes_start_are_events_on_the_api_server() {
                 .any(|s| s.count.is_some_and(|c| c > 1))
             && !find(seen, "live", "BackOff").is_empty()
             && !find(seen, "mount", "FailedMount").is_empty()
+            && !find(seen, "greedy", "OutOfcpu").is_empty()
             && !find(seen, &name, "NodeReady").is_empty()
             && !find(seen, &name, "Starting").is_empty()
     });
@@ -300,6 +307,17 @@ fn a_pods_life_and_the_nodes_start_are_events_on_the_api_server() {
     );
     assert!(find(&seen, "mount", "Started").is_empty());
 
+    // Admission turned one away: its admit handler's reason and message, about the pod.
+    let rejected = one("greedy", "OutOfcpu");
+    assert_eq!(rejected.type_, "Warning");
+    assert!(
+        rejected
+            .note
+            .starts_with("Node didn't have enough resource: cpu, requested: 100000000, used: "),
+        "{rejected:?}"
+    );
+    assert_eq!((rejected.kind.as_str(), rejected.field_path), ("Pod", None));
+
     // The node: its start, and each condition the agent changed from Unknown.
     let starting = one(&name, "Starting");
     assert_eq!(starting.note, "Starting kubelet.");
@@ -331,7 +349,7 @@ fn a_pods_life_and_the_nodes_start_are_events_on_the_api_server() {
         Some("spec.containers{app}")
     );
     // The rest go at once, so the node stops them before it is stopped.
-    for pod in ["live", "mount"] {
+    for pod in ["live", "mount", "greedy"] {
         rt.block_on(pods.delete(pod, &DeleteParams::default().grace_period(0)))
             .expect("the delete is accepted");
     }
