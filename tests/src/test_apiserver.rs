@@ -14,6 +14,9 @@ use serde_json::Value;
 
 use crate::{process::Running, sibling_binary};
 
+/// The `User-Agent` of the tests' own clients.
+pub const TEST_USER_AGENT: &str = "swiftlet-tests";
+
 pub struct TestApiServer {
     pub url: String,
     pub port: u16,
@@ -73,9 +76,10 @@ impl TestApiServer {
     }
 
     /// A kube-rs client from the kubeconfig, built by swiftlet's own `--kubeconfig` code
-    /// (needs a tokio runtime).
+    /// (needs a tokio runtime). Its `User-Agent` is [`TEST_USER_AGENT`], so the request log
+    /// tells the test's requests from the agent's.
     pub async fn client(&self) -> kube::Client {
-        swiftlet::sources::client_from_kubeconfig(&self.kubeconfig)
+        swiftlet::sources::client_from_kubeconfig(&self.kubeconfig, TEST_USER_AGENT)
             .await
             .unwrap_or_else(|e| panic!("a client from {}: {e}", self.kubeconfig.display()))
     }

@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use swiftlet_tests::{
     bench::{
-        cpumanager, eviction,
+        cluster, cpumanager, eviction,
         machine::Machine,
         pleg::{self, Settings, report},
     },
@@ -336,4 +336,77 @@ async fn the_cpumanager_benchmark_gives_every_guaranteed_pod_its_cpu() {
         "the legend names each curve"
     );
     std::fs::remove_dir_all(&out).expect("removing the smoke run's folder");
+}
+
+/// The cluster benchmark's smoke run (`cargo xtask bench cluster --quick`, smaller still): both
+/// PLEGs through the API server process, every kill's terminated status reaches it, every pod of
+/// the batch is Running there, the agent's idle requests are counted, and the JSON is the array
+/// the issue names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_benchmark_sees_every_kill_and_start_on_the_api_server() {
+    let test = "the_cluster_benchmark_sees_every_kill_and_start_on_the_api_server";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let _serial = SERIAL.lock().await;
+    let out = std::env::temp_dir().join(format!(
+        "swiftlet-bench-cluster-smoke-{}",
+        std::process::id()
+    ));
+    let settings = cluster::Settings {
+        swiftlet: swiftlet_bin(),
+        runtime_endpoint: endpoint,
+        kills: 10,
+        batches: vec![10],
+        rounds: 1,
+        idle: Duration::from_secs(5),
+        log_dir: out.join("logs"),
+    };
+    let outcomes = cluster::run(&settings).await.expect("the benchmark runs");
+    let plegs: Vec<&str> = outcomes.iter().map(|o| o.pleg.as_str()).collect();
+    assert_eq!(plegs, ["relist", "ebpf"]);
+    for o in &outcomes {
+        assert_eq!(o.missed_kills, 0, "--pleg {}", o.pleg);
+        assert_eq!(o.kill_ns.len(), 10, "--pleg {}", o.pleg);
+        assert_eq!(o.missed_starts, 0, "--pleg {}", o.pleg);
+        assert_eq!(
+            o.create_ns.get(&10).map(Vec::len),
+            Some(10),
+            "--pleg {}",
+            o.pleg
+        );
+        // The Lease alone is renewed every 10 s.
+        assert!(o.idle_requests > 0, "--pleg {}", o.pleg);
+    }
+    let report = cluster::report::Report::new(&outcomes, &Machine::detect(), "smoke");
+    let json = serde_json::to_value(&report).expect("json");
+    let measures: Vec<(&str, &str)> = json
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|e| {
+            (
+                e["pleg"].as_str().unwrap_or_default(),
+                e["measure"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        measures,
+        [
+            ("relist", "kill_to_api_terminated"),
+            ("relist", "create_to_api_running_10"),
+            ("relist", "idle_api_requests_per_pod_minute"),
+            ("ebpf", "kill_to_api_terminated"),
+            ("ebpf", "create_to_api_running_10"),
+            ("ebpf", "idle_api_requests_per_pod_minute"),
+        ]
+    );
+    let svg = out.join("cluster-latency.svg");
+    cluster::report::plot(&svg, "smoke", &outcomes).expect("the plot is written");
+    assert!(std::fs::metadata(&svg).is_ok_and(|m| m.len() > 0));
+    let _ = std::fs::remove_dir_all(&out);
 }

@@ -552,3 +552,271 @@ fn forced_deletions_and_pods_deleted_while_starting_stop_on_the_node() {
     drop(node);
     let _ = std::fs::remove_dir_all(&marks_dir);
 }
+
+/// The pod's one container: (its ID, restart count), as the API server holds them.
+fn container_instance(pod: &Pod) -> (Option<String>, i32) {
+    let status = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.first());
+    (
+        status.and_then(|s| s.container_id.clone()),
+        status.map_or(0, |s| s.restart_count),
+    )
+}
+
+/// Polls `get` until `want` holds of what it returns, failing after `wait`.
+fn wait_for<T: std::fmt::Debug>(
+    what: &str,
+    wait: Duration,
+    mut get: impl FnMut() -> T,
+    want: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = Instant::now() + wait;
+    loop {
+        let value = get();
+        if want(&value) {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}: last seen {value:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// The node through the API server's faults (issue 16 item 8): down for two minutes, three times
+/// the node lease's duration (pods keep running, nothing restarts, and the status of a pod that ended
+/// meanwhile and the Lease catch up once it is back); every watch answered `410 Gone` after a
+/// compaction, then a restart with fresh (lower) resourceVersions — after each the agent lists
+/// again and a new pod runs, once; and an API server taking two seconds per request, during
+/// which a container that exits is still restarted by its pod worker.
+#[test]
+fn the_node_rides_out_api_server_faults() {
+    let test = "the_node_rides_out_api_server_faults";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let began = Instant::now();
+    let step = |what: &str| eprintln!("{test}: {:>6.1?} {what}", began.elapsed());
+    let server = TestApiServer::start("faults");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with("apifaults", &endpoint, &["--kubeconfig", &kubeconfig]);
+    let rt = runtime();
+    let client = rt.block_on(server.client());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client, "kube-node-lease");
+    let polite = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+    let create = |name: &str, script: &str, restart: &str| {
+        let mut pod = busybox_pod(name, &node.name, 5, script);
+        pod.spec.as_mut().expect("a spec").restart_policy = Some(restart.to_owned());
+        rt.block_on(pods.create(&PostParams::default(), &pod))
+            .expect("the pod is created")
+    };
+    let get = |name: &str| rt.block_on(pods.get(name)).expect("the pod");
+    let renewed = || {
+        rt.block_on(leases.get(&node.name))
+            .ok()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.renew_time)
+            .map(|t| t.0)
+    };
+
+    create("steady", polite, "Always");
+    wait_running(&rt, &pods, &["steady".to_owned()]);
+    let steady_before = container_instance(&get("steady"));
+    step("running");
+
+    // 410 Gone for every watch, then fresh resourceVersions: a pod created after each runs.
+    server.compact();
+    server.drop_watches();
+    create("after-gone", polite, "Always");
+    server.restart_fresh();
+    create("after-restart", polite, "Always");
+    wait_running(
+        &rt,
+        &pods,
+        &["after-gone".to_owned(), "after-restart".to_owned()],
+    );
+    step("after 410 and restart: running");
+    for name in ["steady", "after-gone", "after-restart"] {
+        let uid = get(name).metadata.uid.expect("a uid");
+        assert_eq!(running_containers(&uid), 1, "{name} runs once");
+    }
+    assert_eq!(
+        container_instance(&get("steady")),
+        steady_before,
+        "relisting did not restart a running pod"
+    );
+
+    // Two seconds per request: the pod worker restarts a container that exits meanwhile.
+    let bouncer = create("bouncer", "sleep 3; exit 1", "Always");
+    let bouncer_uid = bouncer.metadata.uid.clone().expect("a uid");
+    wait_for(
+        "the bouncer's first start",
+        EVENT_WAIT,
+        || runtime_leftovers(&bouncer_uid).0,
+        |running| *running == 1,
+    );
+    server.set_delay(Duration::from_secs(2));
+    let restarted = wait_for(
+        "the bouncer's restart on the runtime",
+        EVENT_WAIT * 2,
+        || restart_attempts(&bouncer_uid),
+        |attempts| *attempts >= 1,
+    );
+    server.set_delay(Duration::ZERO);
+    assert!(restarted >= 1);
+    wait_for(
+        "the bouncer's restart on the API server",
+        EVENT_WAIT * 2,
+        || container_instance(&get("bouncer")).1,
+        |count| *count >= 1,
+    );
+    step("bouncer restarted");
+
+    // Ends ten seconds into the outage, with exit 3: its status waits for the server.
+    create("finisher", "sleep 10; exit 3", "Never");
+    wait_running(&rt, &pods, &["finisher".to_owned()]);
+    let lease_before = wait_for("the node's Lease", EVENT_WAIT, renewed, Option::is_some);
+    // Two minutes, as the issue asks: three times the lease's 40 s, and long enough for every
+    // client back-off (kube-runtime's watcher backs off up to 30 s) to reach its cap.
+    let outage = Duration::from_secs(120);
+    server.go_down(outage);
+    std::thread::sleep(outage + Duration::from_secs(1));
+    step("outage over");
+    let finisher = wait_for(
+        "the status of the pod that ended during the outage",
+        EVENT_WAIT * 2,
+        || get("finisher"),
+        |p| phase(p) == "Failed",
+    );
+    assert_eq!(exit_code(&finisher), Some(3), "{:?}", finisher.status);
+    wait_for(
+        "a Lease renewal after the outage",
+        EVENT_WAIT * 2,
+        renewed,
+        |t| *t > lease_before,
+    );
+    step("status and lease caught up");
+    let steady = get("steady");
+    assert_eq!(phase(&steady), "Running");
+    assert_eq!(
+        container_instance(&steady),
+        steady_before,
+        "the running pod was not restarted by the outage"
+    );
+    drop(node);
+}
+
+/// The highest container attempt of the pod with `uid` on the runtime (0: first start).
+fn restart_attempts(uid: &str) -> u32 {
+    let uid = uid.to_owned();
+    with_cri("restart_attempts", |runtime| async move {
+        use swiftlet::cri::RuntimeService as _;
+        runtime
+            .list_containers(Some(k8s_cri::v1::ContainerFilter {
+                label_selector: [("io.kubernetes.pod.uid".to_owned(), uid)].into(),
+                ..Default::default()
+            }))
+            .await
+            .expect("list containers")
+            .into_iter()
+            .filter_map(|c| c.metadata.map(|m| m.attempt))
+            .max()
+            .unwrap_or(0)
+    })
+}
+
+/// `kubeAPIQPS`/`kubeAPIBurst` (upstream's client-side token bucket): a node allowed two requests
+/// a second with a burst of four, given ten pods at once, still runs them all and reports them
+/// Running; over every stretch of its requests (by their arrival at the API server), its main
+/// client made at most `burst + qps × t` of them (one more for the jitter between its sending
+/// and their arrival). The heartbeat (Lease and Node status) goes on a client of its own and is
+/// not counted, as upstream's is not limited.
+#[test]
+fn the_agent_keeps_to_its_api_rate_limit() {
+    let test = "the_agent_keeps_to_its_api_rate_limit";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let (qps, burst) = (2_u64, 4_u64);
+    let server = TestApiServer::start("qps");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with(
+        "apiqps",
+        &endpoint,
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--kube-api-qps",
+            &qps.to_string(),
+            "--kube-api-burst",
+            &burst.to_string(),
+        ],
+    );
+    let rt = runtime();
+    let pods: Api<Pod> = Api::namespaced(rt.block_on(server.client()), "default");
+    let names: Vec<String> = (0..10).map(|i| format!("limited-{i}")).collect();
+    for name in &names {
+        rt.block_on(pods.create(
+            &PostParams::default(),
+            &busybox_pod(
+                name,
+                &node.name,
+                1,
+                "trap 'exit 0' TERM; while true; do sleep 0.2; done",
+            ),
+        ))
+        .expect("the pod is created");
+    }
+    wait_running(&rt, &pods, &names);
+
+    let (_, log) = server.requests();
+    // The log is in the order the answers went out: the agent's requests by arrival.
+    let mut agent: Vec<(u64, String)> = log
+        .iter()
+        .filter(|r| r.user_agent.starts_with("swiftlet/"))
+        .filter(|r| !r.path.contains("/leases") && !r.path.starts_with("/api/v1/nodes"))
+        .map(|r| {
+            (
+                r.received_ms,
+                format!("{} {}?{}", r.method, r.path, r.query),
+            )
+        })
+        .collect();
+    agent.sort_unstable();
+    let requests: Vec<String> = agent.iter().map(|(_, r)| r.clone()).collect();
+    let agent: Vec<u64> = agent.into_iter().map(|(at, _)| at).collect();
+    let heartbeats = log
+        .iter()
+        .filter(|r| r.user_agent.starts_with("swiftlet/") && r.path.contains("/leases"))
+        .count();
+    assert!(heartbeats > 0, "the Lease was renewed");
+    // Ten pods' statuses, each patched more than once, and the watch: the limit was reached.
+    assert!(
+        agent.len() as u64 > 3 * burst,
+        "only {} requests from the agent",
+        agent.len()
+    );
+    for (i, first) in agent.iter().enumerate() {
+        for (j, last) in agent.iter().enumerate().skip(i) {
+            let made = (j - i + 1) as u64;
+            let allowed = burst + qps * (last - first) / 1000 + 1;
+            assert!(
+                made <= allowed,
+                "{made} requests in {} ms, {allowed} allowed: {:?} {:?}",
+                last - first,
+                &agent[i..=j],
+                &requests[i..=j]
+            );
+        }
+    }
+    drop(node);
+}

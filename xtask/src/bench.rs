@@ -90,6 +90,24 @@ pub enum Which {
         #[arg(long)]
         runs: Option<usize>,
     },
+    /// The control plane's view of the node, through the project's API server process:
+    /// a container's init killed → the API server holds its terminated status, pods created in
+    /// batches of 10 and 30 → Running there, and the agent's idle API requests per pod-minute;
+    /// `--pleg relist` against `--pleg ebpf`, on the private containerd.
+    Cluster {
+        /// Where to write the JSON results (default target/bench/cluster.json).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// A smoke run: 20 kills, one batch of each size, a 10 s idle window.
+        #[arg(long)]
+        quick: bool,
+        /// Kills measured per PLEG (default 100; 20 with --quick).
+        #[arg(long)]
+        kills: Option<usize>,
+        /// Batches of each size per PLEG (default 3; 1 with --quick).
+        #[arg(long)]
+        rounds: Option<usize>,
+    },
 }
 
 pub fn run(which: Which) -> anyhow::Result<()> {
@@ -191,6 +209,38 @@ pub fn run(which: Which) -> anyhow::Result<()> {
                 }
                 for mode in modes {
                     args.extend(["--mode".to_owned(), mode]);
+                }
+                args
+            })
+        }
+        Which::Cluster {
+            json,
+            quick,
+            kills,
+            rounds,
+        } => {
+            let json = json.unwrap_or_else(|| out_dir.join("cluster.json"));
+            let swiftlet = release.join("swiftlet");
+            with_containerd(&driver, |containerd| {
+                let mut args = vec![
+                    "cluster".to_owned(),
+                    "--runtime-endpoint".to_owned(),
+                    containerd.endpoint(),
+                    "--swiftlet".to_owned(),
+                    swiftlet.display().to_string(),
+                    "--json".to_owned(),
+                    json.display().to_string(),
+                    "--out-dir".to_owned(),
+                    out_dir.display().to_string(),
+                ];
+                if quick {
+                    args.push("--quick".to_owned());
+                }
+                if let Some(kills) = kills {
+                    args.extend(["--kills".to_owned(), kills.to_string()]);
+                }
+                if let Some(rounds) = rounds {
+                    args.extend(["--rounds".to_owned(), rounds.to_string()]);
                 }
                 args
             })

@@ -59,6 +59,7 @@ pub async fn start(
         health,
         ref mut tasks,
         shutdown,
+        api: _,
     } = *app;
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
     let (nodefs, imagefs) = node_filesystems(config, images).await;

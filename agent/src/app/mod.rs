@@ -19,7 +19,7 @@ mod process;
 mod psi;
 mod server;
 
-use std::{io, net::SocketAddr, path::PathBuf, sync::Arc};
+use std::{io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::{sync::broadcast, task::JoinSet};
 use tokio_util::sync::CancellationToken;
@@ -29,10 +29,11 @@ use crate::{
     kernel::{self, KernelEvents, StreamItem},
     metrics::{KernelCountersCollector, Metrics},
     server::{EventsService, Health, HttpState},
+    sources::{ApiClients, ClientSettings},
 };
 
 /// How long shutdown waits for the tasks to finish.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Capacity of the event bus; a subscriber further behind than this is told what it missed.
 const BUS_CAPACITY: usize = 16 * 1024;
@@ -161,6 +162,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
+    let api = api_clients(&config).await?;
     let cgroups = pods::cgroups(&config)?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
@@ -176,6 +178,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let pods = pods::start(
         &mut pods::App {
             config: &config,
+            api: api.as_ref(),
             metrics: &metrics,
             health: &health,
             tasks: &mut tasks,
@@ -235,6 +238,25 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let _ = std::fs::remove_file(&config.grpc_socket);
     drop(server_runtime);
     result
+}
+
+/// The API server's clients with `--kubeconfig` (upstream `buildKubeletClientConfig`): the main
+/// one limited by `kubeAPIQPS`/`kubeAPIBurst`, the heartbeat one not, with a timeout of the
+/// shorter of the node status period and the lease duration.
+async fn api_clients(config: &Config) -> Result<Option<ApiClients>, Error> {
+    let Some(kubeconfig) = &config.kubeconfig else {
+        return Ok(None);
+    };
+    let lease = Duration::from_secs(u64::from(config.node_lease_duration_seconds));
+    let settings = ClientSettings {
+        qps: config.kube_api_qps,
+        burst: config.kube_api_burst,
+        heartbeat_timeout: config.node_status_update_frequency.min(lease),
+    };
+    let clients = ApiClients::connect(kubeconfig, &settings)
+        .await
+        .map_err(Error::ApiServer)?;
+    Ok(Some(clients))
 }
 
 /// A subscription to the kernel events the pump publishes.

@@ -1,11 +1,9 @@
-//! Facts about this node the agent needs at start: memory and CPU capacity, its IP, its DNS
-//! settings, and whether this process may lower OOM scores.
+//! Facts about this node the agent needs at start: memory and CPU capacity, its IP, and whether
+//! this process may lower OOM scores. (Its resolv.conf is read for each sandbox:
+//! `kuberuntime::dns`.)
 
 use std::{net::IpAddr, path::Path};
 
-use k8s_cri::v1 as cri;
-
-use crate::kuberuntime::sandbox_config::parse_resolv_conf;
 pub use crate::sys::has_capability;
 
 #[derive(Clone, Debug)]
@@ -14,7 +12,6 @@ pub struct NodeFacts {
     pub cpu_millis: i64,
     /// The first non-loopback IPv4 address, else the first non-loopback IPv6 one.
     pub host_ip: Option<IpAddr>,
-    pub dns: Option<cri::DnsConfig>,
     /// CAP_SYS_RESOURCE is needed to write negative oom_score_adj values.
     pub has_cap_sys_resource: bool,
 }
@@ -31,9 +28,6 @@ impl NodeFacts {
             cpu_millis: std::thread::available_parallelism()
                 .map_or(1000, |n| n.get() as i64 * 1000),
             host_ip: host_ip(),
-            dns: std::fs::read_to_string("/etc/resolv.conf")
-                .ok()
-                .map(|t| parse_resolv_conf(&t)),
             has_cap_sys_resource: has_capability(24),
         }
     }

@@ -43,6 +43,8 @@ use crate::{
         sysctl::{Allowlist, parse_kernel_release},
     },
     kuberuntime::{
+        dns::DnsSettings,
+        env::ClusterEnv,
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
         security_context::SecurityOptions,
         userns::UsernsManager,
@@ -60,9 +62,11 @@ use crate::{
     prober::{ProbeManager, ProbeUpdate, metrics::ProberMetrics},
     server::Health,
     sources::{
-        ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription, PodConfig,
-        PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource, WallClock,
-        client_from_kubeconfig, go_arch, os_image,
+        ApiClients, ApiServerOptions, ApiServerSource, ImagesCheck, LocalNode, NodeDescription,
+        PodConfig, PressureCheck, ReadinessCheck, Source, StaticPodOptions, StaticPodSource,
+        WallClock,
+        apiserver::{ServiceStore, watch_services},
+        go_arch, os_image,
     },
     status::{ReasonCache, StatusManager},
     volume::{
@@ -83,6 +87,8 @@ pub struct Pods {
     pub runtime: Arc<GrpcRuntime>,
     /// What `/containerLogs` reads.
     pub logs: crate::server::logs::LogsState,
+    /// The API server's clients, with `--kubeconfig` (the kubelet server's reviews use them).
+    pub api: Option<ApiClients>,
 }
 
 /// How the pod half learns of container changes.
@@ -142,6 +148,8 @@ pub struct PodsInput {
 /// The app's shared parts every builder hands tasks and registrations to.
 pub struct App<'a> {
     pub config: &'a Config,
+    /// The API server's clients, with `--kubeconfig`.
+    pub api: Option<&'a ApiClients>,
     pub metrics: &'a Metrics,
     pub health: &'a Health,
     pub tasks: &'a mut JoinSet<Result<(), Error>>,
@@ -183,8 +191,11 @@ struct PlegParts {
 pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let config = app.config;
     let node = NodeFacts::detect();
-    let client = api_client(config).await?;
-    let events = super::events::start(app, client.clone(), input.kube_events.clone())?;
+    let events = super::events::start(
+        app,
+        app.api.map(|c| c.events.clone()),
+        input.kube_events.clone(),
+    )?;
     let runtime = connect_runtime(app).await?;
     if !node.has_cap_sys_resource {
         tracing::info!(
@@ -200,14 +211,18 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )?;
     let volumes = volume_manager(app, &node, events.clone())?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
+    let env = cluster_env(app);
     let manager = runtime_manager(
         config,
         &node,
         &runtime,
-        reasons.clone(),
-        cpu_manager.clone(),
-        volumes.clone(),
-        events.clone(),
+        ManagerParts {
+            reasons: reasons.clone(),
+            cpu_manager: cpu_manager.clone(),
+            volumes: volumes.clone(),
+            env,
+            events: events.clone(),
+        },
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -255,14 +270,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(
-        app,
-        &mut pod_config,
-        &reporting,
-        &status,
-        &volumes,
-        client.map(|client| (client, events)),
-    )?;
+    start_sources(app, &mut pod_config, &reporting, &status, &volumes, events)?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -307,6 +315,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         annotate,
         evictions: eviction.decision_sender(),
         runtime: runtime.client,
+        api: app.api.cloned(),
     })
 }
 
@@ -413,17 +422,31 @@ async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
     })
 }
 
-/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts and the user
-/// namespace ranges (restored from their checkpoint).
+/// What the runtime manager acts through besides the CRI client.
+struct ManagerParts {
+    reasons: Arc<Mutex<ReasonCache>>,
+    cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    volumes: Arc<VolumeManager>,
+    env: ClusterEnv,
+    events: crate::events::Events,
+}
+
+/// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
+/// containers' environments read of the cluster, where it reports events, and the user namespace
+/// ranges (restored from their checkpoint).
 fn runtime_manager(
     config: &Config,
     node: &NodeFacts,
     runtime: &Runtime,
-    reasons: Arc<Mutex<ReasonCache>>,
-    cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
-    volumes: Arc<VolumeManager>,
-    events: crate::events::Events,
+    parts: ManagerParts,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
+    let ManagerParts {
+        reasons,
+        cpu_manager,
+        volumes,
+        env,
+        events,
+    } = parts;
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
         runtime.client.clone(),
@@ -434,7 +457,12 @@ fn runtime_manager(
             memory_capacity: node.memory_bytes,
             cpu_capacity_millis: node.cpu_millis,
             has_cap_sys_resource: node.has_cap_sys_resource,
-            host_dns: node.dns.clone(),
+            dns: DnsSettings {
+                cluster_dns: config.cluster_dns.clone(),
+                cluster_domain: config.cluster_domain.clone(),
+                resolv_conf: config.resolv_conf.clone(),
+                node_ips: node.host_ip.into_iter().collect(),
+            },
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
             security: SecurityOptions::new(&config.root_dir, config.security.seccomp_default),
@@ -443,7 +471,10 @@ fn runtime_manager(
     if let Some(cpus) = cpu_manager {
         manager = manager.with_lifecycle(Arc::new(super::cpumanager::CpuLifecycle(cpus)));
     }
-    manager = manager.with_mounts(volumes).with_events(events);
+    manager = manager
+        .with_mounts(volumes)
+        .with_env(env)
+        .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
@@ -722,14 +753,14 @@ async fn refresh_images(
 
 /// The pod sources: static pods from `staticPodPath`, and the API server's pods (which also
 /// registers the node and posts its status, reporting its condition changes to the events) with
-/// `--kubeconfig`'s client.
+/// `--kubeconfig`.
 fn start_sources(
     app: &mut App<'_>,
     pod_config: &mut PodConfig,
     node: &NodeReporting,
     status: &Arc<StatusManager>,
     volumes: &Arc<VolumeManager>,
-    api: Option<(kube::Client, crate::events::Events)>,
+    events: crate::events::Events,
 ) -> Result<(), Error> {
     let config = app.config;
     if let Some(dir) = &config.static_pod_path {
@@ -745,12 +776,12 @@ fn start_sources(
         app.spawn(async move { source.run(shutdown).await });
         tracing::info!(dir = %dir.display(), "static pods from this folder");
     }
-    let (Some(kubeconfig), Some((client, events))) = (&config.kubeconfig, api) else {
+    let (Some(kubeconfig), Some(clients)) = (&config.kubeconfig, app.api) else {
         return Ok(());
     };
-    volumes.set_object_source(Arc::new(KubeObjects(client.clone())));
+    volumes.set_object_source(Arc::new(KubeObjects(clients.main.clone())));
     let source = ApiServerSource {
-        client,
+        clients: clients.clone(),
         options: ApiServerOptions::new(
             config.node_name.clone(),
             config.node_status_update_frequency,
@@ -770,6 +801,18 @@ fn start_sources(
     app.spawn(async move { source.run(shutdown).await });
     tracing::info!(kubeconfig = %kubeconfig.display(), "pods from the API server");
     Ok(())
+}
+
+/// What containers' environments read of the cluster: with an API server, its ConfigMaps and
+/// Secrets through the volume code's reader and its Services through a watch started here.
+fn cluster_env(app: &mut App<'_>) -> ClusterEnv {
+    let Some(client) = app.api.map(|c| c.main.clone()) else {
+        return ClusterEnv::standalone();
+    };
+    let services = ServiceStore::new();
+    let shutdown = app.shutdown.clone();
+    app.spawn(watch_services(client.clone(), services.clone(), shutdown));
+    ClusterEnv::new(Arc::new(KubeObjects(client.clone())), Arc::new(services))
 }
 
 /// Admission's security checks: the safe sysctls of the running kernel plus
@@ -832,17 +875,6 @@ fn volume_manager(
     let shutdown = app.shutdown.clone();
     app.spawn(async move { runner.run(shutdown).await });
     Ok(volumes)
-}
-
-/// The API client from `--kubeconfig`, if given: made once, before the components that use it.
-async fn api_client(config: &Config) -> Result<Option<kube::Client>, Error> {
-    match &config.kubeconfig {
-        Some(path) => client_from_kubeconfig(path)
-            .await
-            .map(Some)
-            .map_err(Error::ApiServer),
-        None => Ok(None),
-    }
 }
 
 /// What the Node object says about this machine.

@@ -26,7 +26,6 @@ use crate::{
         tls,
         webhook::KubeReviewer,
     },
-    sources::client_from_kubeconfig,
     status::StatusManager,
 };
 
@@ -85,16 +84,14 @@ pub async fn start(
         );
     }
     let tls = tls::server_config(settings, &config.node_name).map_err(Error::Tls)?;
-    let reviewer: Option<Arc<dyn Reviewer>> = match &config.kubeconfig {
-        Some(kubeconfig)
+    // Upstream's `BuildAuth` reviews with the kubelet's main client, under its rate limit.
+    let reviewer: Option<Arc<dyn Reviewer>> = match &pods.api {
+        Some(clients)
             if settings.authentication.webhook
                 || settings.authorization.mode == crate::config::AuthorizationMode::Webhook =>
         {
-            let client = client_from_kubeconfig(kubeconfig)
-                .await
-                .map_err(Error::ApiServer)?;
             Some(Arc::new(KubeReviewer::new(
-                client,
+                clients.main.clone(),
                 settings.authentication.webhook_cache_ttl,
                 settings.authorization.cache_authorized_ttl,
                 settings.authorization.cache_unauthorized_ttl,

@@ -23,6 +23,9 @@ pub const OOM_SCORE_ADJ: i32 = -999;
 pub const CGROUP_ROOT: &str = "/";
 pub const NODE_STATUS_UPDATE_FREQUENCY: Duration = Duration::from_secs(10);
 pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
+/// Upstream's `kubeAPIQPS` and `kubeAPIBurst` (since 1.27).
+pub const KUBE_API_QPS: u32 = 50;
+pub const KUBE_API_BURST: u32 = 100;
 /// Upstream's `eventRecordQPS` and `eventBurst`.
 pub const EVENT_RECORD_QPS: u32 = 50;
 pub const EVENT_BURST: u32 = 100;
@@ -46,3 +49,5 @@ pub const UNAUTHORIZED_TTL: Duration = Duration::from_secs(30);
 pub const CPU_MANAGER_RECONCILE_PERIOD: Duration = Duration::from_secs(10);
 /// Upstream's default `podLogsDir`.
 pub const POD_LOGS_DIR: &str = "/var/log/pods";
+/// Upstream's `resolvConf` default.
+pub const RESOLV_CONF: &str = "/etc/resolv.conf";

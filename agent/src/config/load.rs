@@ -363,6 +363,7 @@ impl FileConfig {
             &mut self.grpc_socket,
             &mut self.tls_cert_file,
             &mut self.tls_private_key_file,
+            &mut self.resolv_conf,
         ]
         .into_iter()
         .chain(client_ca)

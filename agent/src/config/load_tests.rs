@@ -75,6 +75,10 @@ fn defaults_without_file_or_flags() {
     assert_eq!(config.pod_cidr, None);
     assert!(config.cluster_dns.is_empty());
     assert_eq!(config.cluster_domain, None);
+    assert_eq!(
+        config.resolv_conf.as_deref(),
+        Some(Path::new("/etc/resolv.conf"))
+    );
     assert_eq!(config.node_status_update_frequency, Duration::from_secs(10));
     assert_eq!(config.node_lease_duration_seconds, 40);
     assert_eq!((config.event_record_qps, config.event_burst), (50, 100));
@@ -111,6 +115,7 @@ cgroupDriver: cgroupfs
 podCIDR: 10.244.1.0/24
 clusterDNS: [10.96.0.10, "fd00::a"]
 clusterDomain: cluster.local
+resolvConf: dns/resolv.conf
 nodeStatusUpdateFrequency: 20s
 nodeLeaseDurationSeconds: 60
 eventRecordQPS: 0
@@ -160,6 +165,7 @@ fn file_values_replace_defaults() {
         ]
     );
     assert_eq!(config.cluster_domain.as_deref(), Some("cluster.local"));
+    assert_eq!(config.resolv_conf, Some(dir.path().join("dns/resolv.conf")));
     assert_eq!(config.node_status_update_frequency, Duration::from_secs(20));
     assert_eq!(config.node_lease_duration_seconds, 60);
     assert_eq!((config.event_record_qps, config.event_burst), (0, 7));
@@ -168,6 +174,12 @@ fn file_values_replace_defaults() {
     // Relative to the file's directory, as the kubelet resolves paths in its file.
     assert_eq!(config.root_dir, dir.path().join("state"));
     assert_eq!(config.grpc_socket, PathBuf::from("/run/s.sock"));
+}
+
+#[test]
+fn an_empty_resolv_conf_is_none() {
+    let (_dir, result) = load("resolvConf: \"\"\n", &[]);
+    assert_eq!(result.expect("loads").resolv_conf, None);
 }
 
 #[test]

@@ -122,6 +122,11 @@ pub(super) fn cluster_domain(input: Input<Option<String>, String>) -> Resolved<S
     }
 }
 
+/// A path, or none when empty (`resolvConf: ""`).
+pub(super) fn resolv_conf(input: Input<Option<PathBuf>, PathBuf>) -> Resolved<Option<PathBuf>> {
+    Ok(plain(input)?.map(|p| (!p.as_os_str().is_empty()).then_some(p)))
+}
+
 /// Any path but an empty one.
 pub(super) fn root_dir(input: Input<Option<PathBuf>, PathBuf>) -> Resolved<PathBuf> {
     let origin = input.file_origin;

@@ -47,7 +47,7 @@ use super::{
     kernel::KernelArgs,
     rules::{
         absolute_path, cgroup_driver, cgroup_root, cluster_dns, cluster_domain, cpu_list,
-        log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, root_dir,
+        log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, resolv_conf, root_dir,
         unsafe_sysctls,
     },
     types::{CgroupDriver, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion},
@@ -134,6 +134,19 @@ macro_rules! with_settings {
             config node_lease_duration_seconds: [u32] = "nodeLeaseDurationSeconds", file [i64]
                 => |i| int::<i64, u32>(i, 1..=i64::from(i32::MAX), "must be at least 1"),
                 default defaults::NODE_LEASE_DURATION_SECONDS;
+            /// Requests a second the agent makes to the API server (`kubeAPIQPS`); its heartbeats (the
+            /// Lease and the Node status) are not limited. 0 means client-go's default of 5.
+            config kube_api_qps: [u32] = "kubeAPIQPS",
+                flag "kube-api-qps" [Option<u32>] (value_name = "QPS"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
+                default defaults::KUBE_API_QPS;
+            /// Requests the agent may make at once above `kubeAPIQPS` (`kubeAPIBurst`).
+            config kube_api_burst: [u32] = "kubeAPIBurst",
+                flag "kube-api-burst" [Option<u32>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
+                default defaults::KUBE_API_BURST;
             /// Most Kubernetes Events written to the API server per second (`eventRecordQPS`); 0
             /// means no limit.
             config event_record_qps: [u32] = "eventRecordQPS",
@@ -263,6 +276,10 @@ macro_rules! with_settings {
             config cluster_dns: [Vec<IpAddr>] = "clusterDNS", file [Vec<String>]
                 => cluster_dns, default Vec::new();
             config cluster_domain: [Option<String>] = "clusterDomain", file [String] => cluster_domain;
+            /// The resolver pods with `dnsPolicy: Default` get, and whose searches cluster-first pods
+            /// append (`resolvConf`); empty for none (the node's loopback, search `.`).
+            config resolv_conf: [Option<PathBuf>] = "resolvConf", file [PathBuf]
+                => resolv_conf, default Some(PathBuf::from(defaults::RESOLV_CONF));
             /// Hard eviction thresholds (`evictionHard`), comma-separated, e.g.
             /// `memory.available<100Mi,nodefs.available<10%` or swiftlet's
             /// `memory.pressure.some.avg10>40`. Repeatable; replaces the file's.

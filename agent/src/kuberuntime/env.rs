@@ -1,15 +1,36 @@
-//! A container's environment (upstream `makeEnvironmentVariables` in `kubelet_pods.go`): literal
-//! values with `$(VAR)` expansion, the downward API's field and resource references, and the
-//! same expansion applied to command and args. References to ConfigMaps and Secrets need an API
-//! server; without one they fail the container with `CreateContainerConfigError` unless optional.
+//! A container's environment (upstream `makeEnvironmentVariables` in `kubelet_pods.go`): the
+//! `envFrom` ConfigMaps and Secrets first (keys with their `prefix`), then `env` in order —
+//! literal values with `$(VAR)` expansion, the downward API's field and resource references,
+//! ConfigMap and Secret keys — each overriding an earlier variable of the same name, then the
+//! service variables no earlier one defined; the same expansion applied to command and args.
+//! What the cluster holds is read before (`cluster.rs`, with the service variables of
+//! `services.rs`); deciding from it is pure and here.
 //!
-//! Expansion is bounded: each reference can copy a whole earlier value, so a few dozen variables
-//! referring to the one before twice would grow to gigabytes. A container's environment, command
-//! and args together may come to at most [`MAX_EXPANDED_BYTES`] once expanded (and one
-//! `subPathExpr` as much); beyond that the container fails with `CreateContainerConfigError`
-//! naming the field. Upstream has no such bound (the kernel's `ARG_MAX`, 2 MiB with the default
-//! 8 MiB stack, refuses the exec later; swiftlet's bound is above it, so nothing that could run is
-//! refused).
+//! Upstream's messages for what fails the container with `CreateContainerConfigError`:
+//! `configmap "x" not found`, `secret "x" not found` (its watch-based managers' NotFound),
+//! `couldn't find key k in ConfigMap ns/x` (or `Secret`), `services have not yet been read at
+//! least once, cannot construct envvars`. An `optional` reference to a missing object or key is
+//! left out; an object that could not be read fails even when optional, as upstream. Without
+//! an API server references fail unless optional.
+//!
+//! `envFrom` keys that are not environment variable names (upstream's relaxed rule since
+//! `RelaxedEnvironmentVariableValidation`: printable ASCII without `=`; a ConfigMap key the API
+//! server accepts always is one, so upstream no longer checks) are skipped with upstream's former
+//! `InvalidEnvironmentVariableNames` warning, so that a hostile key never splits a variable.
+//!
+//! The order: upstream builds the list from a Go map (any order); here a variable keeps the place
+//! of its first definition, and the service variables follow, sorted.
+//!
+//! Expansion and size are bounded: each reference can copy a whole earlier value, so a few dozen
+//! variables referring to the one before twice would grow to gigabytes, and an `envFrom` object
+//! or a namespace's services can be large. A container's environment (names and values),
+//! command and args together may come to at most [`MAX_EXPANDED_BYTES`] (and one `subPathExpr`
+//! as much); beyond that the container fails with `CreateContainerConfigError` naming the
+//! field. Upstream has no such bound (the kernel's `ARG_MAX`, 2 MiB with the default 8 MiB stack,
+//! refuses the exec later; swiftlet's bound is above it, so nothing that could run is refused).
+
+mod cluster;
+mod services;
 
 use std::collections::HashMap;
 
@@ -17,7 +38,10 @@ use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 
 use crate::cm::quantity;
 
-/// What the downward API can refer to besides the pod itself.
+pub use cluster::{ClusterEnv, ClusterValues, EnvObjects, Lookup, ReadError};
+pub use services::{ServiceInfo, ServiceLister, ServicePort, ServiceRejected, service_env};
+
+/// What the downward API can refer to besides the pod itself, and what was read of the cluster.
 #[derive(Clone, Debug, Default)]
 pub struct EnvContext<'a> {
     pub node_name: &'a str,
@@ -26,6 +50,8 @@ pub struct EnvContext<'a> {
     /// Used for resource references to a limit the container does not set.
     pub node_cpu_millis: i64,
     pub node_memory_bytes: i64,
+    /// What [`ClusterEnv::gather`] read; `None` is the standalone node's nothing.
+    pub cluster: Option<&'a ClusterValues>,
 }
 
 /// The most bytes a container's environment, command and args come to once expanded.
@@ -52,6 +78,30 @@ pub enum EnvError {
     },
     #[error("env {name}: {reason}")]
     Quantity { name: String, reason: String },
+    /// Upstream's NotFound from its ConfigMap or Secret manager (`configmap "x" not found`).
+    #[error("{kind} {name:?} not found")]
+    NotFound {
+        /// `configmap` or `secret`, as upstream's group resource names them.
+        kind: &'static str,
+        name: String,
+    },
+    #[error("couldn't find key {key} in {kind} {namespace}/{name}")]
+    MissingKey {
+        key: String,
+        /// `ConfigMap` or `Secret`.
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error("couldn't get {kind} {namespace}/{name}: {reason}")]
+    Read {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+    #[error("services have not yet been read at least once, cannot construct envvars")]
+    ServicesNotSynced,
     #[error("container {container:?}: {field}: {source}")]
     TooLong {
         container: String,
@@ -60,6 +110,65 @@ pub enum EnvError {
         #[source]
         source: ExpansionTooLong,
     },
+    #[error("container {container:?}: {field}: the environment would exceed {limit} bytes")]
+    TooLarge {
+        container: String,
+        /// `envFrom[i]`, `env NAME`, `configMap "x"`, `service environment variables`.
+        field: String,
+        limit: usize,
+    },
+}
+
+/// The variables in the order of their first definition, and their size so far.
+struct EnvList {
+    vars: Vec<(String, String)>,
+    index: HashMap<String, usize>,
+    bytes: usize,
+}
+
+impl EnvList {
+    fn new() -> Self {
+        EnvList {
+            vars: Vec::new(),
+            index: HashMap::new(),
+            bytes: 0,
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.index.get(name).map(|&i| self.vars[i].1.as_str())
+    }
+
+    /// What is left of [`MAX_EXPANDED_BYTES`].
+    fn room(&self) -> usize {
+        MAX_EXPANDED_BYTES.saturating_sub(self.bytes)
+    }
+
+    /// Defines `name`, in the place of an earlier definition; `false` past the bound.
+    fn set(&mut self, name: &str, value: String) -> bool {
+        let old = self.index.get(name).map(|&i| self.vars[i].1.len());
+        let bytes = self.bytes - old.map_or(0, |o| o + name.len()) + name.len() + value.len();
+        if bytes > MAX_EXPANDED_BYTES {
+            return false;
+        }
+        self.bytes = bytes;
+        match self.index.get(name) {
+            Some(&i) => self.vars[i].1 = value,
+            None => {
+                self.index.insert(name.to_owned(), self.vars.len());
+                self.vars.push((name.to_owned(), value));
+            }
+        }
+        true
+    }
+}
+
+/// Upstream `IsRelaxedEnvVarName`: not empty, printable ASCII, no `=`.
+pub fn is_env_var_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
 }
 
 /// The environment of `container`, in order, expanded.
@@ -68,34 +177,112 @@ pub fn environment(
     container: &Container,
     ctx: &EnvContext<'_>,
 ) -> Result<Vec<(String, String)>, EnvError> {
-    if let Some(from) = container.env_from.as_ref().and_then(|f| f.first()) {
-        let (what, name, optional) = match (&from.config_map_ref, &from.secret_ref) {
-            (Some(c), _) => ("configMap", c.name.clone(), c.optional),
-            (None, Some(s)) => ("secret", s.name.clone(), s.optional),
-            (None, None) => ("envFrom", String::new(), Some(true)),
+    let standalone = ClusterValues::default();
+    let cluster = ctx.cluster.unwrap_or(&standalone);
+    let mut env = EnvList::new();
+    for (i, from) in container.env_from.iter().flatten().enumerate() {
+        env_from(pod, container, from, i, cluster, &mut env)?;
+    }
+    let services: HashMap<&str, &str> = cluster
+        .services
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    for var in container.env.iter().flatten() {
+        let Some(value) = value_of(pod, container, var, ctx, cluster, &env, &services)? else {
+            continue;
         };
-        if !optional.unwrap_or(false) {
+        if !env.set(&var.name, value) {
+            return Err(too_large(container, format!("env {}", var.name)));
+        }
+    }
+    for (name, value) in &cluster.services {
+        if env.get(name).is_none() && !env.set(name, value.clone()) {
+            return Err(too_large(container, "service environment variables".into()));
+        }
+    }
+    Ok(env.vars)
+}
+
+/// One `envFrom` source's variables into `env`.
+fn env_from(
+    pod: &Pod,
+    container: &Container,
+    from: &k8s_openapi::api::core::v1::EnvFromSource,
+    index: usize,
+    cluster: &ClusterValues,
+    env: &mut EnvList,
+) -> Result<(), EnvError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let (what, kind, name, optional, lookup) = match (&from.config_map_ref, &from.secret_ref) {
+        (Some(c), _) => (
+            "configMap",
+            "configmap",
+            &c.name,
+            c.optional,
+            cluster.config_maps.get(&c.name),
+        ),
+        (None, Some(s)) => (
+            "secret",
+            "secret",
+            &s.name,
+            s.optional,
+            cluster.secrets.get(&s.name),
+        ),
+        (None, None) => return Ok(()),
+    };
+    let optional = optional.unwrap_or(false);
+    let data = match lookup {
+        _ if !cluster.connected => {
+            if optional {
+                return Ok(());
+            }
             return Err(EnvError::NeedsApi {
                 name: "envFrom".into(),
                 what,
-                source_name: name,
+                source_name: name.clone(),
             });
         }
-    }
-    let mut defined: HashMap<String, String> = HashMap::new();
-    let mut out = Vec::new();
-    let mut budget = MAX_EXPANDED_BYTES;
-    for var in container.env.iter().flatten() {
-        let Some(value) = value_of(pod, container, var, ctx, &defined, budget)? else {
+        Some(Lookup::Found(data)) => data,
+        Some(Lookup::NotFound) | None if optional => return Ok(()),
+        Some(Lookup::NotFound) | None => {
+            return Err(EnvError::NotFound {
+                kind,
+                name: name.clone(),
+            });
+        }
+        Some(Lookup::Failed(reason)) => {
+            return Err(EnvError::Read {
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                reason: reason.clone(),
+            });
+        }
+    };
+    let prefix = from.prefix.as_deref().unwrap_or_default();
+    let mut invalid = Vec::new();
+    for (key, value) in data {
+        let var = format!("{prefix}{key}");
+        if !is_env_var_name(&var) {
+            invalid.push(var);
             continue;
-        };
-        budget = budget
-            .checked_sub(value.len())
-            .ok_or_else(|| too_long(container, format!("env {}", var.name)))?;
-        defined.insert(var.name.clone(), value.clone());
-        out.push((var.name.clone(), value));
+        }
+        if !env.set(&var, value.clone()) {
+            return Err(too_large(container, format!("envFrom[{index}]")));
+        }
     }
-    Ok(out)
+    if !invalid.is_empty() {
+        invalid.sort();
+        tracing::warn!(
+            pod = %crate::pod::format_pod(pod),
+            reason = "InvalidEnvironmentVariableNames",
+            "Keys [{}] from the EnvFrom {what} {namespace}/{name} were skipped since they are \
+             considered invalid environment variable names.",
+            invalid.iter().map(|k| k.escape_debug().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(())
 }
 
 fn too_long(container: &Container, field: String) -> EnvError {
@@ -108,19 +295,34 @@ fn too_long(container: &Container, field: String) -> EnvError {
     }
 }
 
+fn too_large(container: &Container, field: String) -> EnvError {
+    EnvError::TooLarge {
+        container: container.name.clone(),
+        field,
+        limit: MAX_EXPANDED_BYTES,
+    }
+}
+
+/// One `env` entry's value; `None` for an optional reference to what does not exist.
 fn value_of(
     pod: &Pod,
     container: &Container,
     var: &EnvVar,
     ctx: &EnvContext<'_>,
-    defined: &HashMap<String, String>,
-    budget: usize,
+    cluster: &ClusterValues,
+    env: &EnvList,
+    services: &HashMap<&str, &str>,
 ) -> Result<Option<String>, EnvError> {
-    let Some(from) = &var.value_from else {
-        let value = var.value.as_deref().unwrap_or_default();
-        return expand_within(value, defined, budget)
-            .map(Some)
-            .map_err(|_| too_long(container, format!("env {}", var.name)));
+    let literal = var.value.as_deref().unwrap_or_default();
+    // Upstream looks at a non-empty value first; the API server allows only one of the two.
+    let from = match &var.value_from {
+        Some(from) if literal.is_empty() => from,
+        _ => {
+            let lookup = |name: &str| env.get(name).or_else(|| services.get(name).copied());
+            return expand_with(literal, &lookup, env.room())
+                .map(Some)
+                .map_err(|_| too_long(container, format!("env {}", var.name)));
+        }
     };
     if let Some(field) = &from.field_ref {
         return field_value(pod, &var.name, &field.field_path, ctx).map(Some);
@@ -129,21 +331,69 @@ fn value_of(
         let divisor = resource.divisor.as_ref().map(|d| d.0.as_str());
         return resource_value(container, &var.name, &resource.resource, divisor, ctx).map(Some);
     }
-    let (what, name, optional) = match (&from.config_map_key_ref, &from.secret_key_ref) {
-        (Some(c), _) => ("configMap", c.name.clone(), c.optional),
-        (None, Some(s)) => ("secret", s.name.clone(), s.optional),
-        (None, None) => return Ok(None),
-    };
-    if optional.unwrap_or(false) {
-        return Ok(None);
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let (what, kind, api_kind, name, key, optional, lookup) =
+        match (&from.config_map_key_ref, &from.secret_key_ref) {
+            (Some(c), _) => (
+                "configMap",
+                "configmap",
+                "ConfigMap",
+                &c.name,
+                &c.key,
+                c.optional,
+                cluster.config_maps.get(&c.name),
+            ),
+            (None, Some(s)) => (
+                "secret",
+                "secret",
+                "Secret",
+                &s.name,
+                &s.key,
+                s.optional,
+                cluster.secrets.get(&s.name),
+            ),
+            (None, None) => return Ok(None),
+        };
+    let optional = optional.unwrap_or(false);
+    if !cluster.connected {
+        if optional {
+            return Ok(None);
+        }
+        return Err(EnvError::NeedsApi {
+            name: var.name.clone(),
+            what,
+            source_name: name.clone(),
+        });
     }
-    Err(EnvError::NeedsApi {
-        name: var.name.clone(),
-        what,
-        source_name: name,
-    })
+    let data = match lookup {
+        Some(Lookup::Found(data)) => data,
+        Some(Lookup::NotFound) | None if optional => return Ok(None),
+        Some(Lookup::NotFound) | None => {
+            return Err(EnvError::NotFound {
+                kind,
+                name: name.clone(),
+            });
+        }
+        Some(Lookup::Failed(reason)) => {
+            return Err(EnvError::Read {
+                kind,
+                namespace: namespace.to_owned(),
+                name: name.clone(),
+                reason: reason.clone(),
+            });
+        }
+    };
+    match data.get(key) {
+        Some(value) => Ok(Some(value.clone())),
+        None if optional => Ok(None),
+        None => Err(EnvError::MissingKey {
+            key: key.clone(),
+            kind: api_kind,
+            namespace: namespace.to_owned(),
+            name: name.clone(),
+        }),
+    }
 }
-
 pub(crate) fn field_value(
     pod: &Pod,
     name: &str,
@@ -251,13 +501,17 @@ pub(crate) fn resource_value(
 /// `$(VAR)` expansion as Kubernetes does it: a defined variable is replaced, an undefined one is
 /// left as written, `$$` is a literal `$`. At most [`MAX_EXPANDED_BYTES`] come out.
 pub fn expand(input: &str, defined: &HashMap<String, String>) -> Result<String, ExpansionTooLong> {
-    expand_within(input, defined, MAX_EXPANDED_BYTES)
+    expand_with(
+        input,
+        &|name| defined.get(name).map(String::as_str),
+        MAX_EXPANDED_BYTES,
+    )
 }
 
-/// [`expand`] with at most `limit` bytes coming out.
-fn expand_within(
+/// [`expand`] with the variables `lookup` finds, at most `limit` bytes coming out.
+fn expand_with<'v>(
     input: &str,
-    defined: &HashMap<String, String>,
+    lookup: &dyn Fn(&str) -> Option<&'v str>,
     limit: usize,
 ) -> Result<String, ExpansionTooLong> {
     let mut out = String::with_capacity(input.len().min(limit));
@@ -281,7 +535,7 @@ fn expand_within(
             match inner.find(')') {
                 Some(end) => {
                     let name = &inner[..end];
-                    match defined.get(name) {
+                    match lookup(name) {
                         Some(value) => push(&mut out, value)?,
                         None => {
                             push(&mut out, "$(")?;
@@ -311,14 +565,16 @@ pub fn expand_command(
     container: &Container,
     env: &[(String, String)],
 ) -> Result<(Vec<String>, Vec<String>), EnvError> {
-    let defined: HashMap<String, String> = env.iter().cloned().collect();
-    let mut budget = MAX_EXPANDED_BYTES.saturating_sub(env.iter().map(|(_, v)| v.len()).sum());
+    let defined: HashMap<&str, &str> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let lookup = |name: &str| defined.get(name).copied();
+    let used: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let mut budget = MAX_EXPANDED_BYTES.saturating_sub(used);
     let mut each = |list: &Option<Vec<String>>, field: &str| {
         list.iter()
             .flatten()
             .enumerate()
             .map(|(i, s)| {
-                let expanded = expand_within(s, &defined, budget)
+                let expanded = expand_with(s, &lookup, budget)
                     .map_err(|_| too_long(container, format!("{field}[{i}]")))?;
                 budget -= expanded.len();
                 Ok(expanded)
@@ -331,178 +587,4 @@ pub fn expand_command(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use k8s_openapi::api::core::v1::{EnvVarSource, ObjectFieldSelector, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-    fn var(name: &str, value: &str) -> EnvVar {
-        EnvVar {
-            name: name.into(),
-            value: Some(value.into()),
-            value_from: None,
-        }
-    }
-
-    fn field(name: &str, path: &str) -> EnvVar {
-        EnvVar {
-            name: name.into(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                field_ref: Some(ObjectFieldSelector {
-                    field_path: path.into(),
-                    api_version: None,
-                }),
-                ..Default::default()
-            }),
-        }
-    }
-
-    #[test]
-    fn expansion_follows_kubernetes_rules() {
-        let defined: HashMap<String, String> =
-            [("A".to_owned(), "1".to_owned())].into_iter().collect();
-        let cases = [
-            ("$(A)", "1"),
-            ("x$(A)y", "x1y"),
-            ("$(B)", "$(B)"),
-            ("$$(A)", "$(A)"),
-            ("$(A", "$(A"),
-            ("cost $5", "cost $5"),
-            ("", ""),
-        ];
-        for (input, want) in cases {
-            assert_eq!(expand(input, &defined).as_deref(), Ok(want), "{input}");
-        }
-    }
-
-    #[test]
-    fn downward_api_fields_and_earlier_variables() {
-        let pod = Pod {
-            metadata: ObjectMeta {
-                name: Some("web".into()),
-                namespace: Some("prod".into()),
-                uid: Some("u1".into()),
-                labels: Some(
-                    [("tier".to_owned(), "front".to_owned())]
-                        .into_iter()
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            spec: Some(PodSpec::default()),
-            status: None,
-        };
-        let container = Container {
-            name: "c".into(),
-            env: Some(vec![
-                field("POD", "metadata.name"),
-                field("NODE", "spec.nodeName"),
-                field("TIER", "metadata.labels['tier']"),
-                field("IP", "status.podIP"),
-                var("GREETING", "hello $(POD) on $(NODE)"),
-            ]),
-            args: Some(vec!["echo".into(), "$(GREETING)".into()]),
-            ..Default::default()
-        };
-        let ips = vec!["10.88.0.5".to_owned()];
-        let ctx = EnvContext {
-            node_name: "node-1",
-            pod_ips: &ips,
-            ..Default::default()
-        };
-        let env = environment(&pod, &container, &ctx).expect("env");
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("POD"), Some("web"));
-        assert_eq!(get("NODE"), Some("node-1"));
-        assert_eq!(get("TIER"), Some("front"));
-        assert_eq!(get("IP"), Some("10.88.0.5"));
-        assert_eq!(get("GREETING"), Some("hello web on node-1"));
-        let (_, args) = expand_command(&container, &env).expect("expanded");
-        assert_eq!(
-            args,
-            vec!["echo".to_owned(), "hello web on node-1".to_owned()]
-        );
-    }
-
-    #[test]
-    fn config_map_references_fail_without_an_api_server_unless_optional() {
-        let pod = Pod::default();
-        let mut reference = EnvVar {
-            name: "X".into(),
-            value: None,
-            value_from: Some(EnvVarSource {
-                config_map_key_ref: Some(k8s_openapi::api::core::v1::ConfigMapKeySelector {
-                    name: "cm".into(),
-                    key: "k".into(),
-                    optional: None,
-                }),
-                ..Default::default()
-            }),
-        };
-        let container = |v: EnvVar| Container {
-            name: "c".into(),
-            env: Some(vec![v]),
-            ..Default::default()
-        };
-        let err = environment(&pod, &container(reference.clone()), &EnvContext::default());
-        assert!(matches!(err, Err(EnvError::NeedsApi { .. })));
-        if let Some(from) = reference.value_from.as_mut()
-            && let Some(r) = from.config_map_key_ref.as_mut()
-        {
-            r.optional = Some(true);
-        }
-        let env = environment(&pod, &container(reference), &EnvContext::default());
-        assert_eq!(env, Ok(vec![]));
-    }
-
-    /// Each variable twice the one before: unbounded, 40 of them would be a terabyte.
-    fn doubling(count: usize) -> Vec<EnvVar> {
-        let mut vars = vec![var("V0", &"x".repeat(1024))];
-        for i in 1..count {
-            vars.push(var(
-                &format!("V{i}"),
-                &format!("$(V{})$(V{})", i - 1, i - 1),
-            ));
-        }
-        vars
-    }
-
-    #[test]
-    fn an_expansion_past_the_bound_is_an_error_naming_the_container_and_field() {
-        let container = Container {
-            name: "bomb".into(),
-            env: Some(doubling(40)),
-            ..Default::default()
-        };
-        let err =
-            environment(&Pod::default(), &container, &EnvContext::default()).expect_err("refused");
-        // 1 KiB doubled: V0..V11 come to 4 MiB - 1 KiB, so V12 (4 MiB) is past the bound.
-        assert_eq!(
-            err.to_string(),
-            "container \"bomb\": env V12: expanding its $(VAR) references would exceed 4194304 \
-             bytes"
-        );
-
-        // Within the bound for the environment; the command's expansion is what goes past it.
-        let container = Container {
-            name: "cmd".into(),
-            env: Some(doubling(11)),
-            command: Some(vec!["echo".into()]),
-            args: Some(vec!["$(V10)".into(), "$(V10)$(V10)$(V10)".into()]),
-            ..Default::default()
-        };
-        let env = environment(&Pod::default(), &container, &EnvContext::default()).expect("env");
-        assert_eq!(env.len(), 11);
-        let err = expand_command(&container, &env).expect_err("refused");
-        assert!(
-            matches!(&err, EnvError::TooLong { container, field, .. }
-                if container == "cmd" && field == "args[1]"),
-            "{err}"
-        );
-        // One string on its own is bounded too (subPathExpr's path).
-        let defined: HashMap<String, String> = env.into_iter().collect();
-        assert!(expand("$(V10)$(V10)$(V10)$(V10)$(V10)", &defined).is_err());
-        assert_eq!(expand("$(V0)", &defined).map(|s| s.len()), Ok(1024));
-    }
-}
+mod tests;

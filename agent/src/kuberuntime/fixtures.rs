@@ -36,7 +36,7 @@ pub fn runtime_manager(
             memory_capacity: 1 << 30,
             cpu_capacity_millis: 2000,
             has_cap_sys_resource: false,
-            host_dns: None,
+            dns: super::dns::DnsSettings::default(),
             host_ip: Some("10.0.0.1".into()),
             runtime_handler: String::new(),
             security: SecurityOptions::new(

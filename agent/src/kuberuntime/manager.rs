@@ -25,7 +25,8 @@ use super::{
     actions::{PodActions, compute_pod_actions},
     backoff::{ContainerBackoffKey, CrashLoopBackoff, last_finished_at},
     container_config::{ContainerKind, ContainerParams, container_config},
-    env::EnvContext,
+    dns::DnsSettings,
+    env::{ClusterEnv, EnvContext},
     images::ImagePuller,
     lifecycle::{ContainerLifecycle, NoLifecycle},
     mounts::{ContainerMounts, NoMounts},
@@ -57,7 +58,8 @@ pub struct RuntimeManagerConfig {
     pub cpu_capacity_millis: i64,
     /// Without CAP_SYS_RESOURCE negative oom_score_adj values cannot be written.
     pub has_cap_sys_resource: bool,
-    pub host_dns: Option<cri::DnsConfig>,
+    /// `clusterDNS`, `clusterDomain`, `resolvConf`: each sandbox's resolver.
+    pub dns: DnsSettings,
     /// The node's IP, for hostNetwork pods and the downward API.
     pub host_ip: Option<String>,
     pub runtime_handler: String,
@@ -165,6 +167,7 @@ pub struct KubeRuntimeManager {
     lifecycle: Arc<dyn ContainerLifecycle>,
     mounts: Arc<dyn ContainerMounts>,
     userns: Arc<UsernsManager>,
+    env: ClusterEnv,
     events: Events,
 }
 
@@ -186,6 +189,7 @@ impl KubeRuntimeManager {
             lifecycle: Arc::new(NoLifecycle),
             mounts: Arc::new(NoMounts),
             userns: Arc::new(UsernsManager::host_only()),
+            env: ClusterEnv::standalone(),
             events: crate::events::none(),
         }
     }
@@ -211,6 +215,12 @@ impl KubeRuntimeManager {
     /// Asks `mounts` for every container's mounts (the volume manager).
     pub fn with_mounts(mut self, mounts: Arc<dyn ContainerMounts>) -> Self {
         self.mounts = mounts;
+        self
+    }
+
+    /// Reads the ConfigMaps, Secrets and services containers' environments refer to from `env`.
+    pub fn with_env(mut self, env: ClusterEnv) -> Self {
+        self.env = env;
         self
     }
 
@@ -356,11 +366,22 @@ impl KubeRuntimeManager {
             .userns
             .mappings(pod, &self.config.runtime_handler)
             .map_err(|e| sandbox_config_error(pod, &e))?;
+        let dns = self
+            .config
+            .dns
+            .pod_dns(pod)
+            .map_err(|e| sandbox_config_error(pod, &e))?;
+        if actions.create_sandbox {
+            // Upstream records these as Events on the pod each time it forms the sandbox.
+            for warning in &dns.warnings {
+                tracing::warn!(pod = %format_pod(pod), reason = warning.reason(), "{warning}");
+            }
+        }
         let params = SandboxParams {
             attempt: actions.attempt,
             cgroup_parent,
             log_root: &self.config.log_root,
-            host_dns: self.config.host_dns.clone(),
+            dns: Some(dns.config),
             userns,
         };
         let config = sandbox_config(pod, &params).map_err(|e| sandbox_config_error(pod, &e))?;
@@ -608,6 +629,11 @@ impl KubeRuntimeManager {
             .image_user(&image_ref)
             .await
             .map_err(|e| config_error(e.to_string()))?;
+        let cluster = self
+            .env
+            .gather(start.pod, container)
+            .await
+            .map_err(|e| config_error(e.to_string()))?;
         let params = ContainerParams {
             kind,
             restart_count: start
@@ -621,6 +647,7 @@ impl KubeRuntimeManager {
                 host_ip: self.config.host_ip.as_deref(),
                 node_cpu_millis: self.config.cpu_capacity_millis,
                 node_memory_bytes: i64::try_from(self.config.memory_capacity).unwrap_or(i64::MAX),
+                cluster: Some(&cluster),
             },
             oom_score_adj: self.oom_score_adj(start.pod, container),
             image_user: &image_user,

@@ -4,8 +4,9 @@
 //! Everything here is pure: no I/O, no clock; the pod workers call it and carry the plan out
 //! through the CRI.
 //!
-//! Also the translation of a pod into CRI configs (`sandbox_config`, `container_config`, `env`,
-//! `security_context`, with the pods' user namespaces from `userns`)
+//! Also the translation of a pod into CRI configs (`sandbox_config` with the pod's resolver from
+//! `dns`, `container_config`, `env` with what it reads of the cluster, `security_context`, with
+//! the pods' user namespaces from `userns`)
 //! and, over the CRI, carrying a plan out (`manager`, `images`), and collecting what the runtime
 //! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
 //!
@@ -15,6 +16,7 @@
 mod actions;
 mod backoff;
 pub mod container_config;
+pub mod dns;
 pub mod env;
 pub mod gc;
 pub mod hooks;

@@ -1,6 +1,6 @@
 //! The CRI sandbox of a pod (upstream `kuberuntime_sandbox.go` `generatePodSandboxConfig`): its
-//! metadata and labels, hostname, log directory, DNS, host ports, cgroup parent, namespaces,
-//! sysctls and the sandbox's security context (`security_context.rs`).
+//! metadata and labels, hostname, log directory, DNS (formed by `dns.rs`), host ports, cgroup
+//! parent, namespaces, sysctls and the sandbox's security context (`security_context.rs`).
 
 use std::{collections::HashMap, path::Path};
 
@@ -18,8 +18,8 @@ pub struct SandboxParams<'a> {
     pub cgroup_parent: &'a str,
     /// Where pod logs go (`/var/log/pods`).
     pub log_root: &'a Path,
-    /// The node's resolv.conf, for `dnsPolicy: Default` (and ClusterFirst without cluster DNS).
-    pub host_dns: Option<cri::DnsConfig>,
+    /// The pod's resolver (`dns::DnsSettings::pod_dns`).
+    pub dns: Option<cri::DnsConfig>,
     /// The pod's user namespace (`hostUsers`), as the user-namespace manager chose it.
     pub userns: Option<cri::UserNamespace>,
 }
@@ -93,25 +93,6 @@ pub fn sandbox_config(
             host_ip: p.host_ip.clone().unwrap_or_default(),
         })
         .collect();
-    let dns_config = match spec.dns_policy.as_deref() {
-        Some("None") => spec.dns_config.as_ref().map(|d| cri::DnsConfig {
-            servers: d.nameservers.clone().unwrap_or_default(),
-            searches: d.searches.clone().unwrap_or_default(),
-            options: d
-                .options
-                .clone()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|o| match o.value {
-                    Some(v) => format!("{}:{v}", o.name.unwrap_or_default()),
-                    None => o.name.unwrap_or_default(),
-                })
-                .collect(),
-        }),
-        // Without cluster DNS configured, ClusterFirst falls back to the node's resolv.conf as
-        // upstream does.
-        _ => params.host_dns.clone(),
-    };
     let security_context =
         sandbox_security_context(pod, namespace_options(pod, params.userns.clone()))?;
     Ok(cri::PodSandboxConfig {
@@ -125,7 +106,7 @@ pub fn sandbox_config(
         log_directory: pod_log_directory(params.log_root, pod)
             .display()
             .to_string(),
-        dns_config,
+        dns_config: params.dns.clone(),
         port_mappings,
         labels: pod_labels(pod),
         annotations: meta
@@ -148,21 +129,6 @@ pub fn sandbox_config(
         }),
         ..Default::default()
     })
-}
-
-/// Reads a resolv.conf into the CRI's DNS config (nameserver, search, options lines).
-pub fn parse_resolv_conf(text: &str) -> cri::DnsConfig {
-    let mut dns = cri::DnsConfig::default();
-    for line in text.lines() {
-        let mut words = line.split_whitespace();
-        match words.next() {
-            Some("nameserver") => dns.servers.extend(words.next().map(str::to_owned)),
-            Some("search") => dns.searches = words.map(str::to_owned).collect(),
-            Some("options") => dns.options.extend(words.map(str::to_owned)),
-            _ => {}
-        }
-    }
-    dns
 }
 
 #[cfg(test)]
@@ -191,9 +157,11 @@ mod tests {
             attempt: 2,
             cgroup_parent: "/kubepods/besteffort/podu1",
             log_root: root,
-            host_dns: Some(parse_resolv_conf(
-                "nameserver 10.0.0.2\nsearch a b\noptions ndots:2",
-            )),
+            dns: Some(cri::DnsConfig {
+                servers: vec!["10.0.0.2".into()],
+                searches: vec!["a".into(), "b".into()],
+                options: vec!["ndots:2".into()],
+            }),
             userns: None,
         }
     }

@@ -30,9 +30,10 @@ use std::{fmt, path::PathBuf};
 use k8s_openapi::api::core::v1::Pod;
 
 pub use apiserver::{
-    ApiServerOptions, ApiServerSource, Error as ApiServerError, ImagesCheck, KUBELET_VERSION,
-    LocalNode, MAX_IMAGES, NODE_LEASE_NAMESPACE, NodeDescription, PressureCheck, ReadinessCheck,
-    WallClock, client_from_kubeconfig, go_arch, node_images, os_image,
+    ApiClients, ApiServerOptions, ApiServerSource, ClientSettings, Error as ApiServerError,
+    ImagesCheck, KUBELET_VERSION, LocalNode, MAX_IMAGES, NODE_LEASE_NAMESPACE, NodeDescription,
+    PressureCheck, ReadinessCheck, WallClock, client_from_kubeconfig, go_arch, node_images,
+    os_image,
 };
 pub use manifest::{MAX_MANIFEST_BYTES, ManifestError, decode_static_pod};
 pub use merge::PodStorage;

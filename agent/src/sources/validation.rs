@@ -10,6 +10,8 @@
 //! The API server's own validation makes UIDs UUIDs; a static manifest may set any
 //! `metadata.uid`, so upstream's kubelet took it as written.
 //!
+//! `dns.rs` — the pod's `dnsConfig` (`validatePodDNSConfig`).
+//!
 //! Not here: scheduling, security-context or volume-source details the API server also checks.
 
 use std::{collections::HashSet, fmt};
@@ -252,6 +254,7 @@ fn validate_spec(spec: &PodSpec, errs: &mut Errors) {
         RESTART_POLICIES,
     );
     errs.one_of("spec.dnsPolicy", spec.dns_policy.as_deref(), DNS_POLICIES);
+    dns::validate_dns_config(spec, errs);
     if spec
         .ephemeral_containers
         .as_ref()
@@ -457,6 +460,8 @@ pub(crate) fn is_dns1123_label(s: &str) -> bool {
 pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     s.len() <= 253 && s.split('.').all(is_dns_part)
 }
+
+mod dns;
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,8 @@
 //! the [`VolumeManager`] with its desired and actual state and reconciler (`manager.rs`), the
 //! plugins swiftlet has — emptyDir on disk or tmpfs (`empty_dir.rs`), hostPath with its type
 //! checks (`host_path.rs`), downwardAPI files (`downward_api.rs`), configMap and secret files
-//! read from the API server (`api_objects.rs`), projected volumes with service account tokens
+//! read from the API server (`api_objects.rs`, whose reader also serves containers' environments:
+//! `env_objects.rs`), projected volumes with service account tokens
 //! (`projected.rs`), all written by `atomic_writer.rs` — the node's mounts (`mount.rs`), the pod directory layout
 //! (`paths.rs`), `fsGroup` ownership (`ownership.rs`), and each container's CRI mounts with
 //! `subPath` bound from a descriptor (`container_mounts.rs`, `subpath.rs`). Everything below a
@@ -18,6 +19,7 @@ mod atomic_writer;
 mod container_mounts;
 mod downward_api;
 mod empty_dir;
+mod env_objects;
 mod error;
 mod host_path;
 mod manager;

@@ -9,7 +9,7 @@ use std::{
         Mutex,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,12 @@ pub struct LoggedRequest {
     pub path: String,
     pub query: String,
     pub code: u16,
+    /// The client's `User-Agent` header (empty without one).
+    #[serde(default)]
+    pub user_agent: String,
+    /// When it arrived, in milliseconds since the server started (before any injected delay).
+    #[serde(default)]
+    pub received_ms: u64,
 }
 
 /// The last requests (bounded) and how many there were in all.
@@ -44,6 +50,7 @@ pub struct Faults {
     outage_epoch: watch::Sender<u64>,
     outage_ms: AtomicU64,
     log: Mutex<RequestLog>,
+    started: Instant,
 }
 
 impl Default for Faults {
@@ -55,6 +62,7 @@ impl Default for Faults {
             outage_epoch: watch::channel(0).0,
             outage_ms: AtomicU64::new(0),
             log: Mutex::new(RequestLog::default()),
+            started: Instant::now(),
         }
     }
 }
@@ -108,6 +116,11 @@ impl Faults {
     /// How long the latest outage lasts.
     pub fn outage(&self) -> Duration {
         Duration::from_millis(self.outage_ms.load(Ordering::SeqCst))
+    }
+
+    /// Milliseconds since the server started, for [`LoggedRequest::received_ms`].
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
     pub fn record(&self, request: LoggedRequest) {

@@ -45,6 +45,13 @@ async fn handle(State(server): State<Arc<ApiServer>>, request: Request<Body>) ->
         path: request.uri().path().to_owned(),
         query: request.uri().query().unwrap_or_default().to_owned(),
         code: 0,
+        user_agent: request
+            .headers()
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned(),
+        received_ms: server.faults.now_ms(),
     });
     let response = answer(&server, request).await;
     if let Some(mut logged) = logged {

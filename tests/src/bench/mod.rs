@@ -2,6 +2,7 @@
 //! real kernel, the statistics taken from them, and how they are reported (Markdown, JSON, SVG).
 //! They live in the library so that the arithmetic is unit-tested without root.
 
+pub mod cluster;
 pub mod cpumanager;
 pub mod driver;
 pub mod events;

@@ -11,6 +11,9 @@
 //!                         [--runs N] [--quick] [--json FILE] [--out-dir DIR]
 //! swiftlet-bench cpumanager --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--mode M]...
 //!                           [--runs N] [--quick] [--json FILE] [--out-dir DIR]
+//! swiftlet-bench cluster --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--kills N]
+//!                        [--batch N]... [--rounds N] [--idle-s S] [--quick] [--json FILE]
+//!                        [--out-dir DIR]
 //! ```
 //!
 //! `events` measures, on the running kernel, how long a process-exit event takes from the
@@ -42,6 +45,12 @@
 //! scheduler audit's programs cost in context switches. Same outputs, logs under
 //! `<out-dir>/cpumanager/`.
 //!
+//! `cluster` measures, through the project's API server process and with `--pleg relist` and
+//! `--pleg ebpf` side by side, how long after a container's init is killed the API server holds
+//! a status showing it terminated, how long pods created through the API in batches of 10 and
+//! 30 take to show Running there, and how many API requests the agent makes per pod and minute
+//! when idle. Same outputs, logs under `<out-dir>/cluster/`.
+//!
 //! This file is the command line only: each benchmark's scenario, report and plot are its module
 //! in `swiftlet_tests::bench`, and what they all do around them (root check, interrupts, table,
 //! JSON, plot) is `bench::driver`.
@@ -55,7 +64,7 @@ use std::{path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
 use swiftlet_tests::bench::{
-    cpumanager,
+    cluster, cpumanager,
     driver::{self, Benchmark, Output},
     events, eviction, pleg, startup,
 };
@@ -80,6 +89,9 @@ enum Bench {
     /// CPU manager: start → exclusive CPU, on events vs the 10 s reconcile; foreign time on the
     /// CPU; the scheduler audit's cost.
     Cpumanager(CpumanagerArgs),
+    /// The control plane's view: kill → terminated status on the API server, create → Running
+    /// there, idle API requests; relist PLEG against kernel-event PLEG.
+    Cluster(ClusterArgs),
 }
 
 /// Where the results go, for every benchmark.
@@ -214,6 +226,30 @@ struct CpumanagerArgs {
     output: OutputArgs,
 }
 
+#[derive(Args)]
+struct ClusterArgs {
+    #[command(flatten)]
+    agent: AgentArgs,
+    /// Kills measured per PLEG, at least (default 100; 20 with --quick).
+    #[arg(long)]
+    kills: Option<usize>,
+    /// Pods created at once (repeatable; default 10 and 30).
+    #[arg(long = "batch", value_name = "N")]
+    batches: Vec<usize>,
+    /// Batches of each size per PLEG (default 3; 1 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// The idle window over which the agent's API requests are counted, in seconds (default 60;
+    /// 10 with --quick).
+    #[arg(long)]
+    idle_s: Option<u64>,
+    /// A smoke run: 20 kills, one batch of each size, a 10 s idle window.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let result = match Cli::parse().bench {
@@ -222,6 +258,7 @@ async fn main() -> ExitCode {
         Bench::Pleg(args) => pleg_bench(args).await,
         Bench::Eviction(args) => eviction_bench(args).await,
         Bench::Cpumanager(args) => cpumanager_bench(args).await,
+        Bench::Cluster(args) => cluster_bench(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -309,6 +346,23 @@ async fn cpumanager_bench(mut args: CpumanagerArgs) -> Result<()> {
         overhead_rounds: if args.quick { 2 } else { 10 },
         overhead_window: Duration::from_millis(if args.quick { 200 } else { 1000 }),
         log_dir: args.output.log_dir::<cpumanager::Settings>(),
+    };
+    driver::run(&settings, &args.output.output()).await
+}
+
+async fn cluster_bench(mut args: ClusterArgs) -> Result<()> {
+    let settings = cluster::Settings {
+        swiftlet: args.agent.swiftlet(),
+        runtime_endpoint: args.agent.runtime_endpoint,
+        kills: args.kills.unwrap_or(if args.quick { 20 } else { 100 }),
+        batches: if args.batches.is_empty() {
+            vec![10, 30]
+        } else {
+            args.batches
+        },
+        rounds: args.rounds.unwrap_or(if args.quick { 1 } else { 3 }),
+        idle: Duration::from_secs(args.idle_s.unwrap_or(if args.quick { 10 } else { 60 })),
+        log_dir: args.output.log_dir::<cluster::Settings>(),
     };
     driver::run(&settings, &args.output.output()).await
 }

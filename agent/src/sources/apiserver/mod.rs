@@ -10,41 +10,41 @@
 //! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
 //! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`):
 //!   two-way status patches, and the final DELETE of a pod whose termination is finished.
+//! - `services.rs` — the cluster's Services, watched into a bounded store for containers'
+//!   service environment variables (upstream's service lister); run by the app on its own.
 //!
 //! Not here: what a pod's status is (`status/`), the merge (`merge.rs`), mirror pods, volumes, the
 //! kubelet's own HTTPS server. Every loop logs API errors and keeps
 //! going: a node agent outlives API-server outages.
 
+mod client;
 mod lease;
 mod local_node;
 mod node;
 mod node_events;
 mod node_object;
 mod pods;
+mod ratelimit;
+mod services;
 mod status_sync;
 
 #[cfg(test)]
 pub(crate) mod fake_api;
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-    time::Duration,
-};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use kube::{
-    Client,
-    config::{KubeConfigOptions, Kubeconfig, KubeconfigError},
-};
+use kube::config::KubeconfigError;
 use tokio_util::sync::CancellationToken;
 
 use super::SourceSender;
 use crate::status::StatusManager;
 
+pub use client::{ApiClients, ClientSettings, client_from_kubeconfig};
 pub use local_node::LocalNode;
 pub use node_object::{
     KUBELET_VERSION, MAX_IMAGES, NodeDescription, go_arch, node_images, os_image,
 };
+pub use services::{ServiceStore, watch_services};
 
 /// Upstream's namespace for node leases (`v1.NamespaceNodeLease`).
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -98,31 +98,6 @@ impl Error {
     }
 }
 
-/// Builds the API client from the kubeconfig at `path` (its current context), as
-/// `--kubeconfig` asks; nothing is inferred from the environment.
-pub async fn client_from_kubeconfig(path: &Path) -> Result<Client, Error> {
-    let kubeconfig = Kubeconfig::read_from(path).map_err(|source| Error::Kubeconfig {
-        path: path.to_owned(),
-        source,
-    })?;
-    let mut config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .map_err(|source| Error::Kubeconfig {
-                path: path.to_owned(),
-                source,
-            })?;
-    // kube's default retries a 429/503/504 up to 15 times with a backoff growing to minutes,
-    // inside one call: a status batch or a lease renewal would stall that long behind an
-    // overloaded API server. Every loop here tries again on its own period instead, as the
-    // kubelet's do (client-go retries only when the server names a Retry-After).
-    config.default_retry = false;
-    Client::try_from(config).map_err(|source| Error::Client {
-        path: path.to_owned(),
-        source,
-    })
-}
-
 /// The kubelet configuration the API-server loops use.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiServerOptions {
@@ -164,7 +139,7 @@ impl ApiServerOptions {
 
 /// Everything the API-server source needs; [`ApiServerSource::run`] runs its four loops.
 pub struct ApiServerSource {
-    pub client: Client,
+    pub clients: ApiClients,
     pub options: ApiServerOptions,
     pub node: NodeDescription,
     /// Where the kubelet's pod statuses are read from.
@@ -196,7 +171,9 @@ impl ApiServerSource {
     /// `cancel`. The lease learns the Node's UID (for its owner reference) from the registration.
     pub async fn run(self, cancel: CancellationToken) {
         let ApiServerSource {
-            client,
+            clients: ApiClients {
+                main, heartbeat, ..
+            },
             options,
             node,
             status,
@@ -211,13 +188,13 @@ impl ApiServerSource {
         let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
         tracing::info!(node = options.node_name, "connecting the API server source");
         let pod_watch = pods::run(
-            client.clone(),
+            main.clone(),
             options.node_name.clone(),
             pods,
             cancel.clone(),
         );
         let node_status = node::NodeStatusLoop::new(
-            client.clone(),
+            heartbeat.clone(),
             &options,
             node,
             readiness,
@@ -229,10 +206,10 @@ impl ApiServerSource {
         .with_images(images)
         .with_events(events)
         .run(cancel.clone());
-        let lease = lease::LeaseController::new(client.clone(), &options, clock, node_uid)
-            .run(cancel.clone());
+        let lease =
+            lease::LeaseController::new(heartbeat, &options, clock, node_uid).run(cancel.clone());
         let statuses =
-            status_sync::StatusSync::new(client, status, options.status_sync_period).run(cancel);
+            status_sync::StatusSync::new(main, status, options.status_sync_period).run(cancel);
         tokio::join!(pod_watch, node_status, lease, statuses);
     }
 }
@@ -261,51 +238,11 @@ fn is_already_exists(error: &kube::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
-
     use super::*;
 
     #[test]
     fn renew_interval_is_a_quarter_of_the_duration() {
         let options = ApiServerOptions::new("n1".into(), Duration::from_secs(10), 40);
         assert_eq!(options.lease_renew_interval(), Duration::from_secs(10));
-    }
-
-    #[tokio::test]
-    async fn client_errors_name_the_kubeconfig() {
-        let missing = Path::new("/nonexistent/swiftlet/kubeconfig");
-        let Err(error) = client_from_kubeconfig(missing).await else {
-            panic!("a missing file is an error");
-        };
-        assert!(
-            error
-                .to_string()
-                .contains("/nonexistent/swiftlet/kubeconfig"),
-            "{error}"
-        );
-
-        let mut file = tempfile::NamedTempFile::new().expect("temp file");
-        file.write_all(b"apiVersion: v1\nkind: Config\nclusters: []\n")
-            .expect("write");
-        let Err(error) = client_from_kubeconfig(file.path()).await else {
-            panic!("a kubeconfig without a context is an error");
-        };
-        assert!(
-            error
-                .to_string()
-                .contains(&file.path().display().to_string()),
-            "{error}"
-        );
-    }
-
-    #[tokio::test]
-    async fn client_from_a_complete_kubeconfig() {
-        let mut file = tempfile::NamedTempFile::new().expect("temp file");
-        file.write_all(
-            b"apiVersion: v1\nkind: Config\ncurrent-context: c\nclusters:\n- name: k\n  cluster:\n    server: https://127.0.0.1:6443\ncontexts:\n- name: c\n  context:\n    cluster: k\n    user: u\n    namespace: ns1\nusers:\n- name: u\n  user:\n    token: t\n",
-        )
-        .expect("write");
-        let client = client_from_kubeconfig(file.path()).await.expect("client");
-        assert_eq!(client.default_namespace(), "ns1");
     }
 }

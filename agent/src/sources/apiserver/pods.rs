@@ -144,7 +144,7 @@ pub(super) async fn run(
 /// (`isTooLargeResourceVersionError`: the `ResourceVersionTooLarge` cause, or a 504 saying "Too
 /// large resource version" from servers older than the cause); kube-runtime's watcher would ask
 /// for the same version for ever.
-fn is_too_large_resource_version(error: &watcher::Error) -> bool {
+pub(super) fn is_too_large_resource_version(error: &watcher::Error) -> bool {
     let status = match error {
         watcher::Error::WatchStartFailed(kube::Error::Api(status))
         | watcher::Error::WatchFailed(kube::Error::Api(status))

@@ -221,3 +221,65 @@ fn identity_names_every_field_a_path_is_built_from() {
         .unwrap_or_default();
     assert!(err.starts_with("metadata.uid: Required value"), "{err}");
 }
+
+#[test]
+fn dns_config_is_validated_as_the_api_server_does() {
+    use k8s_openapi::api::core::v1::{PodDNSConfig, PodDNSConfigOption};
+    let with = |policy: &str, config: Option<PodDNSConfig>| {
+        let mut spec = PodSpec {
+            containers: vec![container("c")],
+            ..PodSpec::default()
+        };
+        crate::sources::defaults::apply(&mut spec);
+        spec.dns_policy = Some(policy.to_owned());
+        spec.dns_config = config;
+        errors(&pod("p", "default", spec))
+    };
+    assert_eq!(with("None", None), ["spec.dnsConfig: Required value"]);
+    assert_eq!(
+        with("None", Some(PodDNSConfig::default())),
+        ["spec.dnsConfig.nameservers: Required value"]
+    );
+    let strings = |items: &[&str]| Some(items.iter().map(|s| (*s).to_owned()).collect());
+    let good = PodDNSConfig {
+        nameservers: strings(&["10.0.0.10", "fd00::a"]),
+        searches: strings(&["svc.cluster.local.", "example.com"]),
+        options: Some(vec![PodDNSConfigOption {
+            name: Some("ndots".into()),
+            value: Some("2".into()),
+        }]),
+    };
+    assert_eq!(with("None", Some(good.clone())), Vec::<String>::new());
+    assert_eq!(with("ClusterFirst", Some(good)), Vec::<String>::new());
+    let bad = PodDNSConfig {
+        nameservers: strings(&["10.0.0.1", "10.0.0.2", "10.0.0.3", "dns.example"]),
+        searches: strings(&["Bad_Domain"]),
+        options: Some(vec![PodDNSConfigOption::default()]),
+    };
+    assert_eq!(
+        with("Default", Some(bad)),
+        [
+            "spec.dnsConfig.nameservers: Invalid value: \"10.0.0.1 10.0.0.2 10.0.0.3 dns.example\": \
+             must not have more than 3 nameservers",
+            "spec.dnsConfig.nameservers[3]: Invalid value: \"dns.example\": must be a valid IP \
+             address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+            &format!(
+                "spec.dnsConfig.searches[0]: Invalid value: \"Bad_Domain\": {SUBDOMAIN_DETAIL}"
+            ),
+            "spec.dnsConfig.options[0]: Required value",
+        ]
+    );
+    let many: Vec<String> = (0..33).map(|i| format!("d{i}.example")).collect();
+    let errs = with(
+        "Default",
+        Some(PodDNSConfig {
+            searches: Some(many),
+            ..Default::default()
+        }),
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.ends_with("must not have more than 32 search paths")),
+        "{errs:?}"
+    );
+}

@@ -66,11 +66,17 @@ pub struct Agent {
     pub port: u16,
     log: PathBuf,
     logger: JoinHandle<()>,
+    /// No other agent under test runs on this machine meanwhile (each stops pods it does not
+    /// know): [`crate::node::machine_lock`].
+    _machine: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
 impl Agent {
     /// Starts swiftlet and waits until it is running.
     pub async fn start(options: &AgentOptions) -> Result<Agent> {
+        let machine = tokio::task::spawn_blocking(crate::node::machine_lock)
+            .await
+            .context("waiting for the machine-wide agent lock")?;
         let port = free_port()?;
         let mut command = Command::new(&options.swiftlet);
         command
@@ -141,6 +147,7 @@ impl Agent {
             port,
             log: options.log.clone(),
             logger,
+            _machine: machine,
         })
     }
 
