@@ -9,6 +9,7 @@ pub mod commands;
 pub mod config;
 pub mod container;
 pub mod cri;
+pub mod events;
 pub mod eviction;
 pub mod hostfs;
 pub mod kernel;

@@ -10,6 +10,7 @@
 //! open files limit and sets its own oom_score_adj (`process.rs`).
 
 mod cpumanager;
+mod events;
 mod eviction;
 mod listeners;
 mod node;
@@ -173,6 +174,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);
+    let (kube_events, _) = broadcast::channel(BUS_CAPACITY);
     let mode = match &source {
         pods::PlegSource::Kernel { .. } => "ebpf",
         pods::PlegSource::Relist { .. } => "relist",
@@ -194,6 +196,7 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
             source,
             published: published.clone(),
             kernel_bus,
+            kube_events: kube_events.clone(),
         },
     )
     .await?;
@@ -201,7 +204,9 @@ pub async fn run(args: RunArgs) -> Result<(), Error> {
     listeners::serve_grpc(
         &config.grpc_socket,
         swiftlet_proto::v1::events_server::EventsServer::new(
-            EventsService::new(bus, published).with_evictions(pods.evictions.clone()),
+            EventsService::new(bus, published)
+                .with_evictions(pods.evictions.clone())
+                .with_kube_events(kube_events),
         ),
         &servers,
         &metrics.server,

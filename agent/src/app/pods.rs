@@ -143,6 +143,8 @@ pub struct PodsInput {
     pub source: PlegSource,
     pub published: broadcast::Sender<Arc<PublishedEvent>>,
     pub kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
+    /// The gRPC stream's bus of Kubernetes Events.
+    pub kube_events: broadcast::Sender<Arc<crate::events::Published>>,
 }
 
 /// The app's shared parts every builder hands tasks and registrations to.
@@ -158,7 +160,7 @@ pub struct App<'a> {
 
 impl App<'_> {
     /// Runs `task` in the app's task set until shutdown; a task that ends stops the agent.
-    fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+    pub(super) fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
         self.tasks.spawn(async move {
             task.await;
             Ok(())
@@ -191,6 +193,11 @@ struct PlegParts {
 pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let config = app.config;
     let node = NodeFacts::detect(config).map_err(Error::NodeIp)?;
+    let events = super::events::start(
+        app,
+        app.api.map(|c| c.events.clone()),
+        input.kube_events.clone(),
+    )?;
     let runtime = connect_runtime(app).await?;
     if !node.has_cap_sys_resource {
         tracing::info!(
@@ -204,15 +211,18 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         app.tasks,
         app.shutdown,
     )?;
-    let volumes = volume_manager(app, &node)?;
+    let volumes = volume_manager(app, &node, events.clone())?;
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
     let manager = runtime_manager(
         app,
         &node,
         &runtime,
-        reasons.clone(),
-        cpu_manager.clone(),
-        volumes.clone(),
+        ManagerParts {
+            reasons: reasons.clone(),
+            cpu_manager: cpu_manager.clone(),
+            volumes: volumes.clone(),
+            events: events.clone(),
+        },
     )?;
     let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
@@ -237,8 +247,14 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             reasons,
             cpu_manager,
             volumes: volumes.clone(),
+            events: events.clone(),
         },
     )?;
+    super::events::watch_system_ooms(
+        app,
+        input.kernel_bus.as_ref().map(|rx| rx.resubscribe()),
+        &events,
+    );
     let eviction = super::eviction::start(
         app,
         super::eviction::EvictionParts {
@@ -254,7 +270,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
     let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
-    start_sources(app, &mut pod_config, &reporting, &kubelet, &volumes).await?;
+    start_sources(app, &mut pod_config, &reporting, &kubelet, &volumes, events)?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
             rotation: config.logs.rotation,
@@ -311,6 +327,7 @@ struct CoreParts {
     reasons: Arc<Mutex<ReasonCache>>,
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
+    events: crate::events::Events,
 }
 
 /// The probe manager, the pod workers and the kubelet core, built once with all it needs
@@ -327,6 +344,7 @@ fn build_kubelet(
         runtime.client.clone(),
         parts.status.clone(),
         ProberMetrics::register(&app.metrics.registry)?,
+        parts.events.clone(),
     );
     let workers = pod_workers(
         app,
@@ -339,6 +357,7 @@ fn build_kubelet(
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             probes: probes.clone(),
             volumes: parts.volumes.clone(),
+            events: parts.events.clone(),
         },
     )?;
     // Admission fits pods into allocatable, as upstream's does.
@@ -362,6 +381,7 @@ fn build_kubelet(
         cpu_manager: parts.cpu_manager,
         probes,
         volumes: parts.volumes,
+        events: parts.events,
     });
     Ok((Arc::new(kubelet), probe_updates))
 }
@@ -403,20 +423,32 @@ async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
     })
 }
 
+/// What the runtime manager acts through besides the CRI client.
+struct ManagerParts {
+    reasons: Arc<Mutex<ReasonCache>>,
+    cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
+    volumes: Arc<VolumeManager>,
+    events: crate::events::Events,
+}
+
 /// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
-/// containers' environments read of the cluster, the pods' RuntimeClasses, and the user namespace
-/// ranges (restored from their checkpoint).
+/// containers' environments read of the cluster, the pods' RuntimeClasses, where it reports
+/// events, and the user namespace ranges (restored from their checkpoint).
 fn runtime_manager(
     app: &mut App<'_>,
     node: &NodeFacts,
     runtime: &Runtime,
-    reasons: Arc<Mutex<ReasonCache>>,
-    cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
-    volumes: Arc<VolumeManager>,
+    parts: ManagerParts,
 ) -> Result<Arc<KubeRuntimeManager>, Error> {
     let config = app.config;
     let env = cluster_env(app);
     let classes = runtime_classes(app.api);
+    let ManagerParts {
+        reasons,
+        cpu_manager,
+        volumes,
+        events,
+    } = parts;
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
         runtime.client.clone(),
@@ -444,7 +476,8 @@ fn runtime_manager(
     manager = manager
         .with_mounts(volumes)
         .with_env(env)
-        .with_runtime_classes(classes);
+        .with_runtime_classes(classes)
+        .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
     Ok(Arc::new(manager.with_userns(Arc::new(userns))))
@@ -551,6 +584,7 @@ struct KubeletSyncerParts {
     host_ip: Option<String>,
     probes: ProbeManager,
     volumes: Arc<VolumeManager>,
+    events: crate::events::Events,
 }
 
 struct Workers {
@@ -578,6 +612,7 @@ fn pod_workers(
         host_ip: parts.host_ip,
         probes: parts.probes,
         volumes: parts.volumes,
+        events: parts.events,
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();
@@ -730,13 +765,15 @@ async fn refresh_images(
 }
 
 /// The pod sources: static pods from `staticPodPath`, and the API server's pods (which also
-/// registers the node and posts its status) with `--kubeconfig`.
-async fn start_sources(
+/// registers the node and posts its status, reporting its condition changes to the events) with
+/// `--kubeconfig`.
+fn start_sources(
     app: &mut App<'_>,
     pod_config: &mut PodConfig,
     node: &NodeReporting,
     kubelet: &Arc<Kubelet>,
     volumes: &Arc<VolumeManager>,
+    events: crate::events::Events,
 ) -> Result<(), Error> {
     let config = app.config;
     if let Some(dir) = &config.static_pod_path {
@@ -779,6 +816,7 @@ async fn start_sources(
             let kubelet = kubelet.clone();
             Arc::new(move || kubelet.static_pods())
         },
+        events,
     };
     let shutdown = app.shutdown.clone();
     app.spawn(async move { source.run(shutdown).await });
@@ -846,7 +884,11 @@ fn object_source(
 }
 
 /// The volume manager, its reconciler running, with pod directories below `rootDir`.
-fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManager>, Error> {
+fn volume_manager(
+    app: &mut App<'_>,
+    node: &NodeFacts,
+    events: crate::events::Events,
+) -> Result<Arc<VolumeManager>, Error> {
     let config = app.config;
     let (_, allocatable_memory) =
         allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
@@ -868,6 +910,7 @@ fn volume_manager(app: &mut App<'_>, node: &NodeFacts) -> Result<Arc<VolumeManag
             wait_budget: default_wait_budget(),
         },
         VolumeMetrics::register(&app.metrics.registry)?,
+        events,
     );
     let runner = volumes.clone();
     let shutdown = app.shutdown.clone();

@@ -28,6 +28,9 @@ pub const NODE_LEASE_DURATION_SECONDS: u32 = 40;
 /// Upstream's `kubeAPIQPS` and `kubeAPIBurst` (since 1.27).
 pub const KUBE_API_QPS: u32 = 50;
 pub const KUBE_API_BURST: u32 = 100;
+/// Upstream's `eventRecordQPS` and `eventBurst`.
+pub const EVENT_RECORD_QPS: u32 = 50;
+pub const EVENT_BURST: u32 = 100;
 pub const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
 pub const EBPF_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);

@@ -81,6 +81,7 @@ fn defaults_without_file_or_flags() {
     );
     assert_eq!(config.node_status_update_frequency, Duration::from_secs(10));
     assert_eq!(config.node_lease_duration_seconds, 40);
+    assert_eq!((config.event_record_qps, config.event_burst), (50, 100));
     assert_eq!(config.pleg, PlegMode::Ebpf);
     assert!(!config.pleg_explicit);
     assert_eq!(config.pleg_relist_period, Duration::from_secs(300));
@@ -117,6 +118,8 @@ clusterDomain: cluster.local
 resolvConf: dns/resolv.conf
 nodeStatusUpdateFrequency: 20s
 nodeLeaseDurationSeconds: 60
+eventRecordQPS: 0
+eventBurst: 7
 nodeName: worker-7
 pleg: relist
 plegRelistPeriod: 500ms
@@ -165,6 +168,7 @@ fn file_values_replace_defaults() {
     assert_eq!(config.resolv_conf, Some(dir.path().join("dns/resolv.conf")));
     assert_eq!(config.node_status_update_frequency, Duration::from_secs(20));
     assert_eq!(config.node_lease_duration_seconds, 60);
+    assert_eq!((config.event_record_qps, config.event_burst), (0, 7));
     assert_eq!(config.pleg, PlegMode::Relist);
     assert_eq!(config.pleg_relist_period, Duration::from_millis(500));
     // Relative to the file's directory, as the kubelet resolves paths in its file.
@@ -300,6 +304,14 @@ fn bad_values_name_field_and_value() {
         (
             "nodeLeaseDurationSeconds: -1",
             "config file DIR/swiftlet.yaml: field `nodeLeaseDurationSeconds`: invalid value \"-1\": must be at least 1",
+        ),
+        (
+            "eventRecordQPS: -1",
+            "config file DIR/swiftlet.yaml: field `eventRecordQPS`: invalid value \"-1\": must not be a negative number",
+        ),
+        (
+            "eventBurst: -5",
+            "config file DIR/swiftlet.yaml: field `eventBurst`: invalid value \"-5\": must not be a negative number",
         ),
         (
             "podCIDR: 10.0.0.0/40",

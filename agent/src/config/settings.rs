@@ -179,6 +179,20 @@ macro_rules! with_settings {
                 file [i64]
                 => |i| int(i, 0..=i64::from(i32::MAX), "must be 0 or more"),
                 default defaults::KUBE_API_BURST;
+            /// Most Kubernetes Events written to the API server per second (`eventRecordQPS`); 0
+            /// means no limit.
+            config event_record_qps: [u32] = "eventRecordQPS",
+                flag "event-qps" [Option<i64>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must not be a negative number"),
+                default defaults::EVENT_RECORD_QPS;
+            /// How many Events may be written at once above `eventRecordQPS` (`eventBurst`; only
+            /// with a limit).
+            config event_burst: [u32] = "eventBurst",
+                flag "event-burst" [Option<i64>] (value_name = "N"),
+                file [i64]
+                => |i| int(i, 0..=i64::from(i32::MAX), "must not be a negative number"),
+                default defaults::EVENT_BURST;
             /// Port of the unauthenticated read-only endpoint (`readOnlyPort`); 0 disables it.
             section read_only_port: [Option<u16>] = "readOnlyPort",
                 flag "read-only-port" [Option<u16>] (value_name = "PORT"),

@@ -4,7 +4,9 @@
 //! as upstream's eviction manager does).
 //!
 //! Upstream: `StartGarbageCollection` in `pkg/kubelet/kubelet.go` and the eviction manager's
-//! `reclaimNodeLevelResources`.
+//! `reclaimNodeLevelResources`. The collectors' failures are events about the node, as upstream
+//! reports them (`ContainerGCFailed`, `ImageGCFailed`, `InvalidDiskCapacity`,
+//! `FreeDiskSpaceFailed`).
 
 use std::{
     collections::BTreeSet,
@@ -20,6 +22,7 @@ use super::Kubelet;
 use crate::{
     container::PodUid,
     cri::{ImageService, RuntimeService},
+    events::{Action, Event, Events, node_ref, reasons},
     eviction::NodeCondition,
     kuberuntime::{
         gc::{CONTAINER_GC_PERIOD, ContainerGc, ContainerGcPolicy, GcOutcome, PodStateProvider},
@@ -142,6 +145,54 @@ pub struct Housekeeping {
     container_gc: Arc<ContainerGc>,
     image_gc: Arc<ImageGcManager>,
     metrics: HousekeepingMetrics,
+    reporter: GcReporter,
+}
+
+/// The collectors' failures as events about the node (upstream `StartGarbageCollection` and
+/// the image GC manager's `GarbageCollect`).
+#[derive(Clone)]
+struct GcReporter {
+    node: String,
+    events: Events,
+}
+
+impl GcReporter {
+    fn warn(&self, reason: &str, note: String) {
+        self.events.record(Event::warning(
+            node_ref(&self.node),
+            reason,
+            Action::CollectGarbage,
+            note,
+        ));
+    }
+
+    /// A container GC failure: each one (`ContainerGCFailed`).
+    fn container_gc_failed(&self, error: &dyn std::fmt::Display) {
+        self.warn(reasons::CONTAINER_GC_FAILED, error.to_string());
+    }
+
+    /// An image GC failure: a zero capacity (`InvalidDiskCapacity`) or too little to free
+    /// (`FreeDiskSpaceFailed`) each time, with upstream's messages; any failure after another
+    /// (`ImageGCFailed`: upstream reports only repeats, the first may be stats still warming up).
+    fn image_gc_failed(&self, error: &ImageGcError, again: bool) {
+        match error {
+            ImageGcError::ZeroCapacity { .. } => self.warn(
+                reasons::INVALID_DISK_CAPACITY,
+                "invalid capacity 0 on image filesystem".into(),
+            ),
+            ImageGcError::NotEnough { wanted, freed } => self.warn(
+                reasons::FREE_DISK_SPACE_FAILED,
+                format!(
+                    "Failed to garbage collect required amount of images. Attempted to free \
+                     {wanted} bytes, but only found {freed} bytes eligible to free."
+                ),
+            ),
+            _ => {}
+        }
+        if again {
+            self.warn(reasons::IMAGE_GC_FAILED, error.to_string());
+        }
+    }
 }
 
 impl Housekeeping {
@@ -169,6 +220,10 @@ impl Housekeeping {
             container_gc,
             image_gc,
             metrics,
+            reporter: GcReporter {
+                node: kubelet.node_name.clone(),
+                events: kubelet.events().clone(),
+            },
         })
     }
 
@@ -180,7 +235,7 @@ impl Housekeeping {
                 self.container_gc.clone(),
                 triggers.sources_ready.clone(),
                 triggers.pleg_events,
-                self.metrics.clone(),
+                (self.metrics.clone(), self.reporter.clone()),
                 shutdown.clone(),
             ),
             run_image_gc(
@@ -188,7 +243,7 @@ impl Housekeeping {
                 self.container_gc,
                 triggers.sources_ready,
                 triggers.conditions,
-                self.metrics,
+                (self.metrics, self.reporter),
                 shutdown,
             ),
         );
@@ -200,7 +255,7 @@ async fn run_container_gc(
     gc: Arc<ContainerGc>,
     ready: SourcesReady,
     mut events: broadcast::Receiver<Arc<PublishedEvent>>,
-    metrics: HousekeepingMetrics,
+    (metrics, reporter): (HousekeepingMetrics, GcReporter),
     shutdown: CancellationToken,
 ) {
     let mut events_open = true;
@@ -252,7 +307,10 @@ async fn run_container_gc(
                     tracing::debug!(?outcome, "container GC");
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "container GC failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "container GC failed");
+                reporter.container_gc_failed(&e);
+            }
         }
     }
 }
@@ -263,10 +321,11 @@ async fn run_image_gc(
     containers: Arc<ContainerGc>,
     ready: SourcesReady,
     mut conditions: watch::Receiver<BTreeSet<NodeCondition>>,
-    metrics: HousekeepingMetrics,
+    (metrics, reporter): (HousekeepingMetrics, GcReporter),
     shutdown: CancellationToken,
 ) {
     let enabled = images.policy().enabled();
+    let mut failed_before = false;
     if !enabled {
         tracing::info!("imageGCHighThresholdPercent is 100: image GC is disabled");
     }
@@ -286,12 +345,17 @@ async fn run_image_gc(
             _ = tick.tick() => {
                 if enabled {
                     match images.garbage_collect().await {
-                        Ok(freed) => metrics.image_gc_freed_bytes.inc_by(freed),
+                        Ok(freed) => {
+                            metrics.image_gc_freed_bytes.inc_by(freed);
+                            failed_before = false;
+                        }
                         Err(e) => {
                             if let ImageGcError::NotEnough { freed, .. } = e {
                                 metrics.image_gc_freed_bytes.inc_by(freed);
                             }
                             tracing::warn!(error = %e, "image GC failed");
+                            reporter.image_gc_failed(&e, failed_before);
+                            failed_before = true;
                         }
                     }
                 }
@@ -332,5 +396,57 @@ async fn reclaim(
             tracing::info!(freed, "disk pressure: unused images removed");
         }
         Err(e) => tracing::warn!(error = %e, "disk pressure: image GC failed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::fake::FakeRecorder;
+
+    #[test]
+    fn gc_failures_are_reported_as_upstream_reports_them() {
+        let recorder = FakeRecorder::new();
+        let reporter = GcReporter {
+            node: "n1".into(),
+            events: recorder.clone(),
+        };
+        let not_enough = ImageGcError::NotEnough {
+            wanted: 100,
+            freed: 40,
+        };
+        reporter.image_gc_failed(&not_enough, false);
+        reporter.image_gc_failed(
+            &ImageGcError::ZeroCapacity {
+                path: "/var/lib/containerd".into(),
+            },
+            true,
+        );
+        reporter.container_gc_failed(&"rpc error: unavailable");
+        let summary = recorder.summary();
+        let reasons: Vec<&str> = summary.iter().map(|(_, r, _)| r.as_str()).collect();
+        // The first image GC failure is not one in a row: no ImageGCFailed for it.
+        assert_eq!(
+            reasons,
+            [
+                "FreeDiskSpaceFailed",
+                "InvalidDiskCapacity",
+                "ImageGCFailed",
+                "ContainerGCFailed"
+            ]
+        );
+        assert_eq!(
+            summary[0].2,
+            "Failed to garbage collect required amount of images. Attempted to free 100 bytes, \
+             but only found 40 bytes eligible to free."
+        );
+        assert_eq!(summary[1].2, "invalid capacity 0 on image filesystem");
+        assert!(
+            recorder
+                .events()
+                .iter()
+                .all(|e| e.type_ == crate::events::EventType::Warning
+                    && e.regarding.kind.as_deref() == Some("Node"))
+        );
     }
 }

@@ -2,12 +2,14 @@
 //! updates, PLEG events and periodic work to the pod workers, admission, housekeeping, and the
 //! sync functions the workers call. Everything it acts through is handed in by `app`, at
 //! construction ([`KubeletParts`]). Also what the kubelet computes about the node for the rest:
-//! allocatable (`allocatable.rs`) and the runtime's health (`runtime_health.rs`).
+//! allocatable (`allocatable.rs`), the runtime's health (`runtime_health.rs`) and system OOMs
+//! (`oom_watcher.rs`).
 
 pub mod admission;
 pub mod allocatable;
 pub mod housekeeping;
 pub mod metrics;
+pub mod oom_watcher;
 pub mod pod_manager;
 pub mod runtime_health;
 pub mod security_admission;
@@ -34,6 +36,7 @@ use self::{
 use crate::{
     cm::{cpumanager::CpuManager, pod_cgroups::PodCgroups},
     container::PodUid,
+    events::{Action, Event, Events, pod_ref, reasons},
     eviction::{Evictor, NodeCondition},
     kuberuntime::{manager::KubeRuntimeManager, should_container_be_restarted},
     lock::MutexExt as _,
@@ -81,6 +84,8 @@ pub struct Kubelet {
     volumes: Arc<VolumeManager>,
     /// Every source's first complete set is in the pod manager (see `static_pods.rs`).
     sources_complete: std::sync::atomic::AtomicBool,
+    /// Rejected and evicted pods are reported here.
+    events: Events,
 }
 
 /// What the kubelet core is built from, each part already built by its own constructor
@@ -99,6 +104,7 @@ pub struct KubeletParts {
     pub cpu_manager: Option<Arc<CpuManager>>,
     pub probes: ProbeManager,
     pub volumes: Arc<VolumeManager>,
+    pub events: Events,
 }
 
 impl Kubelet {
@@ -117,6 +123,7 @@ impl Kubelet {
             cpu_manager,
             probes,
             volumes,
+            events,
         } = parts;
         Kubelet {
             node_name,
@@ -135,7 +142,13 @@ impl Kubelet {
             probes,
             volumes,
             sources_complete: std::sync::atomic::AtomicBool::new(false),
+            events,
         }
+    }
+
+    /// Where the kubelet's components report events.
+    pub fn events(&self) -> &Events {
+        &self.events
     }
 
     /// Admission from now on also checks the node's pressure conditions (see `pressure`).
@@ -252,6 +265,13 @@ impl Kubelet {
                 let active: Vec<&Pod> = active.iter().map(|p| p.as_ref()).collect();
                 if let Err(rejection) = self.admit(&pod, &active, wanted.as_ref()) {
                     tracing::warn!(pod = %uid, reason = rejection.reason, message = rejection.message, "pod rejected");
+                    // Upstream `rejectPod`: the admit handler's reason and message.
+                    self.events.record(Event::warning(
+                        pod_ref(&pod),
+                        rejection.reason.clone(),
+                        Action::AdmitPod,
+                        rejection.message.clone(),
+                    ));
                     self.rejected().insert(uid.clone());
                     self.status.set_pod_status(
                         &pod,
@@ -315,6 +335,13 @@ impl Kubelet {
     /// Evicts a pod: its status says why from now on, and its worker kills it.
     fn evict_pod(&self, pod: &Arc<Pod>, grace_secs: i64, message: &str) -> oneshot::Receiver<()> {
         self.status.set_terminal(pod, "Evicted", message);
+        // Upstream's eviction manager reports it (`evictPod`) before the kill.
+        self.events.record(Event::warning(
+            pod_ref(pod),
+            reasons::EVICTED,
+            Action::EvictPod,
+            message,
+        ));
         let (tx, rx) = oneshot::channel();
         self.workers.update_pod(UpdatePodOptions {
             update_type: UpdateType::Kill,

@@ -15,6 +15,7 @@ use super::pod_manager::PodManager;
 use crate::{
     cm::pod_cgroups::PodCgroups,
     container::{PodStatus, PodUid, RunningPod},
+    events::{Action, Event, Events, pod_ref, reasons},
     kuberuntime::manager::KubeRuntimeManager,
     pod_workers::{PodSyncer, SyncPodOutcome, UpdateType, pod_uid},
     prober::ProbeManager,
@@ -41,6 +42,8 @@ pub struct KubeletSyncer {
     pub host_ip: Option<String>,
     pub probes: ProbeManager,
     pub volumes: Arc<VolumeManager>,
+    /// A pod whose volumes are not set up in time is reported here (`FailedMount`).
+    pub events: Events,
 }
 
 impl KubeletSyncer {
@@ -133,6 +136,12 @@ impl KubeletSyncer {
         };
         let message = format!("Unable to attach or mount volumes: {e}");
         tracing::warn!(pod = %uid, error = %e, "FailedMount");
+        self.events.record(Event::warning(
+            pod_ref(pod),
+            reasons::FAILED_MOUNT_VOLUME,
+            Action::MountVolume,
+            message.clone(),
+        ));
         let spec = pod.spec.as_ref();
         for c in spec
             .into_iter()

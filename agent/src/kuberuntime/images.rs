@@ -1,7 +1,9 @@
 //! Making sure a container's image is on the node before it is created (upstream
 //! `pkg/kubelet/images/image_manager.go` `EnsureImageExists`): the pull policy decides whether to
 //! pull, a failed pull backs off (`ErrImagePull`, then `ImagePullBackOff`), and `Never` with a
-//! missing image is `ErrImageNeverPull`. Everything goes through the CRI ImageService.
+//! missing image is `ErrImageNeverPull`. Everything goes through the CRI ImageService. Each
+//! outcome is also an event about the container, with upstream's reasons and messages
+//! (`Pulling`, `Pulled`, `Failed`, `BackOff`, `InspectFailed`, `ErrImageNeverPull`).
 
 use crate::lock::MutexExt as _;
 use std::{
@@ -10,15 +12,16 @@ use std::{
 };
 
 use k8s_cri::v1 as cri;
-use k8s_openapi::api::core::v1::Container;
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
     security_context::ImageUser,
 };
 use crate::{
-    container::PodUid,
     cri::ImageService,
+    events::{Action, Event, EventRecorder, container_ref, go_duration_millis, reasons},
+    pod::pod_uid,
     status::{StartFailure, StartFailureReason},
 };
 
@@ -79,19 +82,44 @@ impl ImagePuller {
         self.backoff.lock_unpoisoned()
     }
 
-    /// The image reference to create the container from, or why it cannot be had.
+    /// The image reference to create the container from, or why it cannot be had; what
+    /// happened is also reported to `events`.
     pub async fn ensure_image(
         &self,
-        pod: &PodUid,
+        pod: &Pod,
         container: &Container,
         sandbox: &cri::PodSandboxConfig,
         now: SystemTime,
+        events: &dyn EventRecorder,
     ) -> Result<String, StartFailure> {
+        let regarding = container_ref(pod, &container.name);
+        let normal = |reason: &str, note: String| {
+            events.record(Event::normal(
+                regarding.clone(),
+                reason,
+                Action::PullImage,
+                note,
+            ));
+        };
+        let warning = |reason: &str, failure: StartFailure| {
+            events.record(Event::warning(
+                regarding.clone(),
+                reason,
+                Action::PullImage,
+                failure.message.clone(),
+            ));
+            failure
+        };
         let image = container.image.clone().unwrap_or_default();
         if image.is_empty() || image.chars().any(char::is_whitespace) {
-            return Err(StartFailure::new(
-                StartFailureReason::InvalidImageName,
-                format!("Failed to apply default image tag {image:?}: invalid reference format"),
+            return Err(warning(
+                reasons::FAILED_TO_INSPECT_IMAGE,
+                StartFailure::new(
+                    StartFailureReason::InvalidImageName,
+                    format!(
+                        "Failed to apply default image tag {image:?}: invalid reference format"
+                    ),
+                ),
             ));
         }
         let spec = cri::ImageSpec {
@@ -102,46 +130,82 @@ impl ImagePuller {
         let present = match self.images.image_status(spec.clone()).await {
             Ok(found) => found.map(|i| i.id),
             Err(e) => {
-                return Err(StartFailure::new(
-                    StartFailureReason::ErrImagePull,
-                    format!("Failed to inspect image {image:?}: {e}"),
+                return Err(warning(
+                    reasons::FAILED_TO_INSPECT_IMAGE,
+                    StartFailure::new(
+                        StartFailureReason::ErrImagePull,
+                        format!("Failed to inspect image {image:?}: {e}"),
+                    ),
                 ));
             }
         };
         match (policy, present) {
-            (PullPolicy::IfNotPresent | PullPolicy::Never, Some(id)) => return Ok(id),
+            (PullPolicy::IfNotPresent | PullPolicy::Never, Some(id)) => {
+                normal(
+                    reasons::PULLED_IMAGE,
+                    format!("Container image {image:?} already present on machine"),
+                );
+                return Ok(id);
+            }
             (PullPolicy::Never, None) => {
-                return Err(StartFailure::new(
-                    StartFailureReason::ErrImageNeverPull,
-                    format!("Container image {image:?} is not present with pull policy of Never"),
+                return Err(warning(
+                    reasons::ERR_IMAGE_NEVER_PULL_POLICY,
+                    StartFailure::new(
+                        StartFailureReason::ErrImageNeverPull,
+                        format!(
+                            "Container image {image:?} is not present with pull policy of Never"
+                        ),
+                    ),
                 ));
             }
             _ => {}
         }
         let key = ImageBackoffKey {
-            pod_uid: pod.clone(),
+            pod_uid: pod_uid(pod),
             image: image.clone(),
         };
         if self.backoff().in_backoff_since_update(&key, now).is_some() {
+            let message = format!("Back-off pulling image {image:?}");
+            // Upstream reports it as Normal.
+            normal(reasons::BACK_OFF_START_CONTAINER, message.clone());
             return Err(StartFailure::new(
                 StartFailureReason::ImagePullBackOff,
-                format!("Back-off pulling image {image:?}"),
+                message,
             ));
         }
+        normal(reasons::PULLING_IMAGE, format!("Pulling image {image:?}"));
+        let started = std::time::Instant::now();
         match self
             .images
-            .pull_image(spec, None, Some(sandbox.clone()))
+            .pull_image(spec.clone(), None, Some(sandbox.clone()))
             .await
         {
             Ok(reference) => {
+                // Upstream asks the size with best effort too (0 when unknown).
+                let size = match self.images.image_status(spec).await {
+                    Ok(Some(found)) => found.size,
+                    _ => 0,
+                };
+                // Pulls are not queued here: the wait is the pull.
+                let took = go_duration_millis(started.elapsed());
+                normal(
+                    reasons::PULLED_IMAGE,
+                    format!(
+                        "Successfully pulled image {image:?} in {took} ({took} including \
+                         waiting). Image size: {size} bytes."
+                    ),
+                );
                 self.backoff().reset(&key);
                 Ok(reference)
             }
             Err(e) => {
                 self.backoff().record_failure(&key, now, now);
-                Err(StartFailure::new(
-                    StartFailureReason::ErrImagePull,
-                    format!("Failed to pull image {image:?}: {e}"),
+                Err(warning(
+                    reasons::FAILED_TO_CREATE_CONTAINER,
+                    StartFailure::new(
+                        StartFailureReason::ErrImagePull,
+                        format!("Failed to pull image {image:?}: {e}"),
+                    ),
                 ))
             }
         }

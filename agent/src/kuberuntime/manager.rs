@@ -2,7 +2,9 @@
 //! `startContainer`, `killContainer`): kill what must go, (re)create the sandbox, start init
 //! containers one at a time, sidecars and regular containers, each start gated by the crash-loop
 //! back-off and the image, with every failure recorded in the reason cache so the pod's status
-//! says why. The only component that changes what the runtime runs.
+//! says why, and reported as upstream's events (`Created`, `Started`, `Killing`, `BackOff`,
+//! `Failed`, `FailedCreatePodSandBox`, `SandboxChanged`, the hooks'; the image's in `images.rs`).
+//! The only component that changes what the runtime runs.
 
 use crate::lock::MutexExt as _;
 use std::{
@@ -37,6 +39,7 @@ use crate::{
     cm::qos,
     container::{ContainerState, PodStatus, PodUid, RunningPod, SandboxState},
     cri::{ImageService, RuntimeService},
+    events::{Action, Event, EventType, Events, container_ref, pod_ref, reasons},
     pod::format_pod,
     status::{ReasonCache, StartFailure, StartFailureReason},
 };
@@ -175,6 +178,7 @@ pub struct KubeRuntimeManager {
     userns: Arc<UsernsManager>,
     env: ClusterEnv,
     runtime_classes: Arc<dyn RuntimeClasses>,
+    events: Events,
 }
 
 impl KubeRuntimeManager {
@@ -197,12 +201,19 @@ impl KubeRuntimeManager {
             userns: Arc::new(UsernsManager::host_only()),
             env: ClusterEnv::standalone(),
             runtime_classes: Arc::new(DefaultHandler),
+            events: crate::events::none(),
         }
     }
 
     /// Resolves pods' `runtimeClassName` through `classes` (the API server's RuntimeClasses).
     pub fn with_runtime_classes(mut self, classes: Arc<dyn RuntimeClasses>) -> Self {
         self.runtime_classes = classes;
+        self
+    }
+
+    /// Reports what it does to the runtime as events to `events`.
+    pub fn with_events(mut self, events: Events) -> Self {
+        self.events = events;
         self
     }
 
@@ -244,6 +255,30 @@ impl KubeRuntimeManager {
         self.reasons.lock_unpoisoned()
     }
 
+    /// An event about `container` of `pod` (upstream `recordContainerEvent`): the container's id
+    /// in a runtime's message becomes its name, so that repeats of one failure stay one series.
+    fn container_event(
+        &self,
+        pod: &Pod,
+        container: &str,
+        id: Option<&str>,
+        event: (EventType, &str, Action),
+        note: String,
+    ) {
+        let note = match id {
+            Some(id) if !id.is_empty() => note.replace(id, container),
+            _ => note,
+        };
+        let (type_, reason, action) = event;
+        self.events.record(Event::new(
+            container_ref(pod, container),
+            type_,
+            reason,
+            action,
+            note,
+        ));
+    }
+
     /// Drives the pod's runtime state one step towards its spec.
     pub async fn sync_pod(
         &self,
@@ -259,6 +294,14 @@ impl KubeRuntimeManager {
             return outcome;
         }
         tracing::debug!(pod = %format_pod(pod), ?actions, "sync pod");
+        if actions.create_sandbox && actions.sandbox_id.is_some() {
+            self.events.record(Event::normal(
+                pod_ref(pod),
+                reasons::SANDBOX_CHANGED,
+                Action::CreatePodSandbox,
+                "Pod sandbox changed, it will be killed and re-created.",
+            ));
+        }
         if let Err(e) = self.kill_for_sync(pod, status, &actions).await {
             outcome.errors.push(e);
             return outcome;
@@ -311,13 +354,19 @@ impl KubeRuntimeManager {
         }
         for kill in &actions.containers_to_kill {
             let grace = kill_grace(pod, &kill.name, kill.reason, grace);
-            self.kill_container(Some(pod), status, &kill.id.id, &kill.name, grace)
-                .await
-                .map_err(|source| SyncError::KillContainer {
-                    pod: format_pod(pod),
-                    container: kill.name.clone(),
-                    source,
-                })?;
+            self.kill_container(
+                Some(pod),
+                status,
+                (&kill.id.id, &kill.name),
+                Some(&kill.message),
+                grace,
+            )
+            .await
+            .map_err(|source| SyncError::KillContainer {
+                pod: format_pod(pod),
+                container: kill.name.clone(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -405,14 +454,21 @@ impl KubeRuntimeManager {
         ) {
             tracing::warn!(dir = config.log_directory, error = %e, "cannot create the pod log directory");
         }
-        let id = self
-            .runtime
-            .run_pod_sandbox(config.clone(), handler)
-            .await
-            .map_err(|source| SyncError::CreateSandbox {
-                pod: format_pod(pod),
-                source,
-            })?;
+        let id = match self.runtime.run_pod_sandbox(config.clone(), handler).await {
+            Ok(id) => id,
+            Err(source) => {
+                self.events.record(Event::warning(
+                    pod_ref(pod),
+                    reasons::FAILED_CREATE_POD_SANDBOX,
+                    Action::CreatePodSandbox,
+                    format!("Failed to create pod sandbox: {source}"),
+                ));
+                return Err(SyncError::CreateSandbox {
+                    pod: format_pod(pod),
+                    source,
+                });
+            }
+        };
         let ips = match self.runtime.pod_sandbox_status(&id).await {
             Ok(s) => s
                 .network
@@ -522,6 +578,23 @@ impl KubeRuntimeManager {
             .crash_backoff
             .lock_unpoisoned()
             .check_restart(&key, finished, now);
+        if gate.is_err() {
+            self.container_event(
+                start.pod,
+                &container.name,
+                None,
+                (
+                    EventType::Warning,
+                    reasons::BACK_OFF_START_CONTAINER,
+                    Action::StartContainer,
+                ),
+                format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    container.name,
+                    format_pod(start.pod)
+                ),
+            );
+        }
         gate.map_err(|wait| StartStop::Failed {
             failure: StartFailure::new(
                 StartFailureReason::CrashLoopBackOff,
@@ -547,14 +620,35 @@ impl KubeRuntimeManager {
         let sandbox = start.sandbox;
         let image_ref = self
             .images
-            .ensure_image(&start.uid, container, &sandbox.config, now)
+            .ensure_image(
+                start.pod,
+                container,
+                &sandbox.config,
+                now,
+                self.events.as_ref(),
+            )
             .await
             .map_err(|failure| {
+                // Upstream's `startContainer` adds the error's name as a `Failed` event.
+                self.container_event(
+                    start.pod,
+                    &container.name,
+                    None,
+                    failed(Action::PullImage),
+                    format!("Error: {}", failure.reason),
+                );
                 let retry_in = (failure.reason == StartFailureReason::ImagePullBackOff)
                     .then_some(Duration::from_secs(10));
                 StartStop::Failed { failure, retry_in }
             })?;
         let config_error = |message: String| {
+            self.container_event(
+                start.pod,
+                &container.name,
+                None,
+                failed(Action::CreateContainer),
+                format!("Error: {message}"),
+            );
             StartStop::from(StartFailure::new(
                 StartFailureReason::CreateContainerConfigError,
                 message,
@@ -623,19 +717,50 @@ impl KubeRuntimeManager {
             .get_or_insert_default();
         self.lifecycle.pre_create(start.pod, container, resources);
         let resources = resources.clone();
+        let name = container.name.as_str();
         let id = self
             .runtime
             .create_container(&start.sandbox.id, config, start.sandbox.config.clone())
             .await
             .map_err(|e| {
-                StartFailure::new(StartFailureReason::CreateContainerError, e.to_string())
+                let message = e.to_string();
+                self.container_event(
+                    start.pod,
+                    name,
+                    None,
+                    failed(Action::CreateContainer),
+                    format!("Error: {message}"),
+                );
+                StartFailure::new(StartFailureReason::CreateContainerError, message)
             })?;
         self.lifecycle
             .pre_start(start.pod, container, &id, &resources);
-        self.runtime
-            .start_container(&id)
-            .await
-            .map_err(|e| StartFailure::new(StartFailureReason::RunContainerError, e.to_string()))?;
+        let normal = |reason, action| (EventType::Normal, reason, action);
+        self.container_event(
+            start.pod,
+            name,
+            Some(&id),
+            normal(reasons::CREATED_CONTAINER, Action::CreateContainer),
+            format!("Created container: {name}"),
+        );
+        self.runtime.start_container(&id).await.map_err(|e| {
+            let message = e.to_string();
+            self.container_event(
+                start.pod,
+                name,
+                Some(&id),
+                failed(Action::StartContainer),
+                format!("Error: {message}"),
+            );
+            StartFailure::new(StartFailureReason::RunContainerError, message)
+        })?;
+        self.container_event(
+            start.pod,
+            name,
+            Some(&id),
+            normal(reasons::STARTED_CONTAINER, Action::StartContainer),
+            format!("Started container {name}"),
+        );
         Ok(id)
     }
 
@@ -670,6 +795,30 @@ impl KubeRuntimeManager {
             return Ok(());
         };
         tracing::warn!(pod = %format_pod(pod), container = container.name, reason = "FailedPostStartHook", "{message}");
+        // Not the hook's output: it may hold secrets (upstream keeps it out of the event too).
+        self.container_event(
+            pod,
+            &container.name,
+            Some(id),
+            (
+                EventType::Warning,
+                reasons::FAILED_POST_START_HOOK,
+                Action::RunHook,
+            ),
+            "PostStartHook failed".into(),
+        );
+        // Upstream kills it with the message "FailedPostStartHook", which its Killing event says.
+        self.container_event(
+            pod,
+            &container.name,
+            Some(id),
+            (
+                EventType::Normal,
+                reasons::KILLING_CONTAINER,
+                Action::KillContainer,
+            ),
+            "FailedPostStartHook".into(),
+        );
         if let Err(e) = self.stop_container(id, pod_grace(pod)).await {
             tracing::warn!(pod = %format_pod(pod), container = container.name, error = %e, "cannot kill the container whose postStart hook failed");
         }
@@ -754,13 +903,15 @@ impl KubeRuntimeManager {
     }
 
     /// Stops one container (upstream `killContainer`): its `preStop` hook first, when the pod's
-    /// spec is known, within `grace`; then the stop signal with what is left of it.
+    /// spec is known, within `grace`; then the stop signal with what is left of it. A container
+    /// of a known spec gets a `Killing` event saying `message` (by default `Stopping container
+    /// <name>`); upstream cannot name one it only knows from the runtime, nor does this.
     async fn kill_container(
         &self,
         pod: Option<&Pod>,
         status: &PodStatus,
-        id: &str,
-        name: &str,
+        (id, name): (&str, &str),
+        message: Option<&str>,
         grace: Duration,
     ) -> Result<(), crate::cri::Error> {
         let container = pod.and_then(|p| {
@@ -772,6 +923,20 @@ impl KubeRuntimeManager {
             })
         });
         let hook = container.and_then(|c| c.lifecycle.as_ref()?.pre_stop.as_ref());
+        if let (Some(pod), Some(_)) = (pod, container) {
+            let note = message.map_or_else(|| format!("Stopping container {name}"), str::to_owned);
+            self.container_event(
+                pod,
+                name,
+                Some(id),
+                (
+                    EventType::Normal,
+                    reasons::KILLING_CONTAINER,
+                    Action::KillContainer,
+                ),
+                note,
+            );
+        }
         let mut grace = grace;
         if let (Some(pod), Some(container), Some(handler)) = (pod, container, hook)
             && !grace.is_zero()
@@ -788,6 +953,17 @@ impl KubeRuntimeManager {
                 Ok(Ok(())) => {}
                 Ok(Err(message)) => {
                     tracing::warn!(pod = %format_pod(pod), container = name, reason = "FailedPreStopHook", "{message}");
+                    self.container_event(
+                        pod,
+                        name,
+                        Some(id),
+                        (
+                            EventType::Warning,
+                            reasons::FAILED_PRE_STOP_HOOK,
+                            Action::RunHook,
+                        ),
+                        "PreStopHook failed".into(),
+                    );
                 }
                 Err(_) => {
                     tracing::warn!(pod = %format_pod(pod), container = name, grace_secs = grace.as_secs(), "preStop hook did not complete within the grace period");
@@ -826,7 +1002,7 @@ impl KubeRuntimeManager {
             .collect();
         let stops = running
             .iter()
-            .map(|(id, name)| self.kill_container(pod, status, id, name, grace));
+            .map(|(id, name)| self.kill_container(pod, status, (id, name), None, grace));
         for result in futures::future::join_all(stops).await {
             result?;
         }
@@ -908,6 +1084,15 @@ impl KubeRuntimeManager {
         self.crash_backoff.lock_unpoisoned().gc(now);
         self.images.gc(now);
     }
+}
+
+/// A `Failed` event (upstream gives failed creates, starts and pulls one reason).
+fn failed(action: Action) -> (EventType, &'static str, Action) {
+    (
+        EventType::Warning,
+        reasons::FAILED_TO_CREATE_CONTAINER,
+        action,
+    )
 }
 
 /// The grace period of one kill: a failed liveness or startup probe may carry its own (upstream

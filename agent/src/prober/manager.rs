@@ -20,6 +20,7 @@ use super::{
 use crate::{
     container::{ContainerId, PodUid},
     cri::RuntimeService,
+    events::Events,
     pod::spec,
     status::{ContainerReadiness, StatusManager},
 };
@@ -104,6 +105,8 @@ pub(super) struct Shared {
     pub runtime: Arc<dyn RuntimeService>,
     pub target: Arc<dyn ProbeTarget>,
     pub metrics: ProberMetrics,
+    /// Failed probes are reported here (`Unhealthy`, `ProbeWarning`).
+    pub events: Events,
     pub started_at: Instant,
     next_generation: std::sync::atomic::AtomicU64,
 }
@@ -132,6 +135,7 @@ impl ProbeManager {
         runtime: Arc<dyn RuntimeService>,
         target: Arc<dyn ProbeTarget>,
         metrics: ProberMetrics,
+        events: Events,
     ) -> (ProbeManager, mpsc::UnboundedReceiver<ProbeUpdate>) {
         let (results, updates) = ResultsManager::new();
         (
@@ -142,6 +146,7 @@ impl ProbeManager {
                     runtime,
                     target,
                     metrics,
+                    events,
                     started_at: Instant::now(),
                     next_generation: std::sync::atomic::AtomicU64::new(0),
                 }),

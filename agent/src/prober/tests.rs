@@ -62,6 +62,7 @@ fn pod(container: Container) -> Arc<Pod> {
 
 struct Setup {
     fake: Arc<FakeRuntime>,
+    events: Arc<crate::events::fake::FakeRecorder>,
     target: Arc<FakeTarget>,
     probes: ProbeManager,
     updates: mpsc::UnboundedReceiver<ProbeUpdate>,
@@ -77,13 +78,16 @@ async fn setup() -> Setup {
     let id = ids[0].clone();
     let target = Arc::new(FakeTarget::default());
     target.set(running(&id, true));
+    let events = crate::events::fake::FakeRecorder::new();
     let (probes, updates) = ProbeManager::new(
         fake.clone(),
         target.clone(),
         ProberMetrics::unregistered().expect("metrics"),
+        events.clone(),
     );
     Setup {
         fake,
+        events,
         target,
         probes,
         updates,
@@ -153,6 +157,13 @@ async fn liveness_fails_only_after_the_threshold_and_then_holds() {
     );
     assert_eq!(execs(&s.fake), 3, "three failures make the threshold");
     assert_eq!(s.probes.liveness(&cid), Some(ProbeOutcome::Failure));
+    // Each failed probe is an event about the container, the threshold's or not.
+    let events = s.events.events();
+    assert_eq!(events.len(), 3);
+    assert!(events.iter().all(|e| e.reason == "Unhealthy"
+        && e.type_ == crate::events::EventType::Warning
+        && e.note == "Liveness probe failed: not alive"
+        && e.regarding.field_path.as_deref() == Some("spec.containers{app}")));
     // On hold: the instance is being killed; no more probes of it.
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(execs(&s.fake), 3);

@@ -2,6 +2,8 @@
 //! period, from the container's start plus the initial delay, and records a result once a run of
 //! equal verdicts reaches the success or failure threshold. A liveness or startup failure puts the
 //! worker on hold until a new instance of the container exists (the old one is being killed).
+//! Every failed probe (not only the one that reaches the threshold) is an `Unhealthy` event
+//! about the container, a warning a `ProbeWarning`, as upstream's `prober.probe` reports them.
 
 use std::{
     sync::Arc,
@@ -18,6 +20,7 @@ use super::{
     manager::{Key, Shared},
     probe::{self, Target},
 };
+use crate::events::{Action, Event, container_ref, reasons};
 
 pub(super) struct Worker {
     pub key: Key,
@@ -136,6 +139,16 @@ impl Worker {
             .remove_label_values(&[kind, container, pod, namespace]);
     }
 
+    /// A warning event about the probed container.
+    fn report(&self, reason: &str, note: String) {
+        self.shared.events.record(Event::warning(
+            container_ref(&self.pod, &self.container.name),
+            reason,
+            Action::ProbeContainer,
+            note,
+        ));
+    }
+
     /// A new instance of the container (a restart, a first start): its results start over.
     fn follow(&mut self, id: &str) {
         if self.container_id.as_deref() == Some(id) {
@@ -168,6 +181,15 @@ impl Worker {
             self.count("failed");
         }
         if let probe::Verdict::Failure(output) | probe::Verdict::Warning(output) = verdict {
+            let (reason, what) = if passed {
+                (reasons::CONTAINER_PROBE_WARNING, "warning")
+            } else {
+                (reasons::CONTAINER_UNHEALTHY, "failed")
+            };
+            self.report(
+                reason,
+                format!("{} probe {what}: {output}", self.kind().as_str()),
+            );
             tracing::info!(
                 pod = self.pod.metadata.name.as_deref().unwrap_or_default(),
                 namespace = self.pod.metadata.namespace.as_deref().unwrap_or("default"),
@@ -273,6 +295,13 @@ impl Worker {
             Ok(verdict) => verdict,
             Err(e) => {
                 tracing::warn!(pod = %self.key.pod, container = self.container.name, probe = self.kind().as_str(), error = %e, "probe errored");
+                self.report(
+                    reasons::CONTAINER_UNHEALTHY,
+                    format!(
+                        "{} probe errored and resulted in unknown state: {e}",
+                        self.kind().as_str()
+                    ),
+                );
                 self.count("unknown");
                 return true;
             }

@@ -11,6 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{
     container::ContainerState,
+    events::{EventType, Published},
     eviction::manager::Decision,
     kernel::{EventBody, KernelEvent, StreamItem},
     pleg::PublishedEvent,
@@ -23,6 +24,7 @@ pub struct EventsService {
     bus: broadcast::Sender<Arc<StreamItem>>,
     pods: broadcast::Sender<Arc<PublishedEvent>>,
     evictions: Option<broadcast::Sender<Decision>>,
+    kube_events: Option<broadcast::Sender<Arc<Published>>>,
 }
 
 impl EventsService {
@@ -35,6 +37,7 @@ impl EventsService {
             bus,
             pods,
             evictions: None,
+            kube_events: None,
         }
     }
 
@@ -43,12 +46,23 @@ impl EventsService {
         self.evictions = Some(evictions);
         self
     }
+
+    /// Also the Kubernetes Events the node reports (kind `kube_event`).
+    pub fn with_kube_events(mut self, events: broadcast::Sender<Arc<Published>>) -> Self {
+        self.kube_events = Some(events);
+        self
+    }
 }
 
 /// The kind name of pod lifecycle events in `WatchRequest.kinds`.
 pub const POD_KIND: &str = "pod";
 /// The kind name of eviction decisions in `WatchRequest.kinds`.
 pub const EVICTION_KIND: &str = "eviction";
+/// The kind name of Kubernetes Events in `WatchRequest.kinds`.
+pub const KUBE_EVENT_KIND: &str = "kube_event";
+
+/// Kinds not from the kernel.
+const AGENT_KINDS: [&str; 3] = [POD_KIND, EVICTION_KIND, KUBE_EVENT_KIND];
 
 #[tonic::async_trait]
 impl Events for EventsService {
@@ -62,10 +76,12 @@ impl Events for EventsService {
         let want_pods = request.kinds.is_empty() || request.kinds.iter().any(|k| k == POD_KIND);
         let want_evictions =
             request.kinds.is_empty() || request.kinds.iter().any(|k| k == EVICTION_KIND);
+        let want_kube_events =
+            request.kinds.is_empty() || request.kinds.iter().any(|k| k == KUBE_EVENT_KIND);
         let kernel_kinds: Vec<String> = request
             .kinds
             .iter()
-            .filter(|k| *k != POD_KIND && *k != EVICTION_KIND)
+            .filter(|k| !AGENT_KINDS.contains(&k.as_str()))
             .cloned()
             .collect();
         let want_kernel = request.kinds.is_empty() || !kernel_kinds.is_empty();
@@ -78,6 +94,9 @@ impl Events for EventsService {
         }
         if want_evictions && let Some(evictions) = &self.evictions {
             forward(evictions.subscribe(), tx.clone(), decision_to_proto);
+        }
+        if want_kube_events && let Some(events) = &self.kube_events {
+            forward(events.subscribe(), tx.clone(), |e| kube_event_to_proto(e));
         }
         if !want_kernel {
             return Ok(Response::new(ReceiverStream::new(out)));
@@ -140,8 +159,7 @@ fn parse_kinds(kinds: &[String]) -> Result<Vec<EventKind>, Status> {
                 .find(|k| k.as_str() == name)
                 .ok_or_else(|| {
                     let mut known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
-                    known.push(POD_KIND);
-                    known.push(EVICTION_KIND);
+                    known.extend(AGENT_KINDS);
                     Status::invalid_argument(format!(
                         "kinds: unknown kind {name:?}; expected one of {}",
                         known.join(", ")
@@ -267,6 +285,43 @@ pub fn decision_to_proto(d: &Decision) -> v1::Event {
     }
 }
 
+/// A Kubernetes Event as the stream shows it.
+pub fn kube_event_to_proto(published: &Published) -> v1::Event {
+    let event = &published.event;
+    let r = &event.regarding;
+    let text = |s: &Option<String>| s.clone().unwrap_or_default();
+    let unix_ns = published
+        .event_time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    v1::Event {
+        ts_ns: published.monotonic_ns,
+        cgroup_id: 0,
+        kind: Some(v1::event::Kind::KubeEvent(v1::KubernetesEvent {
+            r#type: match event.type_ {
+                EventType::Normal => "Normal",
+                EventType::Warning => "Warning",
+            }
+            .to_owned(),
+            reason: event.reason.clone(),
+            note: event.note.clone(),
+            action: event.action.as_str().to_owned(),
+            regarding: Some(v1::ObjectReference {
+                kind: text(&r.kind),
+                api_version: text(&r.api_version),
+                namespace: text(&r.namespace),
+                name: text(&r.name),
+                uid: text(&r.uid),
+                field_path: text(&r.field_path),
+            }),
+            reporting_controller: published.reporting_controller.to_owned(),
+            reporting_instance: published.reporting_instance.clone(),
+            count: published.count,
+            event_time_unix_ns: unix_ns,
+        })),
+    }
+}
+
 fn cgroup_change(c: &crate::kernel::CgroupChange) -> v1::CgroupChange {
     v1::CgroupChange {
         level: c.level,
@@ -373,6 +428,81 @@ mod tests {
             d.decided_ns - d.woke_ns
         );
         assert_eq!(event.ts_ns, d.decided_ns);
+    }
+
+    #[tokio::test]
+    async fn kubernetes_events_are_watched_by_kind() {
+        use crate::events::{Action, Event, container_ref};
+        let (bus, _keep) = broadcast::channel(16);
+        let (pods, _keep_pods) = broadcast::channel(16);
+        let (events, _keep_events) = broadcast::channel(16);
+        let service = EventsService::new(bus.clone(), pods).with_kube_events(events.clone());
+        let response = service
+            .watch(Request::new(v1::WatchRequest {
+                kinds: vec![KUBE_EVENT_KIND.into()],
+                cgroup_ids: vec![],
+            }))
+            .await
+            .expect("watch starts");
+        let mut stream = response.into_inner();
+        bus.send(exit(1, 10)).expect("send");
+        let pod = crate::testing::pod()
+            .named("ns1", "web", "u1")
+            .container(crate::testing::container("app"))
+            .build();
+        events
+            .send(Arc::new(Published {
+                event: Event::normal(
+                    container_ref(&pod, "app"),
+                    "Started",
+                    Action::StartContainer,
+                    "Started container app",
+                ),
+                count: 2,
+                reporting_controller: "kubelet",
+                reporting_instance: "n1".into(),
+                event_time: std::time::UNIX_EPOCH + std::time::Duration::from_secs(3),
+                monotonic_ns: 42,
+            }))
+            .expect("send");
+        let event = stream.next().await.expect("item").expect("ok");
+        assert_eq!(event.ts_ns, 42);
+        let Some(v1::event::Kind::KubeEvent(e)) = event.kind else {
+            panic!("not a Kubernetes event: {event:?}");
+        };
+        assert_eq!(
+            (
+                e.r#type.as_str(),
+                e.reason.as_str(),
+                e.note.as_str(),
+                e.count,
+                e.event_time_unix_ns
+            ),
+            (
+                "Normal",
+                "Started",
+                "Started container app",
+                2,
+                3_000_000_000
+            )
+        );
+        let regarding = e.regarding.expect("regarding");
+        assert_eq!(
+            (
+                regarding.kind.as_str(),
+                regarding.name.as_str(),
+                regarding.uid.as_str(),
+                regarding.field_path.as_str()
+            ),
+            ("Pod", "web", "u1", "spec.containers{app}")
+        );
+        assert_eq!(
+            (
+                e.reporting_controller.as_str(),
+                e.reporting_instance.as_str()
+            ),
+            ("kubelet", "n1")
+        );
     }
 
     #[tokio::test]

@@ -19,6 +19,11 @@
 //! pod's next sync; downwardAPI volumes are written again every pass. The pod's object
 //! references are registered with the source when the pod is added and dropped when it is
 //! removed (upstream's pod manager registers them with the ConfigMap and Secret managers).
+//!
+//! A failed set-up is retried every pass; it is reported as a `FailedMount` event about the pod
+//! (`MountVolume.SetUp failed for volume "v" : …`) as often as upstream's operation executor
+//! retries it: at once, then after 0.5 s doubling to 2 min 2 s (`exponentialbackoff`), so a
+//! volume that keeps failing makes one series of events, not one per pass.
 
 use crate::lock::MutexExt as _;
 use std::{
@@ -45,7 +50,10 @@ use super::{
     subpath,
     token_manager::TokenManager,
 };
-use crate::hostfs::Dir;
+use crate::{
+    events::{Action, Event, Events, pod_ref, reasons},
+    hostfs::Dir,
+};
 
 /// The objects read for this pass, by (pod, volume).
 type Fetches = HashMap<(PodUid, String), Vec<Fetch>>;
@@ -53,6 +61,17 @@ use crate::{container::PodUid, pod::pod_uid};
 
 /// Upstream's reconciler period; here only the safety net (changes kick it at once).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(1);
+
+/// Upstream `initialDurationBeforeRetry` and `maxDurationBeforeRetry` of a failed volume
+/// operation: how often its `FailedMount` event repeats.
+pub const FAILED_MOUNT_FIRST_RETRY: Duration = Duration::from_millis(500);
+pub const FAILED_MOUNT_MAX_RETRY: Duration = Duration::from_secs(122);
+
+/// When a volume's failure is next reported.
+struct FailureReport {
+    next: tokio::time::Instant,
+    step: Duration,
+}
 
 /// Upstream `WaitForAttachAndMount`'s back-off: 1 s, ×1.2, 6 steps.
 pub fn wait_steps() -> Vec<Duration> {
@@ -115,6 +134,8 @@ struct State {
     failures: HashMap<PodUid, BTreeMap<String, String>>,
     /// Set-up volumes to set up again (upstream's `remountRequired`), by pod and volume name.
     remount: HashSet<(PodUid, String)>,
+    /// When each failing volume's failure is reported again.
+    reports: HashMap<PodUid, BTreeMap<String, FailureReport>>,
 }
 
 pub struct VolumeManager {
@@ -130,13 +151,15 @@ pub struct VolumeManager {
     objects: std::sync::OnceLock<Arc<dyn ObjectSource>>,
     /// Service account tokens of projected volumes, renewed when due.
     tokens: TokenManager,
+    events: Events,
 }
 
 impl VolumeManager {
-    pub fn new(config: VolumeManagerConfig, metrics: VolumeMetrics) -> Arc<Self> {
+    pub fn new(config: VolumeManagerConfig, metrics: VolumeMetrics, events: Events) -> Arc<Self> {
         Arc::new(VolumeManager {
             config,
             metrics,
+            events,
             state: Mutex::new(State::default()),
             kick: Notify::new(),
             passes: watch::channel(0).0,
@@ -341,6 +364,9 @@ impl VolumeManager {
                     if let Some(f) = state.failures.get_mut(&uid) {
                         f.remove(&volume.name);
                     }
+                    if let Some(r) = state.reports.get_mut(&uid) {
+                        r.remove(&volume.name);
+                    }
                     state
                         .actual
                         .entry(uid)
@@ -357,7 +383,30 @@ impl VolumeManager {
                     if failures.get(&volume.name) != Some(&text) {
                         tracing::warn!(pod = %uid, volume = volume.name, error = %e, "FailedMount");
                     }
-                    failures.insert(volume.name, text);
+                    failures.insert(volume.name.clone(), text.clone());
+                    let now = tokio::time::Instant::now();
+                    let reports = state.reports.entry(uid.clone()).or_default();
+                    let due = reports.get(&volume.name).is_none_or(|r| now >= r.next);
+                    if due {
+                        let step = reports
+                            .get(&volume.name)
+                            .map_or(FAILED_MOUNT_FIRST_RETRY, |r| {
+                                (r.step * 2).min(FAILED_MOUNT_MAX_RETRY)
+                            });
+                        reports.insert(
+                            volume.name,
+                            FailureReport {
+                                next: now + step,
+                                step,
+                            },
+                        );
+                        self.events.record(Event::warning(
+                            pod_ref(&pod),
+                            reasons::FAILED_MOUNT_VOLUME,
+                            Action::MountVolume,
+                            text,
+                        ));
+                    }
                 }
             }
         }
@@ -590,6 +639,7 @@ impl VolumeManager {
         state.desired.remove(uid);
         state.failures.remove(uid);
         state.remount.retain(|(pod, _)| pod != uid);
+        state.reports.remove(uid);
         let kick = state.actual.contains_key(uid);
         drop(state);
         if kick {

@@ -20,6 +20,14 @@ fn manager(root: &std::path::Path) -> Arc<VolumeManager> {
 }
 
 fn manager_waiting(root: &std::path::Path, wait_budget: Duration) -> Arc<VolumeManager> {
+    manager_reporting(root, wait_budget, crate::events::none())
+}
+
+fn manager_reporting(
+    root: &std::path::Path,
+    wait_budget: Duration,
+    events: crate::events::Events,
+) -> Arc<VolumeManager> {
     VolumeManager::new(
         VolumeManagerConfig {
             dirs: PodDirs::new(root),
@@ -29,6 +37,7 @@ fn manager_waiting(root: &std::path::Path, wait_budget: Duration) -> Arc<VolumeM
             wait_budget,
         },
         VolumeMetrics::register(&prometheus::Registry::new()).expect("metrics"),
+        events,
     )
 }
 
@@ -279,6 +288,42 @@ async fn a_failed_host_path_check_is_in_the_wait_error() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_failing_volume_is_reported_as_often_as_upstream_retries_it() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let file = root.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let events = crate::events::fake::FakeRecorder::new();
+    let manager = manager_reporting(root.path(), Duration::from_millis(50), events.clone());
+    let p = pod(
+        vec![host_path("data", &file.to_string_lossy(), "Directory")],
+        vec![mount("data", "/data")],
+    );
+    manager.add_pod(p.clone()).expect("supported");
+    // Every pass retries; the event repeats after 0.5 s, then 1 s, 2 s, ...
+    let mut reported = Vec::new();
+    for step_ms in [0, 100, 400, 100, 900, 100, 1900, 100] {
+        tokio::time::advance(Duration::from_millis(step_ms)).await;
+        manager.reconcile().await;
+        reported.push(events.events().len());
+    }
+    assert_eq!(reported, [1, 1, 2, 2, 3, 3, 4, 4]);
+    let event = &events.events()[0];
+    assert_eq!(event.reason, "FailedMount");
+    assert_eq!(event.type_, crate::events::EventType::Warning);
+    assert_eq!(
+        event.note,
+        format!(
+            "MountVolume.SetUp failed for volume \"data\" : hostPath type check failed: {} is \
+             not a directory",
+            file.display()
+        )
+    );
+    assert_eq!(event.regarding.kind.as_deref(), Some("Pod"));
+    assert_eq!(event.regarding.uid.as_deref(), Some("uid-1"));
+    assert_eq!(event.regarding.field_path, None);
+}
+
 #[tokio::test]
 async fn bad_mounts_fail_the_container_with_upstreams_message() {
     let root = tempfile::tempdir().expect("tempdir");
@@ -391,6 +436,7 @@ async fn totals_and_operations_are_counted_per_plugin() {
             wait_budget: Duration::from_millis(50),
         },
         metrics.clone(),
+        crate::events::none(),
     );
     manager
         .add_pod(pod(

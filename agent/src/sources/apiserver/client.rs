@@ -2,7 +2,8 @@
 //! `RunKubelet` build the kubelet's: the main client (pods, statuses, volumes' objects, reviews)
 //! limited to `kubeAPIQPS`/`kubeAPIBurst` by one token bucket, and the heartbeat client (Lease
 //! and Node status) with no rate limit and a timeout of `min(nodeStatusUpdateFrequency,
-//! nodeLeaseDurationSeconds)`, so that a busy node's requests never delay its heartbeat.
+//! nodeLeaseDurationSeconds)`, so that a busy node's requests never delay its heartbeat; and the
+//! events client, which the event writer limits to `eventRecordQPS`/`eventBurst` itself.
 //!
 //! Neither retries inside a call (kube's default retries a 429/503/504 up to 15 times with a
 //! back-off growing to minutes): every loop tries again on its own period, as the kubelet's do.
@@ -41,6 +42,9 @@ pub struct ApiClients {
     pub main: Client,
     /// Not rate-limited, with a timeout: the Lease and the Node status.
     pub heartbeat: Client,
+    /// Not rate-limited here: Kubernetes Events, which their writer holds to `eventRecordQPS`
+    /// itself (upstream's kubelet has a client of its own for events, with those limits).
+    pub events: Client,
 }
 
 impl std::fmt::Debug for ApiClients {
@@ -58,12 +62,17 @@ impl ApiClients {
             .map_err(client_error(path))?
             .with_layer(&RateLimitLayer::new(bucket))
             .build();
+        let events = Client::try_from(config.clone()).map_err(client_error(path))?;
         let mut heartbeat = config;
         heartbeat.connect_timeout = Some(settings.heartbeat_timeout);
         heartbeat.read_timeout = Some(settings.heartbeat_timeout);
         heartbeat.write_timeout = Some(settings.heartbeat_timeout);
         let heartbeat = Client::try_from(heartbeat).map_err(client_error(path))?;
-        Ok(ApiClients { main, heartbeat })
+        Ok(ApiClients {
+            main,
+            heartbeat,
+            events,
+        })
     }
 }
 

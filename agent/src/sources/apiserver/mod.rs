@@ -5,7 +5,8 @@
 //!
 //! - `pods.rs` — the pod watcher (field selector `spec.nodeName`) turned into SETs for the merge.
 //! - `node_object.rs` — the Node object and its status, built from [`NodeDescription`] (pure).
-//! - `node.rs` — registration (`registerWithAPIServer`) and the periodic status update.
+//! - `node.rs` — registration (`registerWithAPIServer`) and the periodic status update, with
+//!   the events of the node's condition changes (`node_events.rs`).
 //! - `lease.rs` — the node lease controller (`component-helpers/apimachinery/lease`).
 //! - `status_sync.rs` — the status manager's syncer (`status_manager.go` `syncBatch`/`syncPod`):
 //!   two-way status patches, and the final DELETE of a pod whose termination is finished.
@@ -23,6 +24,7 @@ mod lease;
 mod local_node;
 mod mirror_pods;
 mod node;
+mod node_events;
 mod node_object;
 mod pods;
 mod ratelimit;
@@ -158,6 +160,8 @@ pub struct ApiServerSource {
     pub clock: WallClock,
     /// The kubelet's static pods, for their mirror pods.
     pub static_pods: StaticPodsCheck,
+    /// The node's condition changes are reported here.
+    pub events: crate::events::Events,
 }
 
 impl std::fmt::Debug for ApiServerSource {
@@ -175,7 +179,9 @@ impl ApiServerSource {
     /// their owner references) from the registration.
     pub async fn run(self, cancel: CancellationToken) {
         let ApiServerSource {
-            clients: ApiClients { main, heartbeat },
+            clients: ApiClients {
+                main, heartbeat, ..
+            },
             options,
             node,
             status,
@@ -186,6 +192,7 @@ impl ApiServerSource {
             pods,
             clock,
             static_pods,
+            events,
         } = self;
         let (node_uid_tx, node_uid) = tokio::sync::watch::channel(None);
         let (lease_held_tx, lease_held) = tokio::sync::watch::channel(false);
@@ -218,6 +225,7 @@ impl ApiServerSource {
         .with_nudge(node_changed)
         .with_images(images)
         .with_lease(lease_held)
+        .with_events(events)
         .run(cancel.clone());
         let lease = lease::LeaseController::new(heartbeat, &options, clock, node_uid)
             .with_held(lease_held_tx)

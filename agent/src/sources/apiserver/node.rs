@@ -11,7 +11,8 @@
 //! the node's Lease has been written the status is the only heartbeat, so it is sent at every
 //! update (upstream's older `NodeLease`-gated rule). A nudge (a pressure condition or the
 //! runtime's health changed) computes it at once instead of at the next tick, so a node under
-//! pressure says so without waiting up to 10 s.
+//! pressure says so without waiting up to 10 s. Each status the API server accepts reports the
+//! condition changes it makes as events (`node_events.rs`).
 //!
 //! Patches are strategic merge patches of `nodes/<name>/status`, as upstream's `PatchNodeStatus`:
 //! conditions merge by `type`, so conditions other components own are kept; addresses are
@@ -33,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use super::{
     ApiServerOptions, Error, ImagesCheck, NodeDescription, PressureCheck, ReadinessCheck,
     WallClock, is_already_exists, is_not_found,
+    node_events::record_status_events,
     node_object::{
         default_labels, initial_node, node_status, pressure_conditions, ready_condition, ready_of,
         same_but_heartbeat, status_patch,
@@ -67,6 +69,7 @@ pub(super) struct NodeStatusLoop {
     register_node: bool,
     /// Whether the node's Lease has been written: until then every update is reported.
     lease_held: watch::Receiver<bool>,
+    events: crate::events::Events,
 }
 
 impl NodeStatusLoop {
@@ -93,12 +96,19 @@ impl NodeStatusLoop {
             images: Arc::new(Vec::new),
             register_node: options.register_node,
             lease_held: watch::channel(true).1,
+            events: crate::events::none(),
         }
     }
 
     /// Reports an unchanged status at every update until `held` says the Lease was written.
     pub(super) fn with_lease(mut self, held: watch::Receiver<bool>) -> Self {
         self.lease_held = held;
+        self
+    }
+
+    /// Reports the node's condition changes to `events`.
+    pub(super) fn with_events(mut self, events: crate::events::Events) -> Self {
+        self.events = events;
         self
     }
 
@@ -173,7 +183,9 @@ impl NodeStatusLoop {
         let created = self.api.create(&PostParams::default(), &node).await;
         let error = match created {
             Ok(created) => {
-                self.accepted(&created, node.status.unwrap_or_default());
+                let status = node.status.unwrap_or_default();
+                record_status_events(self.events.as_ref(), &self.name, None, &status);
+                self.accepted(&created, status);
                 return Ok(());
             }
             Err(error) => error,
@@ -193,6 +205,12 @@ impl NodeStatusLoop {
         let status = self.current_status(existing.status.as_ref());
         let patch = status_patch(&status, Some(&default_labels(&self.node)));
         self.patch(&patch).await?;
+        record_status_events(
+            self.events.as_ref(),
+            &self.name,
+            existing.status.as_ref(),
+            &status,
+        );
         self.accepted(&existing, status);
         Ok(())
     }
@@ -255,6 +273,8 @@ impl NodeStatusLoop {
         for attempt in 1..=STATUS_UPDATE_RETRIES {
             match self.patch(&patch).await {
                 Ok(()) => {
+                    let previous = self.last.as_ref().map(|(s, _)| s);
+                    record_status_events(self.events.as_ref(), &self.name, previous, &status);
                     self.last = Some((status, Instant::now()));
                     return;
                 }
