@@ -33,18 +33,24 @@ fn main() -> anyhow::Result<()> {
     let tools = workspace.join(".tools").join("bin");
     let common = workspace.join("common");
     println!("cargo:rerun-if-changed={}", common.display());
-    println!("cargo:rerun-if-changed={}", tools.display());
 
     let path = env::var_os("PATH").unwrap_or_default();
     let mut dirs: Vec<PathBuf> = vec![tools.clone()];
     dirs.extend(env::split_paths(&path));
-    if !dirs.iter().any(|d| d.join("bpf-linker").is_file()) {
+    let Some(linker) = dirs
+        .iter()
+        .map(|d| d.join("bpf-linker"))
+        .find(|linker| linker.is_file())
+    else {
         anyhow::bail!(
             "bpf-linker not found in {} or PATH: run `cargo xtask build` once, which installs it \
              (and the rest of what building swiftlet needs)",
             tools.display()
         );
-    }
+    };
+    // The linker itself, not its folder: cargo-fuzz is installed into the same folder while the
+    // tests run, and must not make the next build redo the programs and the agent.
+    println!("cargo:rerun-if-changed={}", linker.display());
     let toolchain = env::var("RUSTUP_TOOLCHAIN").unwrap_or_else(|_| "stable".to_owned());
     // SAFETY: build scripts are single-threaded; these only shape the nested cargo's environment.
     unsafe {

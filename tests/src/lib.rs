@@ -10,6 +10,7 @@
 pub mod apiserver;
 pub mod bench;
 pub mod cgroup;
+pub mod cluster;
 pub mod manifest;
 pub mod node;
 pub mod process;

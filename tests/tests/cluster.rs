@@ -16,47 +16,12 @@ use kube::{
 use serde_json::json;
 use swiftlet_tests::{
     EVENT_WAIT,
-    node::{BUSYBOX, Node},
+    cluster::{pod_containers, pod_sandboxes, running_containers, runtime, wait_for},
+    node::{BUSYBOX, Node, status::phase},
     privileged, runtime_endpoint,
     test_apiserver::TestApiServer,
-    with_cri,
 };
 use tokio_stream::StreamExt as _;
-
-/// The runtime a synchronous test makes its API calls on: one for the whole test, since the
-/// client's connection tasks live on it.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
-}
-
-/// The runtime's running containers of the pod with `uid`.
-fn running_containers(uid: &str) -> usize {
-    let uid = uid.to_owned();
-    with_cri("running_containers", |runtime| async move {
-        use swiftlet::cri::RuntimeService as _;
-        runtime
-            .list_containers(Some(k8s_cri::v1::ContainerFilter {
-                label_selector: [("io.kubernetes.pod.uid".to_owned(), uid)].into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("list containers")
-            .into_iter()
-            .filter(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
-            .count()
-    })
-}
 
 /// A pod deleted with a grace period stays `Terminating` on the API server while its container
 /// stops (SIGTERM, which it takes two seconds to honour), and leaves the API only once the agent
@@ -384,34 +349,12 @@ fn twenty_pods_deleted_with_different_grace_periods_leave_in_their_order() {
     drop(node);
 }
 
-/// Every container of the pod with `uid`, running or not, and whether any sandbox of it is ready.
+/// The running containers of the pod with `uid`, and whether any sandbox of it is ready.
 fn runtime_leftovers(uid: &str) -> (usize, bool) {
-    let uid = uid.to_owned();
-    with_cri("runtime_leftovers", |runtime| async move {
-        use swiftlet::cri::RuntimeService as _;
-        let label: std::collections::HashMap<String, String> =
-            [("io.kubernetes.pod.uid".to_owned(), uid)].into();
-        let running = runtime
-            .list_containers(Some(k8s_cri::v1::ContainerFilter {
-                label_selector: label.clone(),
-                ..Default::default()
-            }))
-            .await
-            .expect("list containers")
-            .into_iter()
-            .filter(|c| c.state == k8s_cri::v1::ContainerState::ContainerRunning as i32)
-            .count();
-        let ready = runtime
-            .list_pod_sandbox(Some(k8s_cri::v1::PodSandboxFilter {
-                label_selector: label,
-                ..Default::default()
-            }))
-            .await
-            .expect("list sandboxes")
-            .into_iter()
-            .any(|s| s.state == k8s_cri::v1::PodSandboxState::SandboxReady as i32);
-        (running, ready)
-    })
+    let ready = pod_sandboxes(uid)
+        .iter()
+        .any(|s| s.state == k8s_cri::v1::PodSandboxState::SandboxReady as i32);
+    (running_containers(uid), ready)
 }
 
 /// Waits until nothing of the pod with `uid` runs on the node.
@@ -566,24 +509,6 @@ fn container_instance(pod: &Pod) -> (Option<String>, i32) {
     )
 }
 
-/// Polls `get` until `want` holds of what it returns, failing after `wait`.
-fn wait_for<T: std::fmt::Debug>(
-    what: &str,
-    wait: Duration,
-    mut get: impl FnMut() -> T,
-    want: impl Fn(&T) -> bool,
-) -> T {
-    let deadline = Instant::now() + wait;
-    loop {
-        let value = get();
-        if want(&value) {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "{what}: last seen {value:?}");
-        std::thread::sleep(Duration::from_millis(300));
-    }
-}
-
 /// The node through the API server's faults (issue 16 item 8): down for two minutes, three times
 /// the node lease's duration (pods keep running, nothing restarts, and the status of a pod that ended
 /// meanwhile and the Lease catch up once it is back); every watch answered `410 Gone` after a
@@ -714,21 +639,11 @@ fn the_node_rides_out_api_server_faults() {
 
 /// The highest container attempt of the pod with `uid` on the runtime (0: first start).
 fn restart_attempts(uid: &str) -> u32 {
-    let uid = uid.to_owned();
-    with_cri("restart_attempts", |runtime| async move {
-        use swiftlet::cri::RuntimeService as _;
-        runtime
-            .list_containers(Some(k8s_cri::v1::ContainerFilter {
-                label_selector: [("io.kubernetes.pod.uid".to_owned(), uid)].into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("list containers")
-            .into_iter()
-            .filter_map(|c| c.metadata.map(|m| m.attempt))
-            .max()
-            .unwrap_or(0)
-    })
+    pod_containers(uid)
+        .iter()
+        .filter_map(|c| c.metadata.as_ref().map(|m| m.attempt))
+        .max()
+        .unwrap_or(0)
 }
 
 /// `kubeAPIQPS`/`kubeAPIBurst` (upstream's client-side token bucket): a node allowed two requests

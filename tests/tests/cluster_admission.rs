@@ -9,10 +9,7 @@
     reason = "helpers of tests: a failed step fails the test"
 )]
 
-use std::{
-    net::IpAddr,
-    time::{Duration, Instant},
-};
+use std::net::IpAddr;
 
 use k8s_openapi::api::{
     coordination::v1::Lease,
@@ -27,43 +24,22 @@ use serde_json::{Value, json};
 use swiftlet::node::addresses::{HostNetwork, is_global};
 use swiftlet_tests::{
     EVENT_WAIT,
-    node::{BUSYBOX, Node},
+    cluster::{self, runtime},
+    node::{BUSYBOX, Node, status::phase},
     privileged, runtime_endpoint,
     test_apiserver::TestApiServer,
-    with_cri,
 };
 
-/// The runtime a synchronous test makes its API calls on: one for the whole test, since the
-/// client's connection tasks live on it.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
-/// Polls `read` until `want` holds (bounded by twice [`EVENT_WAIT`]); the last value read.
+/// Polls `read` until it gives a value `want` holds of (bounded by twice [`EVENT_WAIT`]).
 fn wait_for<T: std::fmt::Debug>(
     what: &str,
-    mut read: impl FnMut() -> Option<T>,
+    read: impl FnMut() -> Option<T>,
     want: impl Fn(&T) -> bool,
 ) -> T {
-    let deadline = Instant::now() + EVENT_WAIT * 2;
-    let mut last = None;
-    loop {
-        if let Some(value) = read() {
-            if want(&value) {
-                return value;
-            }
-            last = Some(value);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never {what}; last seen: {last:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    cluster::wait_for(&format!("never {what}"), EVENT_WAIT * 2, read, |v| {
+        v.as_ref().is_some_and(&want)
+    })
+    .expect("a value that holds")
 }
 
 /// The host's global IPv4 address and, if it has one, its global IPv6 address (what
@@ -100,13 +76,6 @@ fn pod(name: &str, node: &str, spec: Value) -> Pod {
     serde_json::from_value(object).expect("a pod")
 }
 
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
-}
-
 /// The reason and message of the pod's status.
 fn rejection(pod: &Pod) -> (String, String) {
     let status = pod.status.clone().unwrap_or_default();
@@ -136,20 +105,10 @@ fn waiting(pod: &Pod) -> Option<(String, String)> {
 
 /// The runtime handlers of the sandboxes of the pod with `uid`.
 fn sandbox_handlers(uid: &str) -> Vec<String> {
-    let uid = uid.to_owned();
-    with_cri("sandbox_handlers", |runtime| async move {
-        use swiftlet::cri::RuntimeService as _;
-        runtime
-            .list_pod_sandbox(Some(k8s_cri::v1::PodSandboxFilter {
-                label_selector: [("io.kubernetes.pod.uid".to_owned(), uid)].into(),
-                ..Default::default()
-            }))
-            .await
-            .expect("list sandboxes")
-            .into_iter()
-            .map(|s| s.runtime_handler)
-            .collect()
-    })
+    cluster::pod_sandboxes(uid)
+        .into_iter()
+        .map(|s| s.runtime_handler)
+        .collect()
 }
 
 /// The node registers with its flags' labels, taints and dual-stack addresses (kept through its

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use swiftlet_tests::{
     EVENT_WAIT,
+    cluster::runtime,
     node::{BUSYBOX, Node},
     privileged, runtime_endpoint,
     test_apiserver::TestApiServer,
@@ -36,14 +37,6 @@ const NS: &str = "shop";
 /// waits to be stopped.
 const PRINT: &str = "tr '\\0' '\\n' < /proc/1/environ; echo ---; cat /etc/resolv.conf; echo END; \
                      trap 'exit 0' TERM; while true; do sleep 0.2; done";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 fn object<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("a valid object")

@@ -23,21 +23,12 @@ use serde_json::{Value, json};
 use swiftlet_proto::v1::{self, events_client::EventsClient};
 use swiftlet_tests::{
     EVENT_WAIT,
+    cluster::runtime,
     manifest::{container, pod},
     node::{BUSYBOX, Node},
     privileged, runtime_endpoint,
     test_apiserver::TestApiServer,
 };
-
-/// The runtime a synchronous test makes its API calls on: one for the whole test, since the
-/// client's connection tasks live on it.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// A pod bound to `node` with one busybox container `app` (the local image, `IfNotPresent`)
 /// that stops at once on SIGTERM; `container` and `spec` fields are merged in.

@@ -19,19 +19,12 @@ use kube::{
 use serde_json::json;
 use swiftlet_tests::{
     EVENT_WAIT,
+    cluster::runtime,
     manifest::PodManifest,
-    node::{BUSYBOX, Node},
+    node::{BUSYBOX, Node, status::phase},
     test_apiserver::TestApiServer,
     with_cri,
 };
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
@@ -39,13 +32,6 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .as_ref()?
         .get(key)
         .map(String::as_str)
-}
-
-fn phase(pod: &Pod) -> &str {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default()
 }
 
 /// The container ID of the pod's one container, from its status.

@@ -5,11 +5,6 @@
 //! container's log: it sees the new content (upstream's remount at each sync, `syncFrequency`,
 //! and the atomic writer's `..data` swap) and a renewed token (the API server grants 10 s, so the
 //! token manager renews it at 80 % of that). A deleted ConfigMap leaves the last files in place.
-#![expect(
-    clippy::expect_used,
-    reason = "helpers of tests: a failed step fails the test"
-)]
-
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
@@ -23,6 +18,7 @@ use kube::{
 use serde_json::json;
 use swiftlet_tests::{
     EVENT_WAIT,
+    cluster::runtime,
     node::{BUSYBOX, Node},
     test_apiserver::TestApiServer,
 };
@@ -32,14 +28,6 @@ const READER: &str = "while true; do \
     echo \"cfg=$(cat /cfg/greeting) sec=$(cat /sec/password) \
 pcfg=$(cat /proj/greeting) psec=$(cat /proj/password) tok=$(md5sum /proj/token | cut -c1-8)\"; \
     sleep 0.3; done";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
 
 /// The last complete line the container printed (its CRI log file's message).
 fn last_line(log: &PathBuf) -> Option<String> {

@@ -134,19 +134,9 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             let json = json.unwrap_or_else(|| out_dir.join("startup.json"));
             let swiftlet = release.join("swiftlet");
             with_containerd(&driver, |containerd| {
-                vec![
-                    "startup".to_owned(),
-                    "--runtime-endpoint".to_owned(),
-                    containerd.endpoint(),
-                    "--swiftlet".to_owned(),
-                    swiftlet.display().to_string(),
-                    "--rounds".to_owned(),
-                    rounds.to_string(),
-                    "--json".to_owned(),
-                    json.display().to_string(),
-                    "--out-dir".to_owned(),
-                    out_dir.display().to_string(),
-                ]
+                let mut args = agent_bench_args("startup", containerd, &swiftlet, &json, &out_dir);
+                args.extend(["--rounds".to_owned(), rounds.to_string()]);
+                args
             })
         }
         Which::Pleg {
@@ -158,17 +148,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             let json = json.unwrap_or_else(|| out_dir.join("pleg.json"));
             let swiftlet = release.join("swiftlet");
             with_containerd(&driver, |containerd| {
-                let mut args = vec![
-                    "pleg".to_owned(),
-                    "--runtime-endpoint".to_owned(),
-                    containerd.endpoint(),
-                    "--swiftlet".to_owned(),
-                    swiftlet.display().to_string(),
-                    "--json".to_owned(),
-                    json.display().to_string(),
-                    "--out-dir".to_owned(),
-                    out_dir.display().to_string(),
-                ];
+                let mut args = agent_bench_args("pleg", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
                 }
@@ -190,17 +170,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             let json = json.unwrap_or_else(|| out_dir.join("eviction.json"));
             let swiftlet = release.join("swiftlet");
             with_containerd(&driver, |containerd| {
-                let mut args = vec![
-                    "eviction".to_owned(),
-                    "--runtime-endpoint".to_owned(),
-                    containerd.endpoint(),
-                    "--swiftlet".to_owned(),
-                    swiftlet.display().to_string(),
-                    "--json".to_owned(),
-                    json.display().to_string(),
-                    "--out-dir".to_owned(),
-                    out_dir.display().to_string(),
-                ];
+                let mut args = agent_bench_args("eviction", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
                 }
@@ -222,17 +192,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             let json = json.unwrap_or_else(|| out_dir.join("cluster.json"));
             let swiftlet = release.join("swiftlet");
             with_containerd(&driver, |containerd| {
-                let mut args = vec![
-                    "cluster".to_owned(),
-                    "--runtime-endpoint".to_owned(),
-                    containerd.endpoint(),
-                    "--swiftlet".to_owned(),
-                    swiftlet.display().to_string(),
-                    "--json".to_owned(),
-                    json.display().to_string(),
-                    "--out-dir".to_owned(),
-                    out_dir.display().to_string(),
-                ];
+                let mut args = agent_bench_args("cluster", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
                 }
@@ -249,17 +209,8 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             let json = json.unwrap_or_else(|| out_dir.join("cpumanager.json"));
             let swiftlet = release.join("swiftlet");
             with_containerd(&driver, |containerd| {
-                let mut args = vec![
-                    "cpumanager".to_owned(),
-                    "--runtime-endpoint".to_owned(),
-                    containerd.endpoint(),
-                    "--swiftlet".to_owned(),
-                    swiftlet.display().to_string(),
-                    "--json".to_owned(),
-                    json.display().to_string(),
-                    "--out-dir".to_owned(),
-                    out_dir.display().to_string(),
-                ];
+                let mut args =
+                    agent_bench_args("cpumanager", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
                 }
@@ -270,6 +221,28 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// The driver's arguments every benchmark that runs swiftlet on the private containerd takes:
+/// `NAME --runtime-endpoint E --swiftlet PATH --json FILE --out-dir DIR`.
+fn agent_bench_args(
+    name: &str,
+    containerd: &Paths,
+    swiftlet: &Path,
+    json: &Path,
+    out_dir: &Path,
+) -> Vec<String> {
+    vec![
+        name.to_owned(),
+        "--runtime-endpoint".to_owned(),
+        containerd.endpoint(),
+        "--swiftlet".to_owned(),
+        swiftlet.display().to_string(),
+        "--json".to_owned(),
+        json.display().to_string(),
+        "--out-dir".to_owned(),
+        out_dir.display().to_string(),
+    ]
 }
 
 /// Runs `driver` with the arguments `args` makes from the private containerd's paths, supervised

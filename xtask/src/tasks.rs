@@ -160,9 +160,10 @@ pub fn test() -> anyhow::Result<()> {
         "warnings",
     ]))?;
     clippy_ebpf()?;
-    sh::run(sh::cmd("cargo").args(["build", "--bins"]))?;
-    // The tests are compiled first, so that the fuzz build below only takes what running them
-    // leaves of the CPUs.
+    // No separate `cargo build --bins`: this builds the binaries the tests run, and a build of
+    // its own would compile tokio and everything above it twice (the dev-dependencies turn on
+    // more of tokio's features). The tests are compiled first, so that the fuzz build below only
+    // takes what running them leaves of the CPUs.
     sh::run(sh::cmd("cargo").args([
         "test",
         "--workspace",

@@ -210,8 +210,7 @@ struct Binaries {
 
 fn build_tests() -> anyhow::Result<Binaries> {
     // The same selection as `cargo xtask test` builds, so that features unify the same way and
-    // nothing is compiled twice.
-    sh::run(sh::cmd("cargo").args(["build", "--bins"]))?;
+    // nothing is compiled twice; it builds the binaries the tests start, too.
     let mut cargo = sh::cmd("cargo");
     cargo.args([
         "test",

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 
-use super::KubeObjects;
+use super::{KubeObjects, api_objects::secret_data};
 use crate::kuberuntime::env::{EnvObjects, ReadError};
 
 #[tonic::async_trait]
@@ -32,20 +32,6 @@ impl EnvObjects for KubeObjects {
     ) -> Result<Option<BTreeMap<String, Vec<u8>>>, ReadError> {
         let api: Api<Secret> = Api::namespaced(self.0.clone(), namespace);
         let found = api.get_opt(name).await.map_err(|e| ReadError(e.into()))?;
-        Ok(found.map(|s| {
-            let mut data: BTreeMap<String, Vec<u8>> = s
-                .data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect();
-            data.extend(
-                s.string_data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes())),
-            );
-            data
-        }))
+        Ok(found.map(|s| secret_data(s).0))
     }
 }
