@@ -33,6 +33,14 @@ pub fn path_with_tools() -> std::ffi::OsString {
 pub fn cmd(program: &str) -> Command {
     let mut command = Command::new(program);
     command.current_dir(root()).env("PATH", path_with_tools());
+    // CI builds once from a fresh clone: incremental compilation's caches would only be written,
+    // never read. Every cargo of a CI run goes through here, so they all agree on it.
+    if program == "cargo"
+        && std::env::var_os("CI").is_some()
+        && std::env::var_os("CARGO_INCREMENTAL").is_none()
+    {
+        command.env("CARGO_INCREMENTAL", "0");
+    }
     command
 }
 
