@@ -160,16 +160,17 @@ pub fn test() -> anyhow::Result<()> {
         "warnings",
     ]))?;
     clippy_ebpf()?;
-    // No separate `cargo build --bins`: this builds the binaries the tests run, and a build of
-    // its own would compile tokio and everything above it twice (the dev-dependencies turn on
-    // more of tokio's features). The tests are compiled first, so that the fuzz build below only
-    // takes what running them leaves of the CPUs.
+    // The binaries the tests start and the tests themselves in one build: built apart, tokio
+    // and everything above it would be compiled twice (the tests' dev-dependencies turn on more
+    // of tokio's features, and cargo unifies features per build). The tests are compiled first,
+    // so that the fuzz build below only takes what running them leaves of the CPUs.
     sh::run(sh::cmd("cargo").args([
-        "test",
+        "build",
         "--workspace",
         "--exclude",
         "swiftlet-ebpf",
-        "--no-run",
+        "--bins",
+        "--tests",
     ]))?;
     let fuzz_build = crate::fuzz::Prebuild::start()?;
     let mut cargo_test = sh::cmd("cargo");

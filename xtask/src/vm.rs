@@ -209,15 +209,16 @@ struct Binaries {
 }
 
 fn build_tests() -> anyhow::Result<Binaries> {
-    // The same selection as `cargo xtask test` builds, so that features unify the same way and
-    // nothing is compiled twice; it builds the binaries the tests start, too.
+    // The same selection as `cargo xtask test` builds (its binaries and tests), so that features
+    // unify the same way and nothing is compiled twice.
     let mut cargo = sh::cmd("cargo");
     cargo.args([
-        "test",
+        "build",
         "--workspace",
         "--exclude",
         "swiftlet-ebpf",
-        "--no-run",
+        "--bins",
+        "--tests",
         "--message-format=json",
     ]);
     println!("xtask: $ {}", sh::display(&cargo));
