@@ -88,6 +88,7 @@ enum Task {
 }
 
 fn main() {
+    sh::start_clock();
     let cli = Cli::parse();
     let result = match cli.task {
         Task::Setup => setup::ensure().and_then(|()| setup::fuzz_tools()),

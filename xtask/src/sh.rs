@@ -3,6 +3,8 @@
 use std::{
     path::{Path, PathBuf},
     process::Command,
+    sync::OnceLock,
+    time::Instant,
 };
 
 use anyhow::{Context as _, bail};
@@ -44,16 +46,42 @@ pub fn cmd(program: &str) -> Command {
     command
 }
 
+static STARTED: OnceLock<Instant> = OnceLock::new();
+
+/// Marks the start of the task, from which [`run`] tells the time of each command.
+pub fn start_clock() {
+    STARTED.get_or_init(Instant::now);
+}
+
+/// `[mm:ss]` since [`start_clock`]: a slow CI run's log shows where its time went.
+pub fn elapsed() -> String {
+    let secs = STARTED.get_or_init(Instant::now).elapsed().as_secs();
+    format!("[{:02}:{:02}]", secs / 60, secs % 60)
+}
+
 /// Runs `command`, echoing it; fails naming it if it fails.
 pub fn run(command: &mut Command) -> anyhow::Result<()> {
-    println!("xtask: $ {}", display(command));
+    println!("xtask: {} $ {}", elapsed(), display(command));
     let status = command
         .status()
         .with_context(|| format!("cannot start {}", display(command)))?;
     if !status.success() {
         bail!("{} failed ({status})", display(command));
     }
+    println!("xtask: {} done: {}", elapsed(), short(command));
     Ok(())
+}
+
+/// The program and its first argument (`cargo test`), for the line that times a command.
+fn short(command: &Command) -> String {
+    let mut words = vec![command.get_program().to_string_lossy().into_owned()];
+    words.extend(
+        command
+            .get_args()
+            .take(1)
+            .map(|a| a.to_string_lossy().into_owned()),
+    );
+    words.join(" ")
 }
 
 /// Runs `command` quietly and returns its stdout, or `None` if it fails or cannot start.

@@ -188,7 +188,7 @@ pub fn test() -> anyhow::Result<()> {
         );
         sh::run(&mut cargo_test)?;
         crate::fuzz::in_suite(fuzz_build)?;
-        println!("xtask: all tests passed");
+        println!("xtask: {} all tests passed", sh::elapsed());
         return Ok(());
     }
     let mut interrupts = Interrupts::catch()?;
@@ -224,7 +224,7 @@ pub fn test() -> anyhow::Result<()> {
     crate::vm::run(&crate::vm::parse_kernels(&[])?)?;
     // Last, so that its build had the tests and the matrix to hide behind.
     crate::fuzz::in_suite(fuzz_build)?;
-    println!("xtask: all tests passed");
+    println!("xtask: {} all tests passed", sh::elapsed());
     Ok(())
 }
 

@@ -195,10 +195,12 @@ pub fn run(kernels: &[Kernel]) -> anyhow::Result<()> {
             dir.display()
         );
     }
-    println!("xtask: kernel matrix passed on {}", {
-        let names: Vec<&str> = outcomes.iter().map(|o| o.kernel.as_str()).collect();
+    let names: Vec<&str> = outcomes.iter().map(|o| o.kernel.as_str()).collect();
+    println!(
+        "xtask: {} kernel matrix passed on {}",
+        crate::sh::elapsed(),
         names.join(", ")
-    });
+    );
     Ok(())
 }
 
