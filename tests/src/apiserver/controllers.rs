@@ -90,11 +90,23 @@ async fn reconcile(server: &ApiServer, resource: &'static Resource, name: &str) 
                 }),
                 now_seconds(),
             ),
-            // Not ours or not signable: nothing to write (a signing error is retried on the
-            // CSR's next change, as the queue's backoff would).
-            Err(SignError::NotOurs | SignError::Signing(_)) => current.clone(),
+            Err(SignError::NotOurs) => current.clone(),
+            // Retried on the CSR's next change, as the queue's backoff would; said on stderr
+            // (the controller's log) so a test that waits in vain can show why.
+            Err(SignError::Signing(why)) => {
+                log_signing_error(name, &why);
+                current.clone()
+            }
         })
     });
+}
+
+#[expect(
+    clippy::print_stderr,
+    reason = "the test API server's log is its stderr"
+)]
+fn log_signing_error(name: &str, why: &str) {
+    eprintln!("swiftlet-test-apiserver: csrsigning: CSR {name}: {why}");
 }
 
 fn with_certificate(object: &Value, pem: &str) -> Value {
@@ -108,3 +120,6 @@ fn with_certificate(object: &Value, pem: &str) -> Value {
     }
     new
 }
+
+#[cfg(test)]
+mod tests;
