@@ -100,7 +100,7 @@ async fn a_bootstrapper_s_client_csr_is_approved_then_signed() {
     let mut seen = Vec::new();
     while let Ok(change) = changes.try_recv() {
         seen.push((
-            change.change.clone(),
+            change.change,
             csr::has_condition(&change.object, "Approved"),
             change.object["status"]["certificate"].is_string(),
         ));
