@@ -761,7 +761,7 @@ fn certificate_of(csr: &CertificateSigningRequest) -> Option<Vec<u8>> {
 /// certificates; its node client CSR is auto-approved and signed (seen by its own watch);
 /// the certificate authenticates as the node; a serving CSR waits for an approval through
 /// the API; the short-lived client certificate stops authenticating once expired, on the
-/// connection that used it and on a new one.
+/// connection that used it and on a new one; another CA's certificate never authenticates.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bootstrap_token_gets_a_node_certificate_that_authenticates_until_it_expires() {
     const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
@@ -802,6 +802,17 @@ async fn a_bootstrap_token_gets_a_node_certificate_that_authenticates_until_it_e
         None,
     );
     assert_eq!(code, 401, "an unknown token");
+    // A certificate of another CA gets through the handshake and names no one, as with
+    // kube-apiserver's `RequestClientCert` and x509 authenticator.
+    let stranger =
+        swiftlet_tests::tls::TestCa::new("another-ca").client("system:node:x", &["system:nodes"]);
+    let (code, _) = server.request_as(
+        Credentials::Certificate(&stranger),
+        "GET",
+        "/api/v1/nodes",
+        None,
+    );
+    assert_eq!(code, 401, "another CA's certificate");
 
     // The agent's side: kube-rs from the bootstrap kubeconfig, a create and a watch.
     let client = swiftlet::sources::client_from_kubeconfig(

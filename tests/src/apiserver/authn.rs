@@ -11,11 +11,12 @@
 //! <https://kubernetes.io/docs/reference/access-authn-authz/bootstrap-tokens/>), and the
 //! `AuthenticatedGroupAdder`. Not here: what the user may do ([`super::authz`]).
 //!
-//! kube-apiserver asks for a client certificate without requiring one and verifies it in the
-//! authenticator; rustls verifies at the handshake, so [`ClientCertVerifier`] lets a
-//! certificate whose only fault is its validity period through the handshake (after checking
-//! its chain at a moment it was valid) and [`authenticate`] answers such a request 401, as
-//! upstream does.
+//! kube-apiserver asks for a client certificate without requiring one (`tls.RequestClientCert`)
+//! and verifies it in the authenticator, on every request. So does this server: the handshake
+//! ([`ClientCertVerifier`], rustls' `WebPkiClientVerifier` with `allow_unauthenticated` for
+//! everything but the chain) only proves the client holds the certificate's key, and
+//! [`certificate_user`] verifies the chain against the CA and the validity at the request's
+//! time; an expired or foreign certificate gets 401 unless a token authenticates the request.
 
 use std::{fmt, sync::Arc};
 
@@ -71,9 +72,10 @@ impl User {
     }
 }
 
-/// The verified client certificate of a connection, put in each of its requests.
+/// The client certificate chain a connection presented (end entity first), put in each of
+/// its requests; verified per request by [`certificate_user`].
 #[derive(Debug, Clone, Default)]
-pub struct PeerCertificate(pub Option<Arc<CertificateDer<'static>>>);
+pub struct PeerCertificate(pub Option<Arc<Vec<CertificateDer<'static>>>>);
 
 /// Why a bootstrap token flag is refused.
 #[derive(Debug, thiserror::Error)]
@@ -96,18 +98,15 @@ pub fn parse_bootstrap_token(token: &str) -> Result<String, BadBootstrapToken> {
     }
 }
 
-/// The user of a request, or `None` (401). `now` is in Unix seconds.
+/// The user of a request, or `None` (401): the client certificate's (`certificate`, see
+/// [`certificate_user`]), else the bearer token's.
 pub fn authenticate(
     admin_token: &str,
     bootstrap_tokens: &[String],
     headers: &HeaderMap,
-    peer: Option<&PeerCertificate>,
-    now: i64,
+    certificate: Option<User>,
 ) -> Option<User> {
-    if let Some(user) = peer
-        .and_then(|p| p.0.as_deref())
-        .and_then(|der| certificate_user(der, now))
-    {
+    if let Some(user) = certificate {
         return Some(user);
     }
     let token = headers
@@ -140,11 +139,19 @@ pub fn authenticate(
     )
 }
 
-/// The user of a client certificate the TLS layer verified, if it is valid at `now`: CN the
-/// name, the organizations the groups. A certificate without a CN names no one.
-pub fn certificate_user(der: &[u8], now: i64) -> Option<User> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+/// The user of a client certificate chain that verifies against `roots` at `now` (Unix
+/// seconds): CN the name, the organizations the groups. A certificate without a CN names no
+/// one.
+pub fn certificate_user(peer: &PeerCertificate, roots: &ClientRoots, now: i64) -> Option<User> {
+    let (end_entity, intermediates) = peer.0.as_deref()?.split_first()?;
+    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(u64::try_from(now).ok()?));
+    roots
+        .0
+        .verify_client_cert(end_entity, intermediates, at)
+        .ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(end_entity).ok()?;
     let validity = cert.validity();
+    // webpki checked this too; kept so the rule reads here as x509.go states it.
     if now < validity.not_before.timestamp() || now > validity.not_after.timestamp() {
         return None;
     }
@@ -169,9 +176,29 @@ pub fn certificate_user(der: &[u8], now: i64) -> Option<User> {
     )
 }
 
-/// An optional client certificate, verified against `roots` by webpki; one that fails only on
-/// its validity period passes if its chain verifies at its own `notBefore` (the request then
-/// gets 401 from [`authenticate`], as from kube-apiserver's x509 authenticator).
+/// The client CA (the cluster CA), as webpki verifies a chain against it.
+#[derive(Clone)]
+pub struct ClientRoots(Arc<dyn Verifier>);
+
+impl fmt::Debug for ClientRoots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ClientRoots")
+    }
+}
+
+impl ClientRoots {
+    pub fn new(roots: RootCertStore) -> Result<ClientRoots, TlsError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .allow_unauthenticated()
+            .build()
+            .map_err(|e| TlsError::General(e.to_string()))?;
+        Ok(ClientRoots(inner))
+    }
+}
+
+/// The handshake's side: an optional client certificate, any chain accepted (it is verified
+/// per request), its holder proven by the handshake signature; the CA named as the hint.
 pub struct ClientCertVerifier {
     inner: Arc<dyn Verifier>,
 }
@@ -183,13 +210,10 @@ impl fmt::Debug for ClientCertVerifier {
 }
 
 impl ClientCertVerifier {
-    pub fn new(roots: RootCertStore) -> Result<Arc<ClientCertVerifier>, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .allow_unauthenticated()
-            .build()
-            .map_err(|e| TlsError::General(e.to_string()))?;
-        Ok(Arc::new(ClientCertVerifier { inner }))
+    pub fn new(roots: &ClientRoots) -> Arc<ClientCertVerifier> {
+        Arc::new(ClientCertVerifier {
+            inner: roots.0.clone(),
+        })
     }
 }
 
@@ -209,29 +233,14 @@ impl Verifier for ClientCertVerifier {
     fn verify_client_cert(
         &self,
         end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
     ) -> Result<ClientCertVerified, TlsError> {
-        match self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)
-        {
-            Err(TlsError::InvalidCertificate(
-                CertificateError::Expired
-                | CertificateError::ExpiredContext { .. }
-                | CertificateError::NotValidYet
-                | CertificateError::NotValidYetContext { .. },
-            )) => {
-                let not_before = x509_parser::parse_x509_certificate(end_entity)
-                    .ok()
-                    .and_then(|(_, c)| u64::try_from(c.validity().not_before.timestamp()).ok())
-                    .ok_or(TlsError::InvalidCertificate(CertificateError::BadEncoding))?;
-                let then = UnixTime::since_unix_epoch(std::time::Duration::from_secs(not_before));
-                self.inner
-                    .verify_client_cert(end_entity, intermediates, then)
-            }
-            other => other,
-        }
+        // Go's `RequestClientCert` takes any certificate; one that is not X.509 at all cannot
+        // name anyone, and is refused as Go's handshake refuses it.
+        x509_parser::parse_x509_certificate(end_entity)
+            .map(|_| ClientCertVerified::assertion())
+            .map_err(|_| TlsError::InvalidCertificate(CertificateError::BadEncoding))
     }
 
     fn verify_tls12_signature(
@@ -260,7 +269,10 @@ impl Verifier for ClientCertVerifier {
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
-    use rcgen::{CertificateParams, DnType, KeyPair};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose,
+    };
 
     use super::*;
 
@@ -277,24 +289,18 @@ mod tests {
     #[test]
     fn the_admin_token_is_a_master_and_a_bootstrap_token_a_bootstrapper() {
         let tokens = vec![BOOT.to_owned()];
-        let admin = authenticate("admin", &tokens, &bearer("admin"), None, 0).expect("admin");
+        let admin = authenticate("admin", &tokens, &bearer("admin"), None).expect("admin");
         assert_eq!(admin.name, ADMIN_USER);
         assert_eq!(admin.groups, [MASTERS_GROUP, AUTHENTICATED_GROUP]);
-        let boot = authenticate("admin", &tokens, &bearer(BOOT), None, 0).expect("bootstrapper");
+        let boot = authenticate("admin", &tokens, &bearer(BOOT), None).expect("bootstrapper");
         assert_eq!(boot.name, "system:bootstrap:abcdef");
         assert_eq!(boot.groups, [BOOTSTRAPPERS_GROUP, AUTHENTICATED_GROUP]);
         assert_eq!(
-            authenticate(
-                "admin",
-                &tokens,
-                &bearer("abcdef.0000000000000000"),
-                None,
-                0
-            ),
+            authenticate("admin", &tokens, &bearer("abcdef.0000000000000000"), None),
             None
         );
         assert_eq!(
-            authenticate("admin", &tokens, &HeaderMap::new(), None, 0),
+            authenticate("admin", &tokens, &HeaderMap::new(), None),
             None
         );
     }
@@ -314,32 +320,71 @@ mod tests {
         }
     }
 
-    fn certificate(cn: &str, orgs: &[&str], not_before: i64, not_after: i64) -> Vec<u8> {
+    fn ca() -> (Issuer<'static, KeyPair>, ClientRoots) {
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+        params.distinguished_name.push(DnType::CommonName, "ca");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let cert = params.self_signed(&key).expect("ca");
+        let mut roots = RootCertStore::empty();
+        roots.add(cert.der().clone()).expect("a root");
+        (
+            Issuer::new(params, key),
+            ClientRoots::new(roots).expect("roots"),
+        )
+    }
+
+    fn certificate(
+        issuer: &Issuer<'static, KeyPair>,
+        cn: &str,
+        validity: (i64, i64),
+    ) -> PeerCertificate {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
         params.distinguished_name.push(DnType::CommonName, cn);
-        for o in orgs {
-            params.distinguished_name.push(DnType::OrganizationName, *o);
-        }
-        params.not_before = time::OffsetDateTime::from_unix_timestamp(not_before).expect("time");
-        params.not_after = time::OffsetDateTime::from_unix_timestamp(not_after).expect("time");
-        params.self_signed(&key).expect("cert").der().to_vec()
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, NODES_GROUP);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_before = time::OffsetDateTime::from_unix_timestamp(validity.0).expect("time");
+        params.not_after = time::OffsetDateTime::from_unix_timestamp(validity.1).expect("time");
+        let cert = params.signed_by(&key, issuer).expect("cert");
+        PeerCertificate(Some(Arc::new(vec![cert.der().clone()])))
     }
 
+    const NOW: i64 = 1_800_000_000;
+
     #[test]
-    fn a_certificate_names_its_user_only_while_valid() {
-        let der = certificate("system:node:n1", &["system:nodes"], 1_000, 2_000);
-        let peer = PeerCertificate(Some(Arc::new(CertificateDer::from(der.clone()))));
-        let user = authenticate("admin", &[], &HeaderMap::new(), Some(&peer), 1_500)
-            .expect("a valid certificate");
+    fn a_certificate_of_the_ca_names_its_user_only_while_valid() {
+        let (issuer, roots) = ca();
+        let peer = certificate(&issuer, "system:node:n1", (NOW - 10, NOW + 10));
+        let user = certificate_user(&peer, &roots, NOW).expect("a valid certificate");
         assert_eq!(user.name, "system:node:n1");
         assert_eq!(user.groups, [NODES_GROUP, AUTHENTICATED_GROUP]);
-        assert_eq!(certificate_user(&der, 2_001), None, "expired");
-        assert_eq!(certificate_user(&der, 999), None, "not yet valid");
+        assert_eq!(
+            authenticate("admin", &[], &HeaderMap::new(), Some(user)).map(|u| u.name),
+            Some("system:node:n1".to_owned())
+        );
+        assert_eq!(certificate_user(&peer, &roots, NOW + 11), None, "expired");
+        assert_eq!(
+            certificate_user(&peer, &roots, NOW - 11),
+            None,
+            "not yet valid"
+        );
         // An expired certificate does not hide a valid token (the union tries the next one).
-        let admin = authenticate("admin", &[], &bearer("admin"), Some(&peer), 3_000);
+        let expired = certificate_user(&peer, &roots, NOW + 11);
+        let admin = authenticate("admin", &[], &bearer("admin"), expired);
         assert_eq!(admin.map(|u| u.name), Some(ADMIN_USER.to_owned()));
-        let nameless = certificate("", &["system:nodes"], 1_000, 2_000);
-        assert_eq!(certificate_user(&nameless, 1_500), None);
+        let (foreign, _) = ca();
+        let stranger = certificate(&foreign, "system:node:n1", (NOW - 10, NOW + 10));
+        assert_eq!(
+            certificate_user(&stranger, &roots, NOW),
+            None,
+            "another CA's"
+        );
+        let nameless = certificate(&issuer, "", (NOW - 10, NOW + 10));
+        assert_eq!(certificate_user(&nameless, &roots, NOW), None);
+        assert_eq!(certificate_user(&PeerCertificate(None), &roots, NOW), None);
     }
 }

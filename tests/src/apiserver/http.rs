@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use super::{
     ApiServer, LoggedRequest,
-    authn::{PeerCertificate, User, authenticate},
+    authn::{PeerCertificate, User, authenticate, certificate_user},
     authz::{Attributes, authorize_path, authorize_resource, verb},
     control::control_request,
     csr,
@@ -73,12 +73,16 @@ async fn answer(server: &Arc<ApiServer>, request: Request<Body>) -> Response<Bod
         .map(|q| q.0.into_iter().collect())
         .unwrap_or_default();
     let control = path.starts_with("/_test/");
+    let certificate = parts
+        .extensions
+        .get::<PeerCertificate>()
+        .zip(server.client_roots())
+        .and_then(|(peer, roots)| certificate_user(peer, roots, now_seconds()));
     let Some(user) = authenticate(
         &server.config.token,
         &server.config.bootstrap_tokens,
         &parts.headers,
-        parts.extensions.get::<PeerCertificate>(),
-        now_seconds(),
+        certificate,
     ) else {
         return error_response(&ApiError::unauthorized());
     };

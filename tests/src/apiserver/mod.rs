@@ -103,6 +103,8 @@ pub struct ApiServer {
     /// The cluster CA the CSR signer signs with (the one serving TLS); none in unit tests of
     /// other parts.
     ca: Option<signer::Ca>,
+    /// The CA as the client CA (kube-apiserver's `--client-ca-file`).
+    client_roots: Option<authn::ClientRoots>,
 }
 
 /// The namespaces the API server itself makes (`pkg/controlplane` system namespaces).
@@ -119,6 +121,7 @@ impl ApiServer {
             reviews: Mutex::new(reviews::Reviews::default()),
             faults: Faults::default(),
             ca: None,
+            client_roots: None,
             config,
         };
         let now = meta::now_seconds();
@@ -152,11 +155,16 @@ impl ApiServer {
         server
     }
 
-    /// The server signing CSRs with `ca` (run [`controllers::run`] to sign).
-    #[must_use]
-    pub fn with_ca(mut self, ca: signer::Ca) -> ApiServer {
+    /// The server signing CSRs with `ca` (run [`controllers::run`] to sign) and trusting the
+    /// client certificates it signed.
+    pub fn with_ca(mut self, ca: signer::Ca) -> Result<ApiServer, serve::Error> {
+        self.client_roots = Some(serve::client_roots(&ca)?);
         self.ca = Some(ca);
-        self
+        Ok(self)
+    }
+
+    pub fn client_roots(&self) -> Option<&authn::ClientRoots> {
+        self.client_roots.as_ref()
     }
 
     pub fn ca(&self) -> Option<&signer::Ca> {

@@ -24,7 +24,7 @@ use tower::ServiceExt as _;
 
 use super::{
     ApiServer,
-    authn::{ClientCertVerifier, PeerCertificate},
+    authn::{ClientCertVerifier, ClientRoots, PeerCertificate},
     signer::Ca,
 };
 
@@ -95,17 +95,22 @@ pub fn certificates() -> Result<Certificates, Error> {
 /// feature), asking for an optional client certificate signed by the CA.
 pub fn tls_config(certificates: &Certificates) -> Result<Arc<TlsConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = RootCertStore::empty();
-    roots.add(certificates.ca.der.clone())?;
     let mut config = TlsConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(ClientCertVerifier::new(roots)?)
+        .with_client_cert_verifier(ClientCertVerifier::new(&client_roots(&certificates.ca)?))
         .with_single_cert(
             certificates.chain.clone(),
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certificates.key.clone())),
         )?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The CA as the client CA.
+pub fn client_roots(ca: &Ca) -> Result<ClientRoots, Error> {
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der.clone())?;
+    Ok(ClientRoots::new(roots)?)
 }
 
 /// The kubeconfig for `server` (an `https://` URL), trusting the CA in `ca_file`, with
@@ -172,8 +177,8 @@ pub async fn serve(
                     .get_ref()
                     .1
                     .peer_certificates()
-                    .and_then(<[_]>::first)
-                    .map(|c| Arc::new(c.clone().into_owned())),
+                    .filter(|chain| !chain.is_empty())
+                    .map(|chain| Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())),
             );
             let service = router.map_request(move |mut request: axum::http::Request<_>| {
                 request.extensions_mut().insert(peer.clone());

@@ -92,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .with_context(|| format!("write {}", kubeconfig.display()))?;
     let token = config.token.clone();
-    let server = Arc::new(ApiServer::new(config, port).with_ca(certificates.ca));
+    let server = Arc::new(ApiServer::new(config, port).with_ca(certificates.ca)?);
     tokio::spawn(controllers::run(server.clone()));
     let serving = tokio::spawn(serve::serve(
         listener,

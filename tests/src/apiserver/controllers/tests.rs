@@ -30,7 +30,11 @@ fn server(auto_approve: bool) -> Arc<ApiServer> {
         ..ServerConfig::default()
     };
     let certificates = serve::certificates().expect("certificates");
-    let server = Arc::new(ApiServer::new(config, 6443).with_ca(certificates.ca));
+    let server = Arc::new(
+        ApiServer::new(config, 6443)
+            .with_ca(certificates.ca)
+            .expect("a CA"),
+    );
     tokio::spawn(run(server.clone()));
     server
 }
