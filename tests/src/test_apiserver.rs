@@ -345,17 +345,26 @@ impl TestApiServer {
     }
 
     fn decide_csr(&self, name: &str, kind: &str, reason: &str, message: &str) {
-        let mut csr = self
-            .get_csr(name)
-            .unwrap_or_else(|| panic!("no CSR {name}"));
-        let condition =
-            json!({"type": kind, "status": "True", "reason": reason, "message": message});
-        match csr["status"]["conditions"].as_array_mut() {
-            Some(conditions) => conditions.push(condition),
-            None => csr["status"]["conditions"] = json!([condition]),
+        // kubectl retries on a conflict (the controllers may write the CSR in between).
+        for _ in 0..10 {
+            let mut csr = self
+                .get_csr(name)
+                .unwrap_or_else(|| panic!("no CSR {name}"));
+            let condition =
+                json!({"type": kind, "status": "True", "reason": reason, "message": message});
+            match csr["status"]["conditions"].as_array_mut() {
+                Some(conditions) => conditions.push(condition),
+                None => csr["status"]["conditions"] = json!([condition]),
+            }
+            let (status, answer) =
+                self.request("PUT", &format!("{CSRS}/{name}/approval"), Some(&csr));
+            if status == 409 {
+                continue;
+            }
+            assert_eq!(status, 200, "{kind} CSR {name}: {answer}");
+            return;
         }
-        let (status, answer) = self.request("PUT", &format!("{CSRS}/{name}/approval"), Some(&csr));
-        assert_eq!(status, 200, "{kind} CSR {name}: {answer}");
+        panic!("{kind} CSR {name}: a conflict every time");
     }
 
     /// A kept-alive connection made as `credentials` (as the kubelet's client keeps one).
