@@ -7,7 +7,9 @@
 //! sections (`server.rs`, `eviction.rs`, ...), which check what needs several settings at once.
 //!
 //! Adding a KubeletConfiguration field is one entry here (and its row in
-//! `docs/configuration.md`); one with its own `Config` field is marked `config`.
+//! `docs/configuration.md`); one with its own `Config` field is marked `config`. The upstream
+//! fields accepted without effect are rows of `no_effect.rs`'s table, which the file form
+//! includes after this table's fields.
 //!
 //! An entry reads:
 //! ```text
