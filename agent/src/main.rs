@@ -1,13 +1,31 @@
-//! The `swiftlet` binary: parse arguments, start telemetry, run the command.
+//! The `swiftlet` binary: parse arguments, load `run`'s configuration, start telemetry, run the
+//! command.
 
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use swiftlet::{commands, config::Args, telemetry};
+use swiftlet::{
+    commands,
+    config::{Args, LoggingConfig},
+    telemetry,
+};
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    telemetry::init(&args.log_level, args.log_format);
+    // `run` reads its configuration before telemetry starts: the file's `logging` configures it.
+    let prepared = commands::prepare(args.command);
+    let file_logging = match &prepared {
+        Ok(prepared) => prepared.logging(),
+        Err(_) => LoggingConfig::default(),
+    };
+    telemetry::init(args.log_level.as_deref(), args.log_format, &file_logging);
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            commands::report(&error);
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -18,7 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(commands::run(args.command));
+    let result = runtime.block_on(commands::run(prepared));
     // Blocking threads (a file watcher's read) must not hold the process up once the agent ends.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {

@@ -1,12 +1,18 @@
-//! Logs and traces: `tracing` to stderr, text or JSON, filtered by `RUST_LOG` or `--log-level`.
-//! `log` records (aya, and the eBPF programs' aya-log output) are bridged into `tracing`.
+//! Logs and traces: `tracing` to stderr, text or JSON, filtered by `RUST_LOG`, else `--log-level`,
+//! else the configuration file's `logging.verbosity` (mapped in `config/logging.rs`), else `info`;
+//! the format from `--log-format`, else the file's `logging.format`, else text (upstream: flags
+//! over the file). Each line is written unbuffered. `log` records (aya, and the eBPF programs'
+//! aya-log output) are bridged into `tracing`.
 
 use tracing_subscriber::{EnvFilter, fmt};
 
-use crate::config::LogFormat;
+use crate::config::{LogFormat, LoggingConfig};
 
-/// Installs the global subscriber. An invalid filter falls back to `info` and says so.
-pub fn init(level: &str, format: LogFormat) {
+/// Installs the global subscriber from the flags (`None` when not given) and the file's
+/// `logging`. An invalid filter falls back to `info` and says so.
+pub fn init(flag_level: Option<&str>, flag_format: Option<LogFormat>, file: &LoggingConfig) {
+    let level = flag_level.or(file.level()).unwrap_or("info");
+    let format = flag_format.or(file.format).unwrap_or(LogFormat::Text);
     let (filter, bad) = match std::env::var("RUST_LOG") {
         Ok(env) if !env.is_empty() => match EnvFilter::try_new(&env) {
             Ok(filter) => (filter, None),

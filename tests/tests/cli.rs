@@ -1,6 +1,6 @@
 //! The `swiftlet` binary as a user runs it: `events` (text and JSON, bad input, no privileges,
 //! program logs) and `run` (the gRPC event stream, /metrics on the read-only port checked by
-//! promtool, /healthz).
+//! promtool, /healthz; an upstream KubeletConfiguration's warnings).
 #![expect(
     clippy::expect_used,
     reason = "helpers of tests: a failed step fails the test"
@@ -156,6 +156,50 @@ fn program_logs_reach_the_agent_log() {
     // aya-log records from the cgroup program, forwarded through `log` into `tracing`.
     let line = swiftlet.wait_stderr(&format!("cgroup event kind=4 id={id}"));
     assert!(line.contains("DEBUG"), "{line}");
+}
+
+/// The seed's example KubeletConfiguration: the fields it sets without effect in swiftlet are
+/// warned about once each, in the format of `--log-format` (which wins over the file's
+/// `logging.format: text`), before the agent goes on. The configuration is loaded and its warnings
+/// written before anything privileged, and the missing kubeconfig stops the agent right after, so
+/// this runs as anyone and needs no runtime.
+#[test]
+fn run_warns_once_per_config_field_without_effect() {
+    let fixture =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/kubelet-config/seed-example.yaml");
+    let dir = std::env::temp_dir().join(format!("swiftlet-test-config-{}", std::process::id()));
+    let swiftlet = Running::start(Command::new(swiftlet_bin()).args([
+        "run",
+        "--config",
+        &fixture.display().to_string(),
+        "--kubeconfig",
+        &dir.join("missing.kubeconfig").display().to_string(),
+        "--log-format",
+        "json",
+        "--root-dir",
+        &dir.join("root").display().to_string(),
+        "--grpc-socket",
+        &dir.join("swiftlet.sock").display().to_string(),
+    ]));
+    let lines = swiftlet.wait_stderr_lines("configuration loaded");
+    drop(swiftlet);
+    assert!(lines.iter().all(|l| l.starts_with('{')), "{lines:#?}");
+    for field in [
+        "shutdownGracePeriod",
+        "shutdownGracePeriodCriticalPods",
+        "featureGates.CSIMigration",
+        "featureGates.LocalStorageCapacityIsolation",
+    ] {
+        let tag = format!("\"field\":\"{field}\"");
+        let count = lines.iter().filter(|l| l.contains(&tag)).count();
+        assert_eq!(count, 1, "{field}: {lines:#?}");
+    }
+    let warnings = lines
+        .iter()
+        .filter(|l| l.contains("has no effect in swiftlet"))
+        .count();
+    assert_eq!(warnings, 4, "{lines:#?}");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn free_port() -> u16 {

@@ -25,7 +25,7 @@ use tokio::{sync::broadcast, task::JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::{Config, ConfigError, PlegMode, RunArgs, defaults},
+    config::{Config, ConfigError, PlegMode, defaults},
     kernel::{self, KernelEvents, StreamItem},
     metrics::{KernelCountersCollector, Metrics},
     server::{EventsService, Health, HttpState},
@@ -147,8 +147,7 @@ impl Error {
     }
 }
 
-pub async fn run(args: RunArgs) -> Result<(), Error> {
-    let config = Config::load(&args)?;
+pub async fn run(config: Config) -> Result<(), Error> {
     let open_files = process::raise_open_files_limit();
     let oom =
         process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);

@@ -5,7 +5,11 @@ mod events;
 
 use std::io::Write as _;
 
-use crate::{app, config::Command, kernel};
+use crate::{
+    app,
+    config::{Command, Config, EventsArgs, LoggingConfig},
+    kernel,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
@@ -27,10 +31,43 @@ impl CommandError {
     }
 }
 
-pub async fn run(command: Command) -> Result<(), CommandError> {
+/// A command ready to run: `run`'s configuration loaded and validated.
+pub enum Prepared {
+    Run(Box<Config>),
+    Events(EventsArgs),
+}
+
+impl Prepared {
+    /// The configuration file's `logging` (telemetry starts from it).
+    pub fn logging(&self) -> LoggingConfig {
+        match self {
+            Prepared::Run(config) => config.logging.clone(),
+            Prepared::Events(_) => LoggingConfig::default(),
+        }
+    }
+}
+
+/// Loads `run`'s configuration (before telemetry starts, which it configures).
+pub fn prepare(command: Command) -> Result<Prepared, CommandError> {
     match command {
-        Command::Run(args) => Ok(app::run(args).await?),
-        Command::Events(args) => events::run(args).await,
+        Command::Run(args) => Ok(Prepared::Run(Box::new(
+            Config::load(&args).map_err(app::Error::Config)?,
+        ))),
+        Command::Events(args) => Ok(Prepared::Events(args)),
+    }
+}
+
+pub async fn run(prepared: Prepared) -> Result<(), CommandError> {
+    match prepared {
+        Prepared::Run(config) => {
+            config.warn_no_effect();
+            tracing::info!(
+                file = %config.file.as_deref().map_or("none".into(), |p| p.display().to_string()),
+                "configuration loaded"
+            );
+            Ok(app::run(*config).await?)
+        }
+        Prepared::Events(args) => events::run(args).await,
     }
 }
 

@@ -13,11 +13,12 @@ use super::{kernel::KernelArgs, settings::RunArgs};
 #[command(name = "swiftlet", version, about, propagate_version = true)]
 pub struct Args {
     /// Log filter, in `RUST_LOG` syntax (e.g. `info`, `swiftlet=debug`); RUST_LOG wins if set.
-    #[arg(long, global = true, default_value = "info")]
-    pub log_level: String,
-    /// Log line format on stderr.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
+    /// Default: the configuration file's `logging.verbosity`, else `info`.
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+    /// Log line format on stderr. Default: the configuration file's `logging.format`, else text.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -154,6 +154,14 @@ fn parse_component(input: &str) -> Result<(u128, &str), DurationErrorReason> {
     Ok((nanos, rest))
 }
 
+/// As upstream's `metav1.Duration` in a file: a string in Go syntax (a bare number is not one).
+impl<'de> serde::Deserialize<'de> for GoDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl fmt::Display for GoDuration {
     /// Go's `Duration.String`: `0s`, `1.5ms`, `1m0s`, `2h0m0s`, `1h2m3.5s`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

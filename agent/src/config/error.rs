@@ -46,6 +46,15 @@ pub enum ConfigError {
         value: String,
         reason: String,
     },
+    /// A `featureGates` entry that is not a bool.
+    #[error(
+        "{origin}: field `featureGates.{gate}`: invalid value {value:?}: expected true or false"
+    )]
+    FeatureGate {
+        origin: Origin,
+        gate: String,
+        value: String,
+    },
     #[error("cannot read the node's hostname from {}: {source}; set --node-name", path.display())]
     Hostname { path: PathBuf, source: io::Error },
 }

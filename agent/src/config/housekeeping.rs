@@ -185,7 +185,8 @@ mod tests {
         assert_eq!(config.logs.pod_logs_dir, PathBuf::from("/tmp/pods"));
         assert_eq!(config.gc.images.high_threshold_percent, 90);
         assert_eq!(config.gc.images.low_threshold_percent, 50);
-        assert_eq!(config.gc.images.min_age, Duration::ZERO);
+        // In the file, upstream's `0s` is the default (2m); `--minimum-image-ttl-duration=0s` is zero.
+        assert_eq!(config.gc.images.min_age, Duration::from_secs(120));
         assert_eq!(config.gc.containers.min_age, Duration::from_secs(60));
         assert_eq!(config.gc.containers.max_per_pod_container, 2);
         assert_eq!(config.gc.containers.max_containers, 10);

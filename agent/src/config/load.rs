@@ -21,8 +21,17 @@
 //!   authorizer`): it would let anyone who reaches the port run commands in every container. The
 //!   kubelet keeps the pair only as its legacy command-line default; swiftlet's default is
 //!   anonymous off, so it has no such compatibility to keep.
-//! - A zero duration or `maxPods: 0` is an error instead of silently meaning "default" (a Go
-//!   zero-value artefact upstream).
+//! - A zero duration or `maxPods: 0` on the command line is an error; in the file it means the
+//!   default where upstream's defaulting says so (`zero.rs`), as kubeadm's `0s` values expect.
+//! - `port: 0` in the file is upstream's 10250 (`enableServer: false` turns the server off);
+//!   `--port 0` turns it off.
+//! - Upstream fields swiftlet does not act on are accepted and warned about once at start
+//!   ([`Config::warn_no_effect`], `no_effect.rs`); a key upstream does not define is an error
+//!   naming it. Upstream's v1beta1 loader falls back to lenient decoding with one warning
+//!   (`DecodeKubeletConfiguration`); swiftlet keeps the strict decoding, so a misspelt key is not
+//!   silently dropped.
+//! - An unknown feature gate is a warning, not upstream's `unrecognized feature gate` error
+//!   (`feature_gates.rs`).
 //! - `fileCheckFrequency` is only the static pods' safety-net rescan: inotify drives changes.
 
 use std::{
@@ -36,15 +45,20 @@ use super::{
     cpumanager::{self, CpuManagerConfig},
     defaults,
     error::{ConfigError, Origin, invalid},
-    eviction, file,
+    eviction,
+    feature_gates::{self, FeatureGates},
+    file,
     housekeeping::{self, GcConfig, LogsConfig},
     input::{self, Given, HOSTNAME_FILE, Input, is_dns1123_subdomain, system_hostname},
     kernel::KernelArgs,
+    logging::{self, LoggingConfig},
+    no_effect::{self, NoEffect},
     reserved::{self, Reserved},
     security::{self, SecurityConfig},
     server::{self, ServerConfig},
     settings::{FileConfig, RunArgs, Settings, with_settings},
     types::{CgroupDriver, ChangeDetectionStrategy, Cidr, PlegMode},
+    zero,
 };
 use k8s_openapi::api::core::v1::Taint;
 
@@ -142,6 +156,13 @@ with_settings!(config {
     security: SecurityConfig,
     /// `nodeStatusReportFrequency`: how often an unchanged node status is still sent.
     node_status_report_frequency: Duration,
+    /// `featureGates` over upstream's defaults (`feature_gates.rs`).
+    feature_gates: FeatureGates,
+    /// The file's `logging` block; the global flags win over it (`logging.rs`).
+    logging: LoggingConfig,
+    /// Upstream fields (and feature gates, and parts of `logging`) the file sets to values
+    /// swiftlet does not act on, each once: [`Config::warn_no_effect`] reports them.
+    no_effect: Vec<NoEffect>,
 });
 
 impl Config {
@@ -166,6 +187,7 @@ impl Config {
                 if let Some(dir) = path.parent() {
                     file.resolve_relative_paths(dir);
                 }
+                zero::clear_zero_values(&mut file);
                 Self::resolve(&file, Origin::File(path.to_owned()), args, hostname)
             }
             None => Self::resolve(&FileConfig::default(), Origin::Default, args, hostname),
@@ -197,6 +219,13 @@ impl Config {
             reserved.system.cpu_millis = i64::try_from(cpus.len()).unwrap_or(i64::MAX) * 1000;
         }
         let healthz_address = healthz_address(&settings, &file_origin)?;
+        let (feature_gates, gates_without_effect) =
+            feature_gates::resolve(file.feature_gates.as_ref(), &file_origin)?;
+        let (logging, logging_without_effect) =
+            logging::resolve(file.logging.as_ref(), &file_origin)?;
+        let mut no_effect = no_effect::set_without_effect(file, &file_origin)?;
+        no_effect.extend(gates_without_effect);
+        no_effect.extend(logging_without_effect);
         let assembled = Assembled {
             file: match file_origin {
                 Origin::File(p) => Some(p),
@@ -217,8 +246,24 @@ impl Config {
             gc: housekeeping::gc(&settings)?,
             security: security::resolve(&settings),
             node_status_report_frequency: node_status_report_frequency(file, &settings),
+            feature_gates,
+            logging,
+            no_effect,
         };
         Ok(Config::assemble(settings, assembled))
+    }
+}
+
+impl Config {
+    /// One warning per field the file sets without effect in swiftlet. Called once at start, after
+    /// telemetry is set up, so the warnings come in the configured format.
+    pub fn warn_no_effect(&self) {
+        for NoEffect { field, why } in &self.no_effect {
+            tracing::warn!(
+                field = %field,
+                "config field {field} has no effect in swiftlet: {why}"
+            );
+        }
     }
 }
 
@@ -397,3 +442,7 @@ impl FileConfig {
 #[cfg(test)]
 #[path = "load_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "load_upstream_tests.rs"]
+mod upstream_tests;

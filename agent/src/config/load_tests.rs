@@ -11,7 +11,7 @@ use clap::Parser as _;
 use super::*;
 use crate::config::{Args, AuthorizationMode, Command, CpuApply, CpuManagerPolicy, TlsVersion};
 
-fn run_args(extra: &[&str]) -> RunArgs {
+pub(super) fn run_args(extra: &[&str]) -> RunArgs {
     let argv = ["swiftlet", "run"].iter().chain(extra).copied();
     match Args::try_parse_from(argv).expect("flags parse").command {
         Command::Run(run) => run,
@@ -19,12 +19,12 @@ fn run_args(extra: &[&str]) -> RunArgs {
     }
 }
 
-fn host() -> Result<String, ConfigError> {
+pub(super) fn host() -> Result<String, ConfigError> {
     Ok(" Node-A\n".to_owned())
 }
 
 /// Writes `yaml` to a config file in a temp dir and loads it with `flags`.
-fn load(yaml: &str, flags: &[&str]) -> (tempfile::TempDir, Result<Config, ConfigError>) {
+pub(super) fn load(yaml: &str, flags: &[&str]) -> (tempfile::TempDir, Result<Config, ConfigError>) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("swiftlet.yaml");
     std::fs::write(&path, yaml).expect("write config");
@@ -35,7 +35,7 @@ fn load(yaml: &str, flags: &[&str]) -> (tempfile::TempDir, Result<Config, Config
     (dir, result)
 }
 
-fn err(yaml: &str, flags: &[&str]) -> String {
+pub(super) fn err(yaml: &str, flags: &[&str]) -> String {
     let (dir, result) = load(yaml, flags);
     match result {
         Ok(config) => panic!("accepted: {config:?}"),
@@ -274,8 +274,8 @@ fn bad_values_name_field_and_value() {
             "config file DIR/swiftlet.yaml: field `syncFrequency`: invalid duration \"1x\": expected e.g. 1m30s",
         ),
         (
-            "fileCheckFrequency: 0s",
-            "config file DIR/swiftlet.yaml: field `fileCheckFrequency`: invalid duration \"0s\": must be greater than 0",
+            "fileCheckFrequency: -20s",
+            "config file DIR/swiftlet.yaml: field `fileCheckFrequency`: invalid duration \"-20s\": must not be negative",
         ),
         (
             "runtimeRequestTimeout: -2m",
@@ -298,8 +298,8 @@ fn bad_values_name_field_and_value() {
             "config file DIR/swiftlet.yaml: field `healthzBindAddress`: invalid address \"localhost\": expected an IP address, e.g. 127.0.0.1",
         ),
         (
-            "maxPods: 0",
-            "config file DIR/swiftlet.yaml: field `maxPods`: invalid value \"0\": must be at least 1",
+            "maxPods: -1",
+            "config file DIR/swiftlet.yaml: field `maxPods`: invalid value \"-1\": must be at least 1",
         ),
         (
             "nodeLeaseDurationSeconds: -1",
@@ -791,8 +791,8 @@ enforceNodeAllocatable: [pods]
                 "config file DIR/swiftlet.yaml: field `evictionMaxPodGracePeriod`: invalid value \"9999999999\": must fit in 32 bits (seconds)",
             ),
             (
-                "evictionPressureTransitionPeriod: 0s",
-                "config file DIR/swiftlet.yaml: field `evictionPressureTransitionPeriod`: invalid duration \"0s\": must be greater than 0",
+                "evictionPressureTransitionPeriod: -5m",
+                "config file DIR/swiftlet.yaml: field `evictionPressureTransitionPeriod`: invalid duration \"-5m\": must not be negative",
             ),
             (
                 "kubeReserved:\n  cpu: -100m",
@@ -1301,9 +1301,9 @@ fn registration_settings() {
          either a single IP or a dual-stack pair of IPs"
     );
     assert_eq!(
-        err("nodeStatusReportFrequency: 0s\n", &[]),
+        err("nodeStatusReportFrequency: -1s\n", &[]),
         "config file DIR/swiftlet.yaml: field `nodeStatusReportFrequency`: invalid duration \
-         \"0s\": must be greater than 0"
+         \"-1s\": must not be negative"
     );
 }
 

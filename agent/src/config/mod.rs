@@ -6,10 +6,10 @@
 //! field and the bad value.
 //!
 //! Modules depend one way: the leaves (`error.rs`, `duration.rs`, `types.rs`, `defaults.rs`,
-//! `file.rs`, `kernel.rs`, then the rules `input.rs`, `rules.rs` and `registration.rs`), then the table
+//! `file.rs`, `kernel.rs`, `no_effect.rs`, `logging.rs`, then the rules `input.rs`, `rules.rs` and `registration.rs`), then the table
 //! (`settings.rs`), then the sections that check several settings together (`server.rs`,
-//! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `housekeeping.rs`, `security.rs`), then loading
-//! (`load.rs`) and the command line (`cli.rs`). This file only declares and re-exports.
+//! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `housekeeping.rs`, `security.rs`,
+//! `feature_gates.rs`), then loading (`zero.rs`, `load.rs`) and the command line (`cli.rs`). This file only declares and re-exports.
 //!
 //! Not here: what the components do with their settings. Upstream: `cmd/kubelet/app/options` and
 //! `pkg/kubelet/apis/config`.
@@ -20,11 +20,14 @@ pub mod defaults;
 mod duration;
 mod error;
 mod eviction;
+mod feature_gates;
 mod file;
 mod housekeeping;
 mod input;
 mod kernel;
 mod load;
+mod logging;
+mod no_effect;
 mod registration;
 mod reserved;
 mod rules;
@@ -32,15 +35,19 @@ mod security;
 mod server;
 mod settings;
 mod types;
+mod zero;
 
 pub use cli::{Args, Command, EventsArgs, LogFormat};
 pub use cpumanager::CpuManagerConfig;
 pub use defaults::{GRPC_SOCKET as DEFAULT_GRPC_SOCKET, HTTP_ADDRESS as DEFAULT_HTTP_ADDRESS};
 pub use duration::{DurationError, DurationErrorReason, GoDuration};
 pub use error::{ConfigError, Origin};
+pub use feature_gates::FeatureGates;
 pub use housekeeping::{GcConfig, LogsConfig};
 pub use kernel::KernelArgs;
 pub use load::Config;
+pub use logging::{LoggingConfig, verbosity_level};
+pub use no_effect::NoEffect;
 pub use registration::FileTaint;
 pub use reserved::{Reserved, ReservedResources};
 pub use security::SecurityConfig;

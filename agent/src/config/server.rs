@@ -97,7 +97,7 @@ pub struct Authorization {
 /// The full server's settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerConfig {
-    /// `address:port`; `None` when `port` is 0.
+    /// `address:port`; `None` when `port` is 0 or `enableServer` is false.
     pub address: Option<SocketAddr>,
     /// Both or neither; neither means a self-signed pair in `cert_directory`.
     pub tls_cert_file: Option<PathBuf>,
@@ -193,7 +193,7 @@ pub(super) fn resolve(settings: &Settings) -> Result<ServerConfig, ConfigError> 
     let port = settings.port;
 
     Ok(ServerConfig {
-        address: (port != 0).then_some(SocketAddr::new(ip, port)),
+        address: (settings.enable_server && port != 0).then_some(SocketAddr::new(ip, port)),
         tls_cert_file: tls_cert_file.map(|g| g.value),
         tls_private_key_file: tls_private_key_file.map(|g| g.value),
         cert_directory,

@@ -7,7 +7,9 @@
 //! sections (`server.rs`, `eviction.rs`, ...), which check what needs several settings at once.
 //!
 //! Adding a KubeletConfiguration field is one entry here (and its row in
-//! `docs/configuration.md`); one with its own `Config` field is marked `config`.
+//! `docs/configuration.md`); one with its own `Config` field is marked `config`. The upstream
+//! fields accepted without effect are rows of `no_effect.rs`'s table, which the file form
+//! includes after this table's fields.
 //!
 //! An entry reads:
 //! ```text
@@ -46,6 +48,8 @@ use super::{
         map, optional_path, parsed, plain, port, positive_duration, runtime_endpoint,
     },
     kernel::KernelArgs,
+    logging::FileLogging,
+    no_effect::{DurationText, with_no_effect},
     registration::{FileTaint, node_ips, node_labels, register_with_taints},
     rules::{
         absolute_path, cgroup_driver, cgroup_root, cluster_dns, cluster_domain, cpu_list,
@@ -211,6 +215,9 @@ macro_rules! with_settings {
                 flag "address" [Option<IpAddr>] (value_name = "IP"),
                 file [String]
                 => ip;
+            /// Whether the kubelet server runs at all (`enableServer`, default true; a file key only,
+            /// as upstream).
+            section enable_server: [bool] = "enableServer", file [bool] => plain, default true;
             /// Port of the kubelet server, TLS and authenticated (`port`, default 10250); 0 disables it.
             section port: [u16] = "port",
                 flag "port" [Option<u16>] (value_name = "PORT"),
@@ -501,7 +508,7 @@ macro_rules! generate {
     // Entry point: the table.
     ({} $($table:tt)*) => {
         generate!(@args [] $($table)*);
-        generate!(@file [] $($table)*);
+        with_no_effect!(generate { @file $($table)* });
         // The names the accumulated resolution code and the function share (hygiene).
         generate!(@settings [args file origin] [] [] $($table)*);
     };
@@ -541,13 +548,16 @@ macro_rules! generate {
         generate!(@args [$($acc)*] $($rest)*);
     };
 
-    // The file's top-level fields, as written.
-    (@file [] $(
+    // The file's top-level fields, as written: the table's, then those accepted without effect
+    // (`no_effect.rs`).
+    ({ @file $(
         $(#[doc = $doc:literal])*
         $dest:ident $name:ident $(: [$($out:tt)*])? = $field:literal
         $(, flag $long:literal [$($fty:tt)*] $(($($farg:tt)*))?)?
         $(, file [$($gty:tt)*])? $(, within $($path:ident).+)?
         $(=> $resolve:expr $(, default $default:expr)?)?;
+    )* } $(
+        $uname:ident : [$($uty:tt)*] = $ukey:literal => $neutral:expr, $why:literal;
     )*) => {
         /// The configuration file as written: a YAML mapping in the style of the kubelet's
         /// `KubeletConfiguration` (the kubelet's field names where one exists), plus swiftlet's
@@ -560,10 +570,19 @@ macro_rules! generate {
             pub api_version: Option<String>,
             pub authentication: Option<FileAuthentication>,
             pub authorization: Option<FileAuthorization>,
+            /// Gate name to its value, kept as written so a non-bool names its gate
+            /// (`feature_gates.rs`).
+            pub feature_gates: Option<BTreeMap<String, serde_yaml_ng::Value>>,
+            pub logging: Option<FileLogging>,
             $($(
                 #[serde(rename = $field)]
                 pub $name: Option<$($gty)*>,
             )?)*
+            $(
+                #[doc = $why]
+                #[serde(rename = $ukey)]
+                pub $uname: Option<$($uty)*>,
+            )*
         }
     };
 

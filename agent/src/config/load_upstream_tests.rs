@@ -1,0 +1,309 @@
+//! Tests of loading upstream's KubeletConfiguration as operators write it: kubeadm's file and the
+//! seed's example (`tests/fixtures/kubelet-config/`), every upstream field accepted, the fields
+//! without effect reported once each, zero values as upstream's defaults, and the documentation
+//! listing every field.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use super::tests::{err, load};
+use crate::config::{AuthorizationMode, LogFormat, no_effect::NO_EFFECT};
+
+const KUBECONFIG: &[&str] = &["--kubeconfig", "/etc/kubernetes/kubelet.conf"];
+
+fn fixture(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/kubelet-config")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn no_effect_fields(config: &super::Config) -> Vec<&str> {
+    config.no_effect.iter().map(|n| n.field.as_str()).collect()
+}
+
+/// kubeadm writes `rotateCertificates: true` (the TLS bootstrap's key, merged from its own
+/// branch) and `cgroupDriver: systemd` (the systemd driver's): until both are in, the file fails
+/// on exactly those, and loads without them.
+#[test]
+fn kubeadm_file_loads_with_zero_values_as_upstream_defaults() {
+    let kubeadm = fixture("kubeadm.yaml");
+    let msg = err(&kubeadm, KUBECONFIG);
+    assert!(msg.contains("unknown field `rotateCertificates`"), "{msg}");
+    let without_rotation = kubeadm.replace("rotateCertificates: true\n", "");
+    assert_eq!(
+        err(&without_rotation, KUBECONFIG),
+        "config file DIR/swiftlet.yaml: field `cgroupDriver`: invalid value \"systemd\": not \
+         supported yet: only \"cgroupfs\" is"
+    );
+    let cgroupfs = without_rotation.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
+    // kubeadm's kubelet gets `--kubeconfig` on its command line (its webhook authentication needs it).
+    let (_dir, config) = load(&cgroupfs, KUBECONFIG);
+    let config = config.expect("kubeadm's file loads");
+    // Every `0s` is upstream's default.
+    assert_eq!(config.sync_frequency, Duration::from_secs(60));
+    assert_eq!(config.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(config.runtime_request_timeout, Duration::from_secs(120));
+    assert_eq!(config.node_status_update_frequency, Duration::from_secs(10));
+    assert_eq!(
+        config.node_status_report_frequency,
+        Duration::from_secs(300)
+    );
+    assert_eq!(config.gc.images.min_age, Duration::from_secs(120));
+    assert_eq!(
+        config.eviction.pressure_transition_period,
+        Duration::from_secs(300)
+    );
+    assert_eq!(config.cpu_manager.reconcile_period, Duration::from_secs(10));
+    let server = &config.server;
+    assert_eq!(
+        server.authentication.webhook_cache_ttl,
+        Duration::from_secs(120)
+    );
+    assert_eq!(server.authorization.mode, AuthorizationMode::Webhook);
+    assert_eq!(
+        server.authorization.cache_authorized_ttl,
+        Duration::from_secs(300)
+    );
+    assert_eq!(
+        server.authorization.cache_unauthorized_ttl,
+        Duration::from_secs(30)
+    );
+    // `containerRuntimeEndpoint: ""` is the default endpoint.
+    assert_eq!(
+        config.container_runtime_endpoint,
+        "unix:///run/containerd/containerd.sock"
+    );
+    assert_eq!(
+        config.static_pod_path,
+        Some(PathBuf::from("/etc/kubernetes/manifests"))
+    );
+    assert_eq!(
+        config.resolv_conf,
+        Some(PathBuf::from("/run/systemd/resolve/resolv.conf"))
+    );
+    assert_eq!(config.logging.level(), Some("info"));
+    assert_eq!(config.logging.format, None);
+    // kubeadm writes only defaults: nothing to warn about.
+    assert!(config.no_effect.is_empty(), "{:?}", config.no_effect);
+}
+
+#[test]
+fn seed_example_loads_and_reports_what_has_no_effect() {
+    let seed = fixture("seed-example.yaml");
+    let (_dir, config) = load(&seed, KUBECONFIG);
+    let config = config.expect("the seed's example loads");
+    assert_eq!(config.max_pods, 110);
+    assert_eq!((config.event_record_qps, config.event_burst), (50, 100));
+    assert_eq!((config.kube_api_qps, config.kube_api_burst), (50, 100));
+    assert_eq!(config.sync_frequency, Duration::from_secs(60));
+    assert_eq!(config.read_only_address, None);
+    assert_eq!(
+        config.healthz_address,
+        Some(SocketAddr::from(([127, 0, 0, 1], 10248)))
+    );
+    assert_eq!(
+        config.server.address,
+        Some(SocketAddr::from(([0, 0, 0, 0], 10250)))
+    );
+    assert_eq!(config.server.tls_cipher_suites.len(), 6);
+    assert!(
+        config
+            .feature_gates
+            .enabled("RotateKubeletServerCertificate")
+    );
+    assert_eq!(config.logging.format, Some(LogFormat::Text));
+    assert_eq!(config.logging.verbosity, Some(2));
+    assert_eq!(
+        no_effect_fields(&config),
+        [
+            "shutdownGracePeriod",
+            "shutdownGracePeriodCriticalPods",
+            "featureGates.CSIMigration",
+            "featureGates.LocalStorageCapacityIsolation",
+        ]
+    );
+    // The seed's one key that is no v1beta1 field.
+    let msg = err(&format!("{seed}babysitDaemons: false\n"), KUBECONFIG);
+    assert!(msg.contains("unknown field `babysitDaemons`"), "{msg}");
+}
+
+/// Every accepted field, set away from upstream's default: the file loads and each field is
+/// reported exactly once, in the table's order.
+#[test]
+fn every_upstream_field_without_effect_is_accepted_and_reported_once() {
+    let yaml = "\
+enableContentionProfiling: true
+httpCheckFrequency: 10s
+staticPodURL: http://example.com/pods
+staticPodURLHeader:
+  a: [b, c]
+tlsCurvePreferences: [23, 29]
+registryPullQPS: 10
+registryBurst: 20
+imagePullCredentialsVerificationPolicy: AlwaysVerify
+preloadedImagesVerificationAllowlist: [registry.k8s.io/pause]
+streamingConnectionIdleTimeout: 1h
+imageMaximumGCAge: 72h
+volumeStatsAggPeriod: 2m
+kubeletCgroups: /kubelet
+systemCgroups: /system
+singleProcessOOMKill: true
+draManagerReconcilePeriod: 30s
+memoryManagerPolicy: Static
+topologyManagerPolicy: single-numa-node
+topologyManagerScope: pod
+topologyManagerPolicyOptions:
+  prefer-closest-numa-nodes: \"true\"
+qosReserved:
+  memory: 50%
+hairpinMode: hairpin-veth
+runOnce: true
+cpuCFSQuota: false
+cpuCFSQuotaPeriod: 50ms
+nodeStatusMaxImages: -1
+maxOpenFiles: 4096
+contentType: application/json
+serializeImagePulls: false
+maxParallelImagePulls: 4
+podsPerCore: 10
+enableControllerAttachDetach: false
+protectKernelDefaults: true
+makeIPTablesUtilChains: false
+iptablesMasqueradeBit: 13
+iptablesDropBit: 16
+failSwapOn: false
+memorySwap:
+  swapBehavior: LimitedSwap
+containerLogMaxWorkers: 4
+showHiddenMetricsForVersion: \"1.34\"
+systemReservedCgroup: /system.slice
+kubeReservedCgroup: /kube.slice
+volumePluginDir: /opt/plugins
+providerID: aws:///eu-west-1a/i-0123
+kernelMemcgNotification: true
+enableSystemLogHandler: false
+enableSystemLogQuery: true
+shutdownGracePeriod: 30s
+shutdownGracePeriodCriticalPods: 10s
+shutdownGracePeriodByPodPriority:
+- priority: 100
+  shutdownGracePeriodSeconds: 20
+crashLoopBackOff:
+  maxContainerRestartPeriod: 1m
+reservedMemory:
+- numaNode: 0
+  limits:
+    memory: 1Gi
+enableProfilingHandler: false
+enableDebugFlagsHandler: false
+memoryThrottlingFactor: 0.8
+memoryReservationPolicy: TieredReservation
+tracing:
+  endpoint: localhost:4317
+  samplingRatePerMillion: 100
+localStorageCapacityIsolation: false
+imageServiceEndpoint: unix:///run/images.sock
+failCgroupV1: true
+userNamespaces:
+  idsPerPod: 131072
+podHousekeepingPeriod: 5s
+";
+    let (_dir, config) = load(yaml, &[]);
+    let config = config.expect("every upstream field loads");
+    let table: Vec<&str> = NO_EFFECT.iter().map(|(key, _)| *key).collect();
+    assert_eq!(no_effect_fields(&config), table);
+}
+
+#[test]
+fn fields_without_effect_still_have_upstream_types() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "httpCheckFrequency: 20\n",
+            "field `httpCheckFrequency`: invalid duration \"20\": expected e.g. 1m30s",
+        ),
+        (
+            "httpCheckFrequency: soon\n",
+            "field `httpCheckFrequency`: invalid duration \"soon\": expected e.g. 1m30s",
+        ),
+        ("runOnce: maybe\n", "runOnce: invalid type"),
+        ("podsPerCore: many\n", "podsPerCore: invalid type"),
+        ("memorySwap:\n  swap: yes\n", "unknown field `swap`"),
+        (
+            "featureGates:\n  KubeletTracing: 1\n",
+            "`featureGates.KubeletTracing`",
+        ),
+        ("logging:\n  format: xml\n", "`logging.format`"),
+    ];
+    for (yaml, want) in cases {
+        let msg = err(yaml, &[]);
+        assert!(msg.contains(want), "{yaml}: {msg}");
+    }
+}
+
+#[test]
+fn zero_values_are_defaults_in_the_file_only() {
+    let (_dir, config) = load(
+        "maxPods: 0\nnodeLeaseDurationSeconds: 0\nkubeAPIBurst: 0\neventBurst: 0\nport: 0\n\
+         eventRecordQPS: 0\nhealthzPort: 0\naddress: \"\"\ncpuManagerPolicy: \"\"\n",
+        &[],
+    );
+    let config = config.expect("loads");
+    assert_eq!(config.max_pods, 110);
+    assert_eq!(config.node_lease_duration_seconds, 40);
+    assert_eq!((config.kube_api_burst, config.event_burst), (100, 100));
+    // A zero that means something upstream keeps its meaning: no event limit, no healthz.
+    assert_eq!(config.event_record_qps, 0);
+    assert_eq!(config.healthz_address, None);
+    assert_eq!(
+        config.server.address,
+        Some(SocketAddr::from(([0, 0, 0, 0], 10250)))
+    );
+    let (_dir, off) = load("enableServer: false\n", &[]);
+    assert_eq!(off.expect("loads").server.address, None);
+    // On the command line a zero is still checked.
+    let msg = err("", &["--sync-frequency", "0s"]);
+    assert!(msg.contains("must be greater than 0"), "{msg}");
+}
+
+#[test]
+fn flags_override_the_file_for_upstream_fields() {
+    let (_dir, config) = load(
+        "kubeAPIQPS: 10\neventRecordQPS: 5\nmaxPods: 20\n",
+        &[
+            "--kube-api-qps",
+            "30",
+            "--event-qps",
+            "7",
+            "--max-pods",
+            "40",
+        ],
+    );
+    let config = config.expect("loads");
+    assert_eq!(
+        (
+            config.kube_api_qps,
+            config.event_record_qps,
+            config.max_pods
+        ),
+        (30, 7, 40)
+    );
+}
+
+/// docs/configuration.md lists every field the file accepts.
+#[test]
+fn documentation_lists_every_accepted_field() {
+    let docs = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/configuration.md"),
+    )
+    .expect("docs/configuration.md");
+    let missing: Vec<&str> = NO_EFFECT
+        .iter()
+        .map(|(key, _)| *key)
+        .chain(["featureGates", "logging", "enableServer"])
+        .filter(|key| !docs.contains(&format!("`{key}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in docs/configuration.md: {missing:?}"
+    );
+}
