@@ -50,6 +50,11 @@ impl Ca {
         )
     }
 
+    /// A client certificate for user `cn`.
+    pub fn client(&self, cn: &str) -> Leaf {
+        self.leaf(cn, Vec::new(), ExtendedKeyUsagePurpose::ClientAuth)
+    }
+
     fn leaf(&self, cn: &str, names: Vec<String>, usage: ExtendedKeyUsagePurpose) -> Leaf {
         let key = KeyPair::generate().expect("key");
         let mut params = CertificateParams::new(names).expect("params");
