@@ -110,7 +110,7 @@ impl ServerTls {
         let serving = ServingCertificate::new(key)
             .map_err(|e| pair_error(fields, &cert_path, &key_path, e))?;
         let (tls, client_ca) = ServerTls::build(settings, serving, provider)?;
-        let watched_pair = (!self_signed).then(|| (cert_path, key_path, pair));
+        let watched_pair = (!self_signed).then_some((cert_path, key_path, pair));
         Ok((tls.clone(), Reloader::new(tls, watched_pair, client_ca)))
     }
 
@@ -129,7 +129,7 @@ impl ServerTls {
         settings: &Settings,
         serving: ServingCertificate,
         provider: Arc<CryptoProvider>,
-    ) -> Result<(ServerTls, Option<(PathBuf, Vec<u8>)>), TlsError> {
+    ) -> Result<(ServerTls, Option<FileBytes>), TlsError> {
         static TLS12_UP: [&rustls::SupportedProtocolVersion; 2] =
             [&rustls::version::TLS13, &rustls::version::TLS12];
         static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
@@ -143,10 +143,15 @@ impl ServerTls {
             None => None,
         };
         let roots = match &client_ca {
-            Some((path, pem)) => Some(client_roots(path, pem)?),
+            Some((path, pem)) => Some((path.as_path(), client_roots(path, pem)?)),
             None => None,
         };
-        let config = config(&serving, &provider, versions, roots.as_ref())?;
+        let config = config(
+            &serving,
+            &provider,
+            versions,
+            roots.as_ref().map(|(path, roots)| (*path, roots)),
+        )?;
         let tls = ServerTls {
             serving,
             current: Arc::new(RwLock::new(config)),
@@ -178,7 +183,12 @@ impl ServerTls {
     /// connection on; on an error the current CAs stay.
     pub fn set_client_ca(&self, path: &Path, pem: &[u8]) -> Result<(), TlsError> {
         let roots = client_roots(path, pem)?;
-        let config = config(&self.serving, &self.provider, self.versions, Some(&roots))?;
+        let config = config(
+            &self.serving,
+            &self.provider,
+            self.versions,
+            Some((path, &roots)),
+        )?;
         *self.current.write().unwrap_or_else(PoisonError::into_inner) = config;
         Ok(())
     }
@@ -201,17 +211,17 @@ fn config(
     serving: &ServingCertificate,
     provider: &Arc<CryptoProvider>,
     versions: &[&'static rustls::SupportedProtocolVersion],
-    client_roots: Option<&Arc<RootCertStore>>,
+    client_roots: Option<(&Path, &Arc<RootCertStore>)>,
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
     let builder = match client_roots {
-        Some(roots) => builder.with_client_cert_verifier(
+        Some((path, roots)) => builder.with_client_cert_verifier(
             WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
                 .allow_unauthenticated()
                 .build()
                 .map_err(|e| TlsError::ClientCa {
-                    path: PathBuf::new(),
+                    path: path.to_owned(),
                     problem: e.to_string(),
                 })?,
         ),
@@ -242,6 +252,9 @@ impl PairFields {
         key: "self-signed key",
     };
 }
+
+/// A file and its contents.
+type FileBytes = (PathBuf, Vec<u8>);
 
 /// The contents of a certificate file and its key file.
 pub(super) type PairBytes = (Vec<u8>, Vec<u8>);
