@@ -73,6 +73,23 @@ impl TestCa {
     }
 }
 
+impl TestCa {
+    /// A serving certificate for `localhost` and `127.0.0.1` signed by this CA, as an operator's
+    /// `tlsCertFile`/`tlsPrivateKeyFile`: (certificate PEM, key PEM).
+    pub fn serving(&self, name: &str) -> (String, String) {
+        let key = KeyPair::generate().unwrap_or_else(|e| panic!("serving key: {e}"));
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .unwrap_or_else(|e| panic!("serving params: {e}"));
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .unwrap_or_else(|e| panic!("serving cert: {e}"));
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
 /// A response: status code and body.
 #[derive(Debug)]
 pub struct Answer {

@@ -596,3 +596,137 @@ fn webhook_authorization_without_an_api_server_is_a_config_error() {
     );
     assert!(stderr.contains("hint: "), "{stderr}");
 }
+
+/// Kubernetes' atomic writer (a Secret volume, cert-manager's CSI driver): each file a symlink
+/// through `..data`, itself a symlink to a versioned directory, swapped by one rename.
+fn atomic_write(dir: &Path, version: &str, files: &[(&str, &str)]) {
+    let data = dir.join(format!("..{version}"));
+    std::fs::create_dir_all(&data).expect("version dir");
+    for (name, text) in files {
+        std::fs::write(data.join(name), text).expect("write");
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), &link).expect("link");
+        }
+    }
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..{version}"), &tmp).expect("data link");
+    std::fs::rename(&tmp, dir.join("..data")).expect("swap ..data");
+}
+
+/// The leaf certificate the kubelet server presents now, and whether `client` gets an answer.
+fn served(node: &Node, client: &std::sync::Arc<rustls::ClientConfig>) -> (Vec<u8>, bool) {
+    let leaf = tls::connect(node.kubelet_port, "localhost", client.clone())
+        .ok()
+        .and_then(|s| {
+            s.conn
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.to_vec())
+        })
+        .unwrap_or_default();
+    let answered = tls::request(
+        node.kubelet_port,
+        "localhost",
+        client.clone(),
+        "GET",
+        "/healthz",
+        &[],
+    )
+    .is_ok_and(|a| a.status == 200);
+    (leaf, answered)
+}
+
+fn der(pem: &str) -> Vec<u8> {
+    use rustls_pki_types::{CertificateDer, pem::PemObject as _};
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .expect("certificate PEM")
+        .to_vec()
+}
+
+#[test]
+fn rotated_certificate_and_client_ca_files_apply_without_a_restart() {
+    let test = "rotated_certificate_and_client_ca_files_apply_without_a_restart";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("swiftlet-{}-tls-rotation", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let certs = dir.join("certs");
+    std::fs::create_dir_all(&certs).expect("certs dir");
+    let server_ca = TestCa::new("serving-ca");
+    let trust = dir.join("serving-ca.crt");
+    std::fs::write(&trust, &server_ca.pem).expect("serving CA");
+    let (old, new) = (server_ca.serving("old"), server_ca.serving("new"));
+    let (ca1, ca2) = (TestCa::new("client-ca-1"), TestCa::new("client-ca-2"));
+    let client_ca = dir.join("client-ca.crt");
+    std::fs::write(&client_ca, &ca1.pem).expect("client CA");
+    atomic_write(&certs, "v1", &[("tls.crt", &old.0), ("tls.key", &old.1)]);
+    let arg = |p: PathBuf| p.to_str().expect("utf-8 path").to_owned();
+    let (cert_arg, key_arg, ca_arg) = (
+        arg(certs.join("tls.crt")),
+        arg(certs.join("tls.key")),
+        arg(client_ca.clone()),
+    );
+    let node = Node::start_with(
+        "tlsrot",
+        &endpoint,
+        &[
+            "--tls-cert-file",
+            &cert_arg,
+            "--tls-private-key-file",
+            &key_arg,
+            "--client-ca-file",
+            &ca_arg,
+        ],
+    );
+    let pid = node.agent.as_ref().map(|a| a.child.id());
+    let alice = tls::client_config(&trust, Some(&ca1.client("alice", &[])));
+    let bob = tls::client_config(&trust, Some(&ca2.client("bob", &[])));
+    assert_eq!(served(&node, &alice), (der(&old.0), true));
+    assert!(
+        !served(&node, &bob).1,
+        "a client of CA 2 before CA 2 is trusted"
+    );
+
+    // A pair whose key is not the certificate's is refused; the old pair is still served.
+    let (stray_cert, _) = server_ca.serving("stray");
+    atomic_write(
+        &certs,
+        "v2",
+        &[("tls.crt", &stray_cert), ("tls.key", &old.1)],
+    );
+    let errors =
+        r#"swiftlet_server_certificate_reload_errors_total{content="serving_certificate"}"#;
+    swiftlet_tests::eventually("the mismatched pair is refused", || {
+        node.metric(errors) == 1.0
+    });
+    assert_eq!(served(&node, &alice), (der(&old.0), true));
+
+    // The new pair by a `..data` swap, the new client CA by a plain rename.
+    atomic_write(&certs, "v3", &[("tls.crt", &new.0), ("tls.key", &new.1)]);
+    let aside = dir.join(".client-ca.crt.new");
+    std::fs::write(&aside, &ca2.pem).expect("new client CA");
+    std::fs::rename(&aside, &client_ca).expect("rename the client CA in");
+    swiftlet_tests::eventually("the new certificate and client CA are used", || {
+        served(&node, &bob) == (der(&new.0), true)
+    });
+    assert!(
+        !served(&node, &alice).1,
+        "a client of CA 1 after CA 1 is gone"
+    );
+    assert_eq!(node.agent.as_ref().map(|a| a.child.id()), pid, "no restart");
+    let reloads = |content: &str| {
+        node.metric(&format!(
+            r#"swiftlet_server_certificate_reloads_total{{content="{content}"}}"#
+        ))
+    };
+    assert_eq!(reloads("serving_certificate"), 1.0);
+    assert_eq!(reloads("client_ca"), 1.0);
+    assert_eq!(node.metric(errors), 1.0);
+    drop(node);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -83,7 +83,24 @@ pub async fn start(
              authorized"
         );
     }
-    let tls = tls::server_config(settings, &config.node_name).map_err(Error::Tls)?;
+    let (tls, reloader) = tls::ServerTls::load(settings, &config.node_name).map_err(Error::Tls)?;
+    let reloader = match crate::server::tls_reload::ReloadMetrics::register(&http.metrics.registry)
+    {
+        Ok(metrics) => reloader.with_metrics(metrics),
+        Err(error) => {
+            tracing::warn!(%error, "kubelet server: certificate reload metrics not registered");
+            reloader
+        }
+    };
+    // Changed certificate and client CA files are taken up while the server runs.
+    let watching = shutdown.clone();
+    tasks.spawn_on(
+        async move {
+            reloader.run(watching).await;
+            Ok(())
+        },
+        &servers.handle,
+    );
     // Upstream's `BuildAuth` reviews with the kubelet's main client, under its rate limit.
     let reviewer: Option<Arc<dyn Reviewer>> = match &pods.api {
         Some(clients)
@@ -130,12 +147,11 @@ pub async fn start(
     let bound = listener.local_addr().unwrap_or(addr);
     let shutdown = shutdown.clone();
     let tracker = Tracker::new("kubelet", servers.max_connections, http_metrics);
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let task = async move {
         listener::serve(
             listener,
             router,
-            Some(acceptor),
+            Some(tls),
             tracker,
             HttpTimeouts::KUBELET,
             shutdown,

@@ -26,6 +26,7 @@ use tower::ServiceExt as _;
 use super::{
     auth::{PeerUser, UserInfo},
     connections::{ConnHandle, IoTimeouts, TrackedIo, Tracker},
+    tls::ServerTls,
     track_requests::TrackRequests,
 };
 
@@ -105,12 +106,13 @@ pub fn connections_per_listener(nofile: u64, listeners: usize) -> usize {
         .clamp(MIN_CONNECTIONS, MAX_CONNECTIONS)
 }
 
-/// Serves `router` on `listener` (over TLS with `tls`) until `shutdown`, within `tracker`'s
-/// limit and `timeouts`; connections in flight are closed gracefully, within a bound.
+/// Serves `router` on `listener` (over TLS with `tls`, each connection taking its configuration
+/// as it is when accepted) until `shutdown`, within `tracker`'s limit and `timeouts`;
+/// connections in flight are closed gracefully, within a bound.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    tls: Option<TlsAcceptor>,
+    tls: Option<ServerTls>,
     tracker: Arc<Tracker>,
     timeouts: HttpTimeouts,
     shutdown: CancellationToken,
@@ -146,7 +148,7 @@ pub async fn serve(
         );
         let conn = io.handle();
         let killed = conn.0.killed();
-        let tls = tls.clone();
+        let tls = tls.as_ref().map(|tls| TlsAcceptor::from(tls.config()));
         let router = router.clone();
         let shutdown = shutdown.clone();
         let tracker = tracker.clone();

@@ -5,7 +5,11 @@
 //! be refused with 401 later), but one that does not chain to those CAs fails the handshake, as
 //! Go's `VerifyClientCertIfGiven` does upstream.
 //!
-//! Not here: what a verified certificate means (`authn.rs`). Upstream:
+//! The certificate is served through a [`ServingCertificate`] handle and the client CAs through a
+//! configuration swapped whole ([`ServerTls`]), so both change without a restart
+//! (`tls_reload.rs` watches the files; `serverTLSBootstrap` feeds the handle).
+//!
+//! Not here: what a verified certificate means (`auth.rs`). Upstream:
 //! `cmd/kubelet/app/server.go` `InitializeTLS` and client-go `certutil.GenerateSelfSignedCertKey`
 //! (a CA `<host>-ca@<unix time>` and a serving certificate `<host>@<unix time>` for the host name,
 //! valid one year, written as `kubelet.crt`, chain included, and `kubelet.key`). The keys here
@@ -15,7 +19,7 @@ use std::{
     fs, io,
     net::IpAddr,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, PoisonError, RwLock},
     time::Duration,
 };
 
@@ -24,8 +28,10 @@ use rustls::{
     crypto::{CryptoProvider, ring},
     server::WebPkiClientVerifier,
 };
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject};
+use rustls_pki_types::{CertificateDer, pem::PemObject};
 
+use super::serving_cert::{CertificateError, ServingCertificate, certified_key_from_pem};
+pub use super::tls_reload::Reloader;
 use crate::config::{ServerConfig as Settings, TlsVersion};
 
 #[derive(Debug, thiserror::Error)]
@@ -55,28 +61,140 @@ pub enum TlsError {
     Rustls(#[from] rustls::Error),
     #[error("authentication.x509.clientCAFile {}: {problem}", path.display())]
     ClientCa { path: PathBuf, problem: String },
+    #[error("tlsCertFile {} and tlsPrivateKeyFile {}: {source}", cert.display(), key.display())]
+    Pair {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: CertificateError,
+    },
 }
 
 /// How long a generated certificate is valid (upstream: one year).
 const SELF_SIGNED_VALIDITY: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// The rustls configuration of the full server.
-pub fn server_config(settings: &Settings, host: &str) -> Result<Arc<ServerConfig>, TlsError> {
-    let (cert_path, key_path, self_signed) = settings.cert_and_key();
-    if self_signed {
-        ensure_self_signed(&cert_path, &key_path, host)?;
+/// Largest certificate, key or CA file read (upstream reads them whole; these are a few KiB).
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The full server's TLS: the serving certificate handle every handshake asks, and the rustls
+/// configuration built around it and the current client CAs. Clones share both. A client CA
+/// change builds a new configuration (a new verifier and a new session cache) that the next
+/// accepted connection takes whole ([`ServerTls::config`]), rather than a verifier swapped
+/// under a configuration: rustls borrows `root_hint_subjects` from the verifier for the
+/// handshake, which a swappable verifier cannot lend, and a session resumed from the old
+/// configuration's cache would skip the new CAs.
+#[derive(Clone)]
+pub struct ServerTls {
+    serving: ServingCertificate,
+    current: Arc<RwLock<Arc<ServerConfig>>>,
+    provider: Arc<CryptoProvider>,
+    versions: &'static [&'static rustls::SupportedProtocolVersion],
+}
+
+impl ServerTls {
+    /// The server's TLS from the settings: the configured pair (or the self-signed one,
+    /// generated once) and the client CA file; with the [`Reloader`] that watches those files.
+    pub fn load(settings: &Settings, host: &str) -> Result<(ServerTls, Reloader), TlsError> {
+        let (cert_path, key_path, self_signed) = settings.cert_and_key();
+        if self_signed {
+            ensure_self_signed(&cert_path, &key_path, host)?;
+        }
+        let provider = provider(settings);
+        let fields = if self_signed {
+            PairFields::SELF_SIGNED
+        } else {
+            PairFields::CONFIGURED
+        };
+        let pair = read_pair(fields, &cert_path, &key_path)?;
+        let key = certified_key(fields, &cert_path, &key_path, &pair, &provider)?;
+        let serving = ServingCertificate::new(key)
+            .map_err(|e| pair_error(fields, &cert_path, &key_path, e))?;
+        let (tls, client_ca) = ServerTls::build(settings, serving, provider)?;
+        let watched_pair = (!self_signed).then_some((cert_path, key_path, pair));
+        Ok((tls.clone(), Reloader::new(tls, watched_pair, client_ca)))
     }
-    let (cert_field, key_field) = if self_signed {
-        ("self-signed certificate", "self-signed key")
-    } else {
-        ("tlsCertFile", "tlsPrivateKeyFile")
-    };
-    let chain = read_certs(cert_field, &cert_path)?;
-    let key = PrivateKeyDer::from_pem_file(&key_path).map_err(|e| TlsError::Parse {
-        field: key_field,
-        path: key_path.clone(),
-        problem: format!("expected a PEM private key: {e}"),
-    })?;
+
+    /// The server's TLS serving whatever `serving` holds (the cluster-issued certificate of
+    /// `serverTLSBootstrap`; handshakes fail while it is empty), with the client CA file of the
+    /// settings; the [`Reloader`] watches only that file.
+    pub fn with_certificate(
+        settings: &Settings,
+        serving: ServingCertificate,
+    ) -> Result<(ServerTls, Reloader), TlsError> {
+        let (tls, client_ca) = ServerTls::build(settings, serving, provider(settings))?;
+        Ok((tls.clone(), Reloader::new(tls, None, client_ca)))
+    }
+
+    fn build(
+        settings: &Settings,
+        serving: ServingCertificate,
+        provider: Arc<CryptoProvider>,
+    ) -> Result<(ServerTls, Option<FileBytes>), TlsError> {
+        static TLS12_UP: [&rustls::SupportedProtocolVersion; 2] =
+            [&rustls::version::TLS13, &rustls::version::TLS12];
+        static TLS13_ONLY: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+        let versions: &'static [&'static rustls::SupportedProtocolVersion] =
+            match settings.tls_min_version {
+                TlsVersion::Tls12 => &TLS12_UP,
+                TlsVersion::Tls13 => &TLS13_ONLY,
+            };
+        let client_ca = match &settings.authentication.client_ca_file {
+            Some(path) => Some((path.clone(), read_bounded(CLIENT_CA, path)?)),
+            None => None,
+        };
+        let roots = match &client_ca {
+            Some((path, pem)) => Some((path.as_path(), client_roots(path, pem)?)),
+            None => None,
+        };
+        let config = config(
+            &serving,
+            &provider,
+            versions,
+            roots.as_ref().map(|(path, roots)| (*path, roots)),
+        )?;
+        let tls = ServerTls {
+            serving,
+            current: Arc::new(RwLock::new(config)),
+            provider,
+            versions,
+        };
+        Ok((tls, client_ca))
+    }
+
+    /// The configuration for the next connection.
+    pub fn config(&self) -> Arc<ServerConfig> {
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The serving certificate handle (a clone sharing the served slot).
+    pub fn serving(&self) -> ServingCertificate {
+        self.serving.clone()
+    }
+
+    /// The provider (cipher suites, key loading) the server uses.
+    pub fn provider(&self) -> &CryptoProvider {
+        &self.provider
+    }
+
+    /// Trusts the CAs of `pem` (the content of `path`) for client certificates from the next
+    /// connection on; on an error the current CAs stay.
+    pub fn set_client_ca(&self, path: &Path, pem: &[u8]) -> Result<(), TlsError> {
+        let roots = client_roots(path, pem)?;
+        let config = config(
+            &self.serving,
+            &self.provider,
+            self.versions,
+            Some((path, &roots)),
+        )?;
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = config;
+        Ok(())
+    }
+}
+
+fn provider(settings: &Settings) -> Arc<CryptoProvider> {
     let mut provider = ring::default_provider();
     if !settings.tls_cipher_suites.is_empty() {
         // TLS 1.3 suites are always on (Go ignores the list for 1.3 as well).
@@ -86,64 +204,149 @@ pub fn server_config(settings: &Settings, host: &str) -> Result<Arc<ServerConfig
                 || settings.tls_cipher_suites.contains(&name.as_str())
         });
     }
-    let provider = Arc::new(provider);
-    let versions: &[&rustls::SupportedProtocolVersion] = match settings.tls_min_version {
-        TlsVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
-        TlsVersion::Tls13 => &[&rustls::version::TLS13],
-    };
+    Arc::new(provider)
+}
+
+fn config(
+    serving: &ServingCertificate,
+    provider: &Arc<CryptoProvider>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    client_roots: Option<(&Path, &Arc<RootCertStore>)>,
+) -> Result<Arc<ServerConfig>, TlsError> {
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(versions)?;
-    let builder = match &settings.authentication.client_ca_file {
-        Some(path) => builder.with_client_cert_verifier(client_verifier(path, provider)?),
+    let builder = match client_roots {
+        Some((path, roots)) => builder.with_client_cert_verifier(
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .map_err(|e| TlsError::ClientCa {
+                    path: path.to_owned(),
+                    problem: e.to_string(),
+                })?,
+        ),
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_single_cert(chain, key)?;
+    let mut config = builder.with_cert_resolver(Arc::new(serving.clone()));
     // The kubelet API (and its SPDY/WebSocket upgrades) is HTTP/1.1.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
-fn client_verifier(
-    path: &Path,
-    provider: Arc<CryptoProvider>,
-) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
-    let mut roots = RootCertStore::empty();
-    for cert in read_certs("authentication.x509.clientCAFile", path)? {
-        roots.add(cert).map_err(|e| TlsError::ClientCa {
-            path: path.to_owned(),
-            problem: e.to_string(),
-        })?;
-    }
-    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| TlsError::ClientCa {
-            path: path.to_owned(),
-            problem: e.to_string(),
-        })
+pub(super) const CLIENT_CA: &str = "authentication.x509.clientCAFile";
+
+/// The names a certificate pair's errors give its two files.
+#[derive(Clone, Copy)]
+pub(super) struct PairFields {
+    pub cert: &'static str,
+    pub key: &'static str,
 }
 
-fn read_certs(field: &'static str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let text = fs::read(path).map_err(|source| TlsError::Read {
+impl PairFields {
+    pub(super) const CONFIGURED: PairFields = PairFields {
+        cert: "tlsCertFile",
+        key: "tlsPrivateKeyFile",
+    };
+    const SELF_SIGNED: PairFields = PairFields {
+        cert: "self-signed certificate",
+        key: "self-signed key",
+    };
+}
+
+/// A file and its contents.
+type FileBytes = (PathBuf, Vec<u8>);
+
+/// The contents of a certificate file and its key file.
+pub(super) type PairBytes = (Vec<u8>, Vec<u8>);
+
+pub(super) fn read_pair(
+    fields: PairFields,
+    cert: &Path,
+    key: &Path,
+) -> Result<PairBytes, TlsError> {
+    Ok((
+        read_bounded(fields.cert, cert)?,
+        read_bounded(fields.key, key)?,
+    ))
+}
+
+pub(super) fn certified_key(
+    fields: PairFields,
+    cert: &Path,
+    key: &Path,
+    (cert_pem, key_pem): &PairBytes,
+    provider: &CryptoProvider,
+) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+    certified_key_from_pem(cert_pem, key_pem, provider)
+        .map_err(|e| pair_error(fields, cert, key, e))
+}
+
+/// Names the file at fault: the certificate's, the key's, or both when they do not match.
+fn pair_error(fields: PairFields, cert: &Path, key: &Path, e: CertificateError) -> TlsError {
+    let (field, path) = match e {
+        CertificateError::ChainPem(_) | CertificateError::NoCertificate => (fields.cert, cert),
+        CertificateError::KeyPem(_) | CertificateError::Key(_) => (fields.key, key),
+        CertificateError::KeyMismatch | CertificateError::Unverifiable(_) => {
+            return TlsError::Pair {
+                cert: cert.to_owned(),
+                key: key.to_owned(),
+                source: e,
+            };
+        }
+    };
+    TlsError::Parse {
+        field,
+        path: path.to_owned(),
+        problem: e.to_string(),
+    }
+}
+
+/// The client CAs of `pem`, every block a CA.
+fn client_roots(path: &Path, pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError> {
+    let problem = |problem: String| TlsError::ClientCa {
+        path: path.to_owned(),
+        problem,
+    };
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| problem(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(problem("no PEM CERTIFICATE block".into()));
+    }
+    let mut roots = RootCertStore::empty();
+    for cert in certs {
+        roots.add(cert).map_err(|e| problem(e.to_string()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+/// Reads an operator's file whole, by the path given: symlinks are followed, as upstream does
+/// (these files are the operator's, not writable by containers, and Kubernetes' atomic writer
+/// and cert-manager present them through symlinks), but only a regular file of at most
+/// [`MAX_FILE_BYTES`] is read.
+pub(super) fn read_bounded(field: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read as _;
+    let err = |source| TlsError::Read {
         field,
         path: path.to_owned(),
         source,
-    })?;
-    let certs = CertificateDer::pem_slice_iter(&text)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Parse {
-            field,
-            path: path.to_owned(),
-            problem: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::Parse {
-            field,
-            path: path.to_owned(),
-            problem: "no PEM CERTIFICATE block".into(),
-        });
+    };
+    let file = fs::File::open(path).map_err(err)?;
+    let meta = file.metadata().map_err(err)?;
+    if !meta.is_file() {
+        return Err(err(io::Error::other("not a regular file")));
     }
-    Ok(certs)
+    let mut bytes = Vec::new();
+    // The bound holds even for a file that grows after the size was read.
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(err)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(err(io::Error::other(format!(
+            "larger than {MAX_FILE_BYTES} bytes"
+        ))));
+    }
+    Ok(bytes)
 }
 
 /// Generates `cert`/`key` unless both exist (a pair from an earlier start is reused as is).
@@ -294,7 +497,10 @@ mod tests {
                 cache_unauthorized_ttl: Duration::from_secs(30),
             },
         };
-        let config = server_config(&settings, "node-1").expect("builds");
+        let config = ServerTls::load(&settings, "node-1")
+            .expect("builds")
+            .0
+            .config();
         let mut names: Vec<String> = config
             .crypto_provider()
             .cipher_suites
@@ -319,7 +525,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let ca = dir.path().join("ca.crt");
         fs::write(&ca, "not a certificate").expect("write");
-        let err = client_verifier(&ca, Arc::new(ring::default_provider()))
+        let err = client_roots(&ca, &fs::read(&ca).expect("read"))
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
