@@ -27,13 +27,13 @@ const CPU_PERIOD_US: u64 = 100_000;
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
     #[error("systemd D-Bus API on the system bus: {0}")]
-    Connect(#[source] zbus::Error),
+    Connect(#[source] Box<zbus::Error>),
     #[error("systemd {method} {unit}: {source}")]
     Call {
         method: &'static str,
         unit: String,
         #[source]
-        source: zbus::Error,
+        source: Box<zbus::Error>,
     },
     #[error("{dir:?} is not a slice's directory")]
     NotASlice { dir: String },
@@ -89,7 +89,9 @@ pub struct SystemdSlices {
 impl SystemdSlices {
     /// On the system bus.
     pub async fn connect(unified: bool) -> Result<Self, SystemdError> {
-        let connection = Connection::system().await.map_err(SystemdError::Connect)?;
+        let connection = Connection::system()
+            .await
+            .map_err(|e| SystemdError::Connect(Box::new(e)))?;
         SystemdSlices::on(&connection, unified).await
     }
 
@@ -97,7 +99,7 @@ impl SystemdSlices {
     pub async fn on(connection: &Connection, unified: bool) -> Result<Self, SystemdError> {
         let manager = ManagerProxy::new(connection)
             .await
-            .map_err(SystemdError::Connect)?;
+            .map_err(|e| SystemdError::Connect(Box::new(e)))?;
         Ok(SystemdSlices { manager, unified })
     }
 
@@ -114,7 +116,7 @@ impl SystemdSlices {
         let call = |method, source| SystemdError::Call {
             method,
             unit: unit.to_owned(),
-            source,
+            source: Box::new(source),
         };
         match self
             .manager
@@ -142,7 +144,7 @@ impl SystemdSlices {
             Err(source) => Err(SystemdError::Call {
                 method: "StopUnit",
                 unit: unit.to_owned(),
-                source,
+                source: Box::new(source),
             }),
         }
     }

@@ -21,7 +21,7 @@ pub enum PreflightError {
     #[error(
         "cgroupDriver: systemd needs systemd's D-Bus API (org.freedesktop.systemd1) on the system bus, which does not answer: {0}"
     )]
-    Bus(#[source] zbus::Error),
+    Bus(#[source] Box<zbus::Error>),
     #[error(transparent)]
     Root(#[from] SliceRootError),
 }
@@ -55,7 +55,9 @@ pub async fn check(
     }
     validate_slice_root(cgroup_root)?;
     booted(host)?;
-    let connection = Connection::system().await.map_err(PreflightError::Bus)?;
+    let connection = Connection::system()
+        .await
+        .map_err(|e| PreflightError::Bus(Box::new(e)))?;
     ping(&connection).await
 }
 
@@ -78,11 +80,13 @@ pub async fn ping(connection: &Connection) -> Result<(), PreflightError> {
     let peer = zbus::fdo::PeerProxy::builder(connection)
         .destination("org.freedesktop.systemd1")
         .and_then(|b| b.path("/org/freedesktop/systemd1"))
-        .map_err(PreflightError::Bus)?
+        .map_err(|e| PreflightError::Bus(Box::new(e)))?
         .build()
         .await
-        .map_err(PreflightError::Bus)?;
-    peer.ping().await.map_err(|e| PreflightError::Bus(e.into()))
+        .map_err(|e| PreflightError::Bus(Box::new(e)))?;
+    peer.ping()
+        .await
+        .map_err(|e| PreflightError::Bus(Box::new(e)))
 }
 
 #[cfg(test)]
