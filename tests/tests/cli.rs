@@ -335,3 +335,43 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
     drop(swiftlet);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn run_with_the_systemd_cgroup_driver_needs_systemd() {
+    // Checked right after the configuration, before anything privileged, so this runs as anyone.
+    let config = std::env::temp_dir().join(format!("swiftlet-systemd-{}.yaml", std::process::id()));
+    let run = |yaml: &str| {
+        std::fs::write(&config, yaml).expect("write config");
+        let out = Command::new(swiftlet_bin())
+            .arg("run")
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .expect("run swiftlet");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("hint: "), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let stderr = run("cgroupDriver: systemd\ncgroupRoot: /kubepods\n");
+    assert!(
+        stderr.lines().any(|l| l.starts_with(
+            "error: cgroupRoot \"/kubepods\" with cgroupDriver: systemd: not a slice"
+        )),
+        "{stderr}"
+    );
+    if std::path::Path::new("/run/systemd/system").is_dir() {
+        std::fs::remove_file(&config).expect("remove config");
+        eprintln!("systemd is the init system here: the not-booted refusal is not observable");
+        return;
+    }
+    let pid1 = std::fs::read_to_string("/proc/1/comm").expect("/proc/1/comm");
+    let stderr = run("cgroupDriver: systemd\n");
+    let want = format!(
+        "error: cgroupDriver: systemd needs systemd as the init system (PID 1 is {:?} and /run/systemd/system does not exist)",
+        pid1.trim_end()
+    );
+    assert!(stderr.lines().any(|l| l.starts_with(&want)), "{stderr}");
+    std::fs::remove_file(&config).expect("remove config");
+}

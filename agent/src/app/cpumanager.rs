@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Error;
 use crate::{
-    cgroup::{PodCgroupLayout, pods::pod_dir_name},
+    cgroup::PodCgroupLayout,
     cm::{
         CgroupLayout,
         cpumanager::{
@@ -102,18 +102,18 @@ pub fn start(
     Ok(Some(manager))
 }
 
-/// A container's cgroup2 directory is `<pod parent>/pod<uid>/<container id>` (cgroupfs driver);
-/// its inode number is the id the kernel programs see.
+/// A container's cgroup2 directory is below its pod's in one of the pod parents, named as the
+/// driver names it (`cgroup::pods`); its inode number is the id the kernel programs see.
 fn cgroup_id_of(cgroup2: Option<PathBuf>, pods: &PodCgroupLayout) -> CgroupIdOf {
-    let parents = pods.pod_parents();
+    let pods = pods.clone();
     Arc::new(move |pod: &PodUid, container_id: &str| {
         let root = cgroup2.as_ref()?;
-        parents.iter().find_map(|parent| {
-            let dir = root
-                .join(parent)
-                .join(pod_dir_name(&pod.0))
-                .join(container_id);
-            crate::kernel::cgroup_id_of(&dir).ok()
+        let names = pods.container_dir_names(container_id);
+        pods.pod_parents().iter().find_map(|parent| {
+            let dir = root.join(pods.pod_dir_in(parent, &pod.0));
+            names
+                .iter()
+                .find_map(|name| crate::kernel::cgroup_id_of(&dir.join(name)).ok())
         })
     })
 }

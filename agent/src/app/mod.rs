@@ -48,6 +48,8 @@ pub enum Error {
     Runtime(#[source] crate::cri::Error),
     #[error("cgroups: {0}")]
     Cgroups(String),
+    #[error(transparent)]
+    CgroupDriver(#[from] crate::cm::systemd::preflight::PreflightError),
     #[error("CPU manager: {0}")]
     CpuManager(String),
     #[error("user namespaces: {0}")]
@@ -111,6 +113,9 @@ impl Error {
                  the node"
                     .into(),
             ),
+            Error::CgroupDriver(_) => Some(
+                "cgroupDriver: systemd is for nodes booted with systemd; the runtime's cgroup driver must match (containerd: SystemdCgroup in the runc options)".into(),
+            ),
             Error::Cgroups(_) => Some("swiftlet runs as root and needs the cpu, memory and pids cgroup controllers".into()),
             Error::GrpcSocket { .. } => {
                 Some("pick a writable path, or stop the swiftlet already using it".into())
@@ -148,6 +153,12 @@ impl Error {
 }
 
 pub async fn run(config: Config) -> Result<(), Error> {
+    crate::cm::systemd::preflight::check(
+        config.cgroup_driver,
+        &config.cgroup_root,
+        &Default::default(),
+    )
+    .await?;
     let open_files = process::raise_open_files_limit();
     let oom =
         process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);

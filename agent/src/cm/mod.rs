@@ -10,6 +10,7 @@ pub mod pod_cgroups;
 pub mod pressure_targets;
 pub mod psi;
 pub mod qos;
+pub mod systemd;
 
 // The node's cgroup layout and resource quantities are facts every loop reads (`cgroup`, `pod`,
 // below them all); these keep the paths `cm`'s callers have always used.

@@ -22,13 +22,7 @@ use super::{
     qos::{QosClass, QosError, pod_qos},
     quantity::{self, QuantityError},
 };
-use crate::{
-    cgroup::{
-        PodCgroupLayout,
-        pods::{pod_dir_name, uid_of_pod_dir},
-    },
-    container::PodUid,
-};
+use crate::{cgroup::PodCgroupLayout, container::PodUid};
 
 /// The controllers swiftlet writes pod-level limits to.
 const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
@@ -95,7 +89,7 @@ impl PodCgroups {
             // Pods go straight into `cgroupRoot`, made here unless it is the root itself.
             let parent = self.pods.pods_parent();
             if !parent.is_empty() {
-                self.create(parent)?;
+                self.create(&parent)?;
             }
             return Ok(());
         }
@@ -119,22 +113,26 @@ impl PodCgroups {
     /// The pod's cgroup relative to the root, e.g. `kubepods/burstable/pod<uid>`.
     pub fn pod_path(&self, pod: &Pod) -> Result<String, CgroupError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        // Without QoS cgroups the class does not matter, so a spec it cannot be computed from
-        // is no error here.
-        let class = if self.pods.per_qos() {
-            pod_qos(pod).map_err(|source| CgroupError::Qos {
-                pod: uid.to_owned(),
-                source,
-            })?
-        } else {
-            QosClass::BestEffort
-        };
-        Ok(self.pods.pod_dir(class, uid))
+        Ok(self.pods.pod_dir(self.class_of(pod)?, uid))
     }
 
-    /// The sandbox's `cgroup_parent` (cgroupfs driver: an absolute cgroup path).
+    /// The pod's QoS class where its cgroup depends on it. Without QoS cgroups the class does
+    /// not matter, so a spec it cannot be computed from is no error here.
+    fn class_of(&self, pod: &Pod) -> Result<QosClass, CgroupError> {
+        if !self.pods.per_qos() {
+            return Ok(QosClass::BestEffort);
+        }
+        pod_qos(pod).map_err(|source| CgroupError::Qos {
+            pod: pod.metadata.uid.clone().unwrap_or_default(),
+            source,
+        })
+    }
+
+    /// The sandbox's `cgroup_parent` (cgroupfs driver: an absolute cgroup path; systemd: the
+    /// pod slice's unit name).
     pub fn cgroup_parent(&self, pod: &Pod) -> Result<String, CgroupError> {
-        Ok(format!("/{}", self.pod_path(pod)?))
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        Ok(self.pods.cgroup_parent(self.class_of(pod)?, uid))
     }
 
     /// Creates the pod's cgroup with its pod-level limits (idempotent; limits are rewritten).
@@ -176,11 +174,7 @@ impl PodCgroups {
         for parent in self.pods.pod_parents() {
             // Relative also below an empty parent (`cgroupRoot: /` without QoS cgroups): joined
             // to a mount point, an absolute path would replace it.
-            let path = if parent.is_empty() {
-                pod_dir_name(&uid.0)
-            } else {
-                format!("{parent}/{}", pod_dir_name(&uid.0))
-            };
+            let path = self.pods.pod_dir_in(&parent, &uid.0);
             let cg = Cgroup::load_with_specified_controllers(
                 hierarchies::auto(),
                 &path,
@@ -237,7 +231,10 @@ impl PodCgroups {
                 continue;
             };
             for entry in entries.flatten() {
-                uids.extend(uid_of_pod_dir(&entry.file_name().to_string_lossy()));
+                uids.extend(
+                    self.pods
+                        .uid_of_pod_dir_in(&parent, &entry.file_name().to_string_lossy()),
+                );
             }
         }
         uids
@@ -249,7 +246,7 @@ impl PodCgroups {
         let Ok(root) = self.layout.cgroup2_root() else {
             return Vec::new();
         };
-        pressure_targets::pod_dirs(root, &self.pods.pod_parents())
+        pressure_targets::pod_dirs(root, &self.pods)
     }
 
     /// A mount where pod cgroups can be listed: the memory controller's, or cgroup2.

@@ -9,11 +9,11 @@
 //! cache), or reading the pressure (`cm::psi`).
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     path::{Path, PathBuf},
 };
 
-use crate::{cgroup::pods::uid_of_pod_dir, container::PodUid};
+use crate::{cgroup::PodCgroupLayout, container::PodUid};
 
 /// The cgroup2 directory of a pod (`container` empty, as cAdvisor labels the pod-level cgroup)
 /// or of one of its containers.
@@ -25,13 +25,13 @@ pub struct PressureTarget {
     pub dir: PathBuf,
 }
 
-/// A pod's cgroup2 directory and the names of the directories below it (container and sandbox
-/// ids).
+/// A pod's cgroup2 directory and the directories below it (containers' and the sandbox's) as
+/// `(container id, directory name)`: the same with cgroupfs, a runtime's scope with systemd.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodCgroupDir {
     pub uid: PodUid,
     pub dir: PathBuf,
-    pub children: Vec<String>,
+    pub children: Vec<(String, String)>,
 }
 
 /// What the agent knows of a pod: its names, and its containers as (runtime id, spec name),
@@ -43,17 +43,18 @@ pub struct PodNames {
     pub containers: Vec<(String, String)>,
 }
 
-/// The `pod<uid>` directories under `cgroup2_root/<parent>` for each parent (e.g. `kubepods`,
-/// `kubepods/burstable`), with their subdirectories. Missing parents are skipped.
-pub fn pod_dirs(cgroup2_root: &Path, parents: &[String]) -> Vec<PodCgroupDir> {
+/// The pods' directories under `cgroup2_root/<parent>` for each of the layout's pod parents
+/// (e.g. `kubepods`, `kubepods/burstable`), with the container ids of their subdirectories.
+/// Missing parents are skipped.
+pub fn pod_dirs(cgroup2_root: &Path, layout: &PodCgroupLayout) -> Vec<PodCgroupDir> {
     let mut pods = Vec::new();
-    for parent in parents {
-        let Ok(entries) = std::fs::read_dir(cgroup2_root.join(parent)) else {
+    for parent in layout.pod_parents() {
+        let Ok(entries) = std::fs::read_dir(cgroup2_root.join(&parent)) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(uid) = uid_of_pod_dir(&name) else {
+            let Some(uid) = layout.uid_of_pod_dir_in(&parent, &name) else {
                 continue;
             };
             if !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -62,7 +63,10 @@ pub fn pod_dirs(cgroup2_root: &Path, parents: &[String]) -> Vec<PodCgroupDir> {
             let dir = entry.path();
             pods.push(PodCgroupDir {
                 uid,
-                children: subdirectories(&dir),
+                children: subdirectories(&dir)
+                    .into_iter()
+                    .filter_map(|child| Some((layout.container_id_of_dir(&child)?, child)))
+                    .collect(),
                 dir,
             });
         }
@@ -101,11 +105,17 @@ pub fn label(
             dir,
         };
         targets.push(target("", pod.dir.clone()));
-        let children: HashSet<&str> = pod.children.iter().map(String::as_str).collect();
+        let children: HashMap<&str, &str> = pod
+            .children
+            .iter()
+            .map(|(id, dir)| (id.as_str(), dir.as_str()))
+            .collect();
         let mut seen = HashSet::new();
         for (id, name) in &names.containers {
-            if children.contains(id.as_str()) && seen.insert(name.as_str()) {
-                targets.push(target(name, pod.dir.join(id)));
+            if let Some(dir) = children.get(id.as_str())
+                && seen.insert(name.as_str())
+            {
+                targets.push(target(name, pod.dir.join(dir)));
             }
         }
     }
@@ -128,14 +138,10 @@ mod tests {
         ] {
             std::fs::create_dir_all(root.path().join(dir)).expect("mkdir");
         }
-        let parents = [
-            "kubepods",
-            "kubepods/burstable",
-            "kubepods/besteffort",
-            "missing",
-        ]
-        .map(String::from);
-        let mut dirs = pod_dirs(root.path(), &parents);
+        let mut dirs = pod_dirs(
+            root.path(),
+            &PodCgroupLayout::with_kubepods("kubepods", true),
+        );
         dirs.sort_by(|a, b| a.uid.cmp(&b.uid));
         for d in &mut dirs {
             d.children.sort();
@@ -143,7 +149,10 @@ mod tests {
         let want = |uid: &str, dir: &str, children: &[&str]| PodCgroupDir {
             uid: PodUid::from(uid),
             dir: root.path().join(dir),
-            children: children.iter().map(|c| (*c).to_owned()).collect(),
+            children: children
+                .iter()
+                .map(|c| ((*c).to_owned(), (*c).to_owned()))
+                .collect(),
         };
         assert_eq!(
             dirs,
@@ -160,7 +169,10 @@ mod tests {
         let dir = |uid: &str, children: &[&str]| PodCgroupDir {
             uid: PodUid::from(uid),
             dir: PathBuf::from(format!("/cg/pod{uid}")),
-            children: children.iter().map(|c| (*c).to_owned()).collect(),
+            children: children
+                .iter()
+                .map(|c| ((*c).to_owned(), format!("cri-containerd-{c}.scope")))
+                .collect(),
         };
         let dirs = vec![
             dir("a", &["sandbox", "new", "old", "gone-from-cache"]),
@@ -192,7 +204,12 @@ mod tests {
             got,
             [
                 ("ns", "web", "", Path::new("/cg/poda")),
-                ("ns", "web", "main", Path::new("/cg/poda/new")),
+                (
+                    "ns",
+                    "web",
+                    "main",
+                    Path::new("/cg/poda/cri-containerd-new.scope")
+                ),
             ]
         );
     }

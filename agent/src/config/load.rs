@@ -166,9 +166,13 @@ with_settings!(config {
 });
 
 impl Config {
-    /// Where the pods' cgroups are, from `cgroupRoot` and `cgroupsPerQOS`.
+    /// Where the pods' cgroups are, from `cgroupDriver`, `cgroupRoot` and `cgroupsPerQOS`.
     pub fn pod_cgroups(&self) -> crate::cgroup::PodCgroupLayout {
-        crate::cgroup::PodCgroupLayout::new(&self.cgroup_root, self.cgroups_per_qos)
+        crate::cgroup::PodCgroupLayout::for_driver(
+            self.cgroup_driver,
+            &self.cgroup_root,
+            self.cgroups_per_qos,
+        )
     }
 
     /// Reads `--config` (if given), applies defaults and the flags, and validates the result.

@@ -282,12 +282,8 @@ fn bad_values_name_field_and_value() {
             "config file DIR/swiftlet.yaml: field `runtimeRequestTimeout`: invalid duration \"-2m\": must not be negative",
         ),
         (
-            "cgroupDriver: systemd",
-            "config file DIR/swiftlet.yaml: field `cgroupDriver`: invalid value \"systemd\": not supported yet: only \"cgroupfs\" is",
-        ),
-        (
             "cgroupDriver: cgroupsfs",
-            "config file DIR/swiftlet.yaml: field `cgroupDriver`: invalid value \"cgroupsfs\": expected \"cgroupfs\"",
+            "config file DIR/swiftlet.yaml: field `cgroupDriver`: invalid value \"cgroupsfs\": expected \"cgroupfs\" or \"systemd\"",
         ),
         (
             "readOnlyPort: 70000",

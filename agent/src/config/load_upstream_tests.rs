@@ -6,7 +6,7 @@
 use std::{net::SocketAddr, path::PathBuf, time::Duration};
 
 use super::tests::{err, load};
-use crate::config::{AuthorizationMode, LogFormat, no_effect::NO_EFFECT};
+use crate::config::{AuthorizationMode, CgroupDriver, LogFormat, no_effect::NO_EFFECT};
 
 const KUBECONFIG: &[&str] = &["--kubeconfig", "/etc/kubernetes/kubelet.conf"];
 
@@ -22,23 +22,17 @@ fn no_effect_fields(config: &super::Config) -> Vec<&str> {
 }
 
 /// kubeadm writes `rotateCertificates: true` (the TLS bootstrap's key, merged from its own
-/// branch) and `cgroupDriver: systemd` (the systemd driver's): until both are in, the file fails
-/// on exactly those, and loads without them.
+/// branch): until it is in, the file fails on exactly that, and loads without it.
 #[test]
 fn kubeadm_file_loads_with_zero_values_as_upstream_defaults() {
     let kubeadm = fixture("kubeadm.yaml");
     let msg = err(&kubeadm, KUBECONFIG);
     assert!(msg.contains("unknown field `rotateCertificates`"), "{msg}");
     let without_rotation = kubeadm.replace("rotateCertificates: true\n", "");
-    assert_eq!(
-        err(&without_rotation, KUBECONFIG),
-        "config file DIR/swiftlet.yaml: field `cgroupDriver`: invalid value \"systemd\": not \
-         supported yet: only \"cgroupfs\" is"
-    );
-    let cgroupfs = without_rotation.replace("cgroupDriver: systemd", "cgroupDriver: cgroupfs");
     // kubeadm's kubelet gets `--kubeconfig` on its command line (its webhook authentication needs it).
-    let (_dir, config) = load(&cgroupfs, KUBECONFIG);
+    let (_dir, config) = load(&without_rotation, KUBECONFIG);
     let config = config.expect("kubeadm's file loads");
+    assert_eq!(config.cgroup_driver, CgroupDriver::Systemd);
     // Every `0s` is upstream's default.
     assert_eq!(config.sync_frequency, Duration::from_secs(60));
     assert_eq!(config.file_check_frequency, Duration::from_secs(20));

@@ -62,14 +62,15 @@ pub(super) fn cgroup_root(input: Input<Option<String>, String>) -> Resolved<Path
     Ok(Some(root))
 }
 
-/// Only `cgroupfs`; `systemd` is recognised so the message can say it is not supported yet.
+/// `cgroupfs` or `systemd` (upstream's two values; whether systemd can serve it is checked at
+/// start, `cm::systemd::preflight`).
 pub(super) fn cgroup_driver(input: Input<Option<String>, String>) -> Resolved<CgroupDriver> {
     let bad = |value: &str, reason| invalid(input.file_origin, input.field, "value", value, reason);
     match input.file.map(String::as_str) {
         None => Ok(None),
         Some("cgroupfs") => Ok(Some(CgroupDriver::Cgroupfs)),
-        Some(other @ "systemd") => Err(bad(other, "not supported yet: only \"cgroupfs\" is")),
-        Some(other) => Err(bad(other, "expected \"cgroupfs\"")),
+        Some("systemd") => Ok(Some(CgroupDriver::Systemd)),
+        Some(other) => Err(bad(other, "expected \"cgroupfs\" or \"systemd\"")),
     }
 }
 

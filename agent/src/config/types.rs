@@ -48,27 +48,8 @@ impl fmt::Display for PlegMode {
     }
 }
 
-/// The cgroup driver. Only `cgroupfs` exists for now; `systemd` is recognised so the error can say
-/// it is not supported yet rather than unknown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum CgroupDriver {
-    #[default]
-    Cgroupfs,
-}
-
-impl CgroupDriver {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CgroupDriver::Cgroupfs => "cgroupfs",
-        }
-    }
-}
-
-impl fmt::Display for CgroupDriver {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The cgroup driver (`cgroupDriver`); named where the pods' cgroup paths are.
+pub use crate::cgroup::pods::CgroupDriver;
 
 /// An IP network such as `10.244.1.0/24` or `fd00::/64`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,10 +15,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{
-    cgroup::{PodCgroupLayout, pods::pod_dir_name},
-    container::PodUid,
-};
+use crate::{cgroup::PodCgroupLayout, container::PodUid};
 
 /// What a cgroup is, in pod terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,14 +58,13 @@ impl ContainerIndex {
     /// Where the cgroup of `entry` may be below `cgroup2_root`: below its pod's cgroup in any of
     /// the directories pod cgroups are made in.
     pub fn container_dirs(&self, cgroup2_root: &Path, entry: &ContainerCgroup) -> Vec<PathBuf> {
+        let names = self.pods.container_dir_names(&entry.container_id);
         self.pods
             .pod_parents()
             .iter()
-            .map(|parent| {
-                cgroup2_root
-                    .join(parent)
-                    .join(pod_dir_name(&entry.pod.0))
-                    .join(&entry.container_id)
+            .flat_map(|parent| {
+                let pod = cgroup2_root.join(self.pods.pod_dir_in(parent, &entry.pod.0));
+                names.iter().map(move |name| pod.join(name))
             })
             .collect()
     }

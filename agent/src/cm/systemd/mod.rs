@@ -1,0 +1,251 @@
+//! The systemd cgroup driver's half of `cm` (`cgroupDriver: systemd`): the pods' slices made,
+//! limited and stopped through systemd's D-Bus API (`org.freedesktop.systemd1.Manager`
+//! `StartTransientUnit`, `SetUnitProperties`, `StopUnit`) on the system bus, and the start-up
+//! check that systemd can serve it (`preflight`).
+//!
+//! Upstream counterpart: the kubelet's `cgroupManagerImpl` with `libcontainerCgroupManagerType`
+//! systemd (`pkg/kubelet/cm/cgroup_manager_linux.go`, `updateSystemdCgroupInfo`) over runc's
+//! `libcontainer/cgroups/systemd` (`startUnit`, `genV1ResourcesProperties`,
+//! `genV2ResourcesProperties`, `addCpuQuota`). A slice's parent is a `Wants=` dependency (runc
+//! sets `Slice=` and `Delegate=` only for scopes, which the runtime makes for containers);
+//! accounting is on and `DefaultDependencies=false` as runc has them. Where the slices are and
+//! what they are named is `cgroup::pods`; the pod-level limits are computed as for cgroupfs
+//! (`pod_cgroups::PodLimits`). Not here: the container scopes (the runtime's).
+
+pub mod preflight;
+#[cfg(test)]
+mod tests;
+
+use zbus::{
+    Connection,
+    zvariant::{OwnedObjectPath, Value},
+};
+
+/// The period the CPU quota is given in (upstream's `QuotaPeriod`, 100ms).
+const CPU_PERIOD_US: u64 = 100_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SystemdError {
+    #[error("systemd D-Bus API on the system bus: {0}")]
+    Connect(#[source] Box<zbus::Error>),
+    #[error("systemd {method} {unit}: {source}")]
+    Call {
+        method: &'static str,
+        unit: String,
+        #[source]
+        source: Box<zbus::Error>,
+    },
+    #[error("{dir:?} is not a slice's directory")]
+    NotASlice { dir: String },
+}
+
+#[zbus::proxy(
+    interface = "org.freedesktop.systemd1.Manager",
+    default_service = "org.freedesktop.systemd1",
+    default_path = "/org/freedesktop/systemd1",
+    gen_blocking = false
+)]
+trait Manager {
+    /// `StartTransientUnit(in s name, in s mode, in a(sv) properties, in a(sa(sv)) aux,
+    /// out o job)`.
+    fn start_transient_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        properties: &[(&str, Value<'_>)],
+        aux: &[(&str, &[(&str, Value<'_>)])],
+    ) -> zbus::Result<OwnedObjectPath>;
+
+    /// `SetUnitProperties(in s name, in b runtime, in a(sv) properties)`.
+    fn set_unit_properties(
+        &self,
+        name: &str,
+        runtime: bool,
+        properties: &[(&str, Value<'_>)],
+    ) -> zbus::Result<()>;
+
+    /// `StopUnit(in s name, in s mode, out o job)`.
+    fn stop_unit(&self, name: &str, mode: &str) -> zbus::Result<OwnedObjectPath>;
+}
+
+/// Limits of one slice; `None` leaves a resource as systemd has it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SliceResources {
+    pub cpu_shares: Option<u64>,
+    /// CPU quota per 100ms period, in µs.
+    pub cpu_quota_us: Option<i64>,
+    pub memory_bytes: Option<i64>,
+    pub pids_max: Option<i64>,
+}
+
+/// The pods' slices through systemd's manager object.
+pub struct SystemdSlices {
+    manager: ManagerProxy<'static>,
+    /// cgroup v2 (`CPUWeight`, `MemoryMax`) rather than v1 (`CPUShares`, `MemoryLimit`)
+    /// properties: the unified layout.
+    unified: bool,
+}
+
+impl SystemdSlices {
+    /// On the system bus.
+    pub async fn connect(unified: bool) -> Result<Self, SystemdError> {
+        let connection = Connection::system()
+            .await
+            .map_err(|e| SystemdError::Connect(Box::new(e)))?;
+        SystemdSlices::on(&connection, unified).await
+    }
+
+    /// On an established connection (the system bus, or a peer in tests).
+    pub async fn on(connection: &Connection, unified: bool) -> Result<Self, SystemdError> {
+        let manager = ManagerProxy::new(connection)
+            .await
+            .map_err(|e| SystemdError::Connect(Box::new(e)))?;
+        Ok(SystemdSlices { manager, unified })
+    }
+
+    /// Makes the slice whose expanded directory is `dir` (relative to the cgroup root, as
+    /// `cgroup::pods` names it) with `resources`, or sets them on it if it exists (runc's
+    /// `startUnit` takes `UnitExists` as success; its `Set` is `SetUnitProperties`).
+    pub async fn ensure_slice(
+        &self,
+        dir: &str,
+        resources: &SliceResources,
+    ) -> Result<(), SystemdError> {
+        let (unit, parent) = unit_and_parent(dir)?;
+        let properties = slice_properties(unit, parent, resources, self.unified);
+        let call = |method, source| SystemdError::Call {
+            method,
+            unit: unit.to_owned(),
+            source: Box::new(source),
+        };
+        match self
+            .manager
+            .start_transient_unit(unit, "replace", &properties, &[])
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_error(&e, "org.freedesktop.systemd1.UnitExists") => {
+                let resources = resource_properties(resources, self.unified);
+                self.manager
+                    .set_unit_properties(unit, true, &resources)
+                    .await
+                    .map_err(|e| call("SetUnitProperties", e))
+            }
+            Err(e) => Err(call("StartTransientUnit", e)),
+        }
+    }
+
+    /// Stops the slice of `dir`; one systemd does not know is gone already.
+    pub async fn stop_slice(&self, dir: &str) -> Result<(), SystemdError> {
+        let (unit, _) = unit_and_parent(dir)?;
+        match self.manager.stop_unit(unit, "replace").await {
+            Ok(_) => Ok(()),
+            Err(e) if is_error(&e, "org.freedesktop.systemd1.NoSuchUnit") => Ok(()),
+            Err(source) => Err(SystemdError::Call {
+                method: "StopUnit",
+                unit: unit.to_owned(),
+                source: Box::new(source),
+            }),
+        }
+    }
+}
+
+/// The slice's unit name and its parent's (upstream `updateSystemdCgroupInfo`: `-.slice` for
+/// the root).
+fn unit_and_parent(dir: &str) -> Result<(&str, &str), SystemdError> {
+    let dir = dir.trim_matches('/');
+    let (parent, unit) = dir.rsplit_once('/').unwrap_or(("-.slice", dir));
+    let parent = parent.rsplit('/').next().unwrap_or(parent);
+    if unit.len() <= ".slice".len() || !unit.ends_with(".slice") {
+        return Err(SystemdError::NotASlice {
+            dir: dir.to_owned(),
+        });
+    }
+    Ok((unit, parent))
+}
+
+fn is_error(error: &zbus::Error, name: &str) -> bool {
+    matches!(error, zbus::Error::MethodError(error_name, _, _) if error_name.as_str() == name)
+}
+
+/// runc's `startUnit` properties for a slice: description, the parent as `Wants=`, accounting
+/// on, no default dependencies, then the resources.
+fn slice_properties(
+    unit: &str,
+    parent: &str,
+    resources: &SliceResources,
+    unified: bool,
+) -> Vec<(&'static str, Value<'static>)> {
+    let mut properties = vec![
+        (
+            "Description",
+            Value::from(format!("libcontainer container {unit}")),
+        ),
+        ("Wants", Value::from(vec![parent.to_owned()])),
+        ("MemoryAccounting", Value::from(true)),
+        ("CPUAccounting", Value::from(true)),
+        (
+            if unified {
+                "IOAccounting"
+            } else {
+                "BlockIOAccounting"
+            },
+            Value::from(true),
+        ),
+        ("TasksAccounting", Value::from(true)),
+        ("DefaultDependencies", Value::from(false)),
+    ];
+    properties.extend(resource_properties(resources, unified));
+    properties
+}
+
+/// runc's `genV1ResourcesProperties` / `genV2ResourcesProperties` for what pod cgroups set.
+fn resource_properties(
+    resources: &SliceResources,
+    unified: bool,
+) -> Vec<(&'static str, Value<'static>)> {
+    let mut properties = Vec::new();
+    if let Some(shares) = resources.cpu_shares {
+        properties.push(if unified {
+            ("CPUWeight", Value::from(cpu_weight(shares)))
+        } else {
+            ("CPUShares", Value::from(shares))
+        });
+    }
+    if let Some(quota) = resources.cpu_quota_us {
+        properties.push(("CPUQuotaPerSecUSec", Value::from(quota_per_sec(quota))));
+    }
+    if let Some(memory) = resources.memory_bytes {
+        let limit = u64::try_from(memory).unwrap_or(u64::MAX);
+        properties.push(if unified {
+            ("MemoryMax", Value::from(limit))
+        } else {
+            ("MemoryLimit", Value::from(limit))
+        });
+    }
+    if let Some(pids) = resources.pids_max {
+        properties.push((
+            "TasksMax",
+            Value::from(u64::try_from(pids).unwrap_or(u64::MAX)),
+        ));
+    }
+    properties
+}
+
+/// runc's `addCpuQuota`: the quota per second, rounded up to whole 10ms as systemd keeps it;
+/// none (`-1`) is infinity.
+fn quota_per_sec(quota_us: i64) -> u64 {
+    let Ok(quota) = u64::try_from(quota_us) else {
+        return u64::MAX;
+    };
+    let per_sec = quota.saturating_mul(1_000_000) / CPU_PERIOD_US;
+    per_sec.div_ceil(10_000) * 10_000
+}
+
+/// runc's `ConvertCPUSharesToCgroupV2Value`: shares 2..262144 onto weight 1..10000.
+fn cpu_weight(shares: u64) -> u64 {
+    if shares == 0 {
+        return 0;
+    }
+    1 + (shares.saturating_sub(2) * 9999) / 262_142
+}
