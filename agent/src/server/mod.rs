@@ -1,6 +1,7 @@
 //! The agent's servers: the gRPC API (`swiftlet.v1`, on a unix socket); the HTTP endpoints
 //! (`http.rs`): `/healthz` alone on the healthz address, and the unauthenticated read-only port;
-//! and the kubelet server (`full.rs`): TLS (`tls.rs`), authentication and authorization
+//! and the kubelet server (`full.rs`): TLS (`tls.rs`, its swappable certificate in
+//! `serving_cert.rs`), authentication and authorization
 //! (`auth.rs`, with the API server's reviews in `webhook.rs`), the Summary API (`stats/`),
 //! container logs (`logs.rs`) and container access (`streaming.rs`, through `stream_proxy.rs`).
 //! Every listener's connections are bounded (`connections.rs`: a limit, eviction at it, idle and
@@ -16,9 +17,12 @@ pub mod http;
 pub mod listener;
 pub mod logs;
 pub mod review_cache;
+pub mod serving_cert;
 pub mod stats;
 pub mod stream_proxy;
 pub mod streaming;
+#[cfg(test)]
+mod test_pki;
 pub mod tls;
 pub mod track_requests;
 pub mod webhook;
