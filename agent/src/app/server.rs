@@ -67,6 +67,7 @@ pub async fn start(
     http: HttpState,
     pods: &Pods,
     summary: Arc<SummaryProvider>,
+    serving: Option<crate::server::serving_cert::ServingCertificate>,
     servers: &ServerRuntime,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
@@ -83,7 +84,13 @@ pub async fn start(
              authorized"
         );
     }
-    let tls = tls::server_config(settings, &config.node_name).map_err(Error::Tls)?;
+    let mut tls = tls::server_config(settings, &config.node_name).map_err(Error::Tls)?;
+    // serverTLSBootstrap: the certificate the cluster issues, swapped in as it rotates.
+    if let Some(serving) = serving {
+        let mut with_handle = (*tls).clone();
+        with_handle.cert_resolver = Arc::new(serving);
+        tls = Arc::new(with_handle);
+    }
     // Upstream's `BuildAuth` reviews with the kubelet's main client, under its rate limit.
     let reviewer: Option<Arc<dyn Reviewer>> = match &pods.api {
         Some(clients)

@@ -28,7 +28,7 @@ use hyper_util::{
 use kube::client::{Body, ClientBuilder, ConfigExt as _};
 use rustls::{SignatureScheme, client::ResolvesClientCert, sign::CertifiedKey};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
-use tower::{BoxError, Service, ServiceBuilder};
+use tower::{BoxError, Service, ServiceBuilder, util::BoxService};
 
 /// The current client certificate, and the connections made with the ones before it.
 #[derive(Debug)]
@@ -185,23 +185,16 @@ impl<T: Connection> Connection for Closing<T> {
     }
 }
 
+/// The service under the agent's layers: requests in, hyper's responses out.
+pub type RotatingService =
+    BoxService<http::Request<Body>, http::Response<hyper::body::Incoming>, BoxError>;
+
 /// A client builder for `config` whose client certificate is `identity`'s (the kubeconfig's own
 /// certificate, if any, is never presented). Layers (the rate limit) go on as with kube's.
 pub fn client_builder(
     config: &kube::Config,
     identity: &Arc<Identity>,
-) -> Result<
-    ClientBuilder<
-        impl tower::Service<
-            http::Request<Body>,
-            Response = http::Response<hyper::body::Incoming>,
-            Error = BoxError,
-            Future = impl Send,
-        > + Send
-        + 'static,
-    >,
-    kube::Error,
-> {
+) -> Result<ClientBuilder<RotatingService>, kube::Error> {
     let mut tls = config.rustls_client_config()?;
     tls.client_auth_cert_resolver = Arc::new(Resolver(identity.clone()));
     let mut tcp = HttpConnector::new();
@@ -237,7 +230,7 @@ pub fn client_builder(
         .map_err(BoxError::from)
         .service(client);
     Ok(ClientBuilder::new(
-        service,
+        BoxService::new(service),
         config.default_namespace.clone(),
     ))
 }
