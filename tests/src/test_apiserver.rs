@@ -1,7 +1,11 @@
 //! The API server process under test (`swiftlet-test-apiserver`), as [`crate::node`] runs the
 //! agent: started on a free port with its own directory, its kubeconfig path for `swiftlet run
 //! --kubeconfig` and a kube-rs client for the test, the `/_test/…` fault switches, and the
-//! process killed (and its directory removed) when the guard goes out of scope.
+//! process killed (and its directory removed) when the guard goes out of scope. For the
+//! kubelet's TLS bootstrap: [`ApiServerOptions`] (bootstrap tokens, the signing duration,
+//! auto-approval off), a bootstrap kubeconfig, requests as a bootstrapper or with a client
+//! certificate ([`Credentials`], [`KeptConnection`]), and the CSRs listed and approved as
+//! `kubectl certificate approve` does.
 
 use std::{
     io::{Read as _, Write as _},
@@ -10,9 +14,9 @@ use std::{
     time::Duration,
 };
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::{process::Running, sibling_binary};
+use crate::{process::Running, sibling_binary, tls::ClientIdentity};
 
 /// The `User-Agent` of the tests' own clients.
 pub const TEST_USER_AGENT: &str = "swiftlet-tests";
@@ -34,7 +38,78 @@ pub fn apiserver_bin() -> PathBuf {
         .unwrap_or_else(|| sibling_binary("swiftlet-test-apiserver"))
 }
 
+/// How a server is started beyond the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct ApiServerOptions {
+    /// Bootstrap tokens (`<id>.<secret>`, see [`new_bootstrap_token`]).
+    pub bootstrap_tokens: Vec<String>,
+    /// The longest certificate the CSR signer issues (`--cluster-signing-duration`); it caps
+    /// even below upstream's 10-minute floor. Default: a year.
+    pub cluster_signing_duration: Option<Duration>,
+    /// Node client CSRs wait for [`TestApiServer::approve_csr`] instead of being auto-approved.
+    pub no_auto_approve: bool,
+    /// More flags.
+    pub extra_args: Vec<String>,
+}
+
+/// A fresh bootstrap token in the documented format (`[a-z0-9]{6}.[a-z0-9]{16}`).
+pub fn new_bootstrap_token() -> String {
+    let part = |n: usize| -> String {
+        (0..n)
+            .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[fastrand::usize(..36)]))
+            .collect()
+    };
+    format!("{}.{}", part(6), part(16))
+}
+
+/// Who a request is made as.
+#[derive(Clone, Copy)]
+pub enum Credentials<'a> {
+    /// A bearer token (the admin's, a bootstrap token, or any other).
+    Token(&'a str),
+    /// A client certificate (see [`client_identity`]).
+    Certificate(&'a ClientIdentity),
+    /// Nothing.
+    Anonymous,
+}
+
+/// A client identity from a PEM certificate (e.g. a CSR's `status.certificate`) and the
+/// PKCS#8 DER of its key (`rcgen::KeyPair::serialize_der`).
+pub fn client_identity(certificate_pem: &[u8], key_pkcs8_der: Vec<u8>) -> ClientIdentity {
+    use rustls_pki_types::{CertificateDer, pem::PemObject as _};
+    let chain = CertificateDer::pem_slice_iter(certificate_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|e| panic!("a PEM certificate: {e}"));
+    assert!(!chain.is_empty(), "no certificate in the PEM");
+    ClientIdentity {
+        chain,
+        key: key_pkcs8_der,
+    }
+}
+
+/// The CSR path under `certificates.k8s.io/v1`.
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+
 impl TestApiServer {
+    /// Starts a server named `name` with `options`.
+    pub fn start_with_options(name: &str, options: &ApiServerOptions) -> TestApiServer {
+        let mut args: Vec<String> = Vec::new();
+        for token in &options.bootstrap_tokens {
+            args.push("--bootstrap-token".to_owned());
+            args.push(token.clone());
+        }
+        if let Some(duration) = options.cluster_signing_duration {
+            args.push("--cluster-signing-duration".to_owned());
+            args.push(duration.as_secs().max(1).to_string());
+        }
+        if options.no_auto_approve {
+            args.push("--no-auto-approve".to_owned());
+        }
+        args.extend(options.extra_args.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Self::start_with(name, &args)
+    }
+
     /// Starts a server named `name` (for its directory) with the default flags.
     pub fn start(name: &str) -> TestApiServer {
         Self::start_with(name, &[])
@@ -89,16 +164,50 @@ impl TestApiServer {
         self.dir.join("ca.crt")
     }
 
+    /// The CA's PEM file (what a bootstrap kubeconfig names; also the client CA and the CSR
+    /// signer's CA).
+    pub fn ca_pem_path(&self) -> PathBuf {
+        self.ca_file()
+    }
+
+    /// Writes a kubeconfig with `token` (a bootstrap token) for this server, as `kubeadm join`
+    /// writes `bootstrap-kubelet.conf`, and returns its path.
+    pub fn bootstrap_kubeconfig(&self, token: &str) -> PathBuf {
+        let id = token.split('.').next().unwrap_or("token");
+        let path = self.dir.join(format!("bootstrap-kubeconfig-{id}"));
+        let text = crate::apiserver::serve::kubeconfig(&self.url, &self.ca_file(), token);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path
+    }
+
     /// A blocking HTTPS request with the bearer token: (status, JSON body or Null).
     pub fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let config = crate::tls::client_config(&self.ca_file(), None);
+        self.request_as(Credentials::Token(&self.token), method, path, body)
+    }
+
+    /// A blocking HTTPS request made as `credentials`, on a connection of its own.
+    pub fn request_as(
+        &self,
+        credentials: Credentials<'_>,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let identity = match credentials {
+            Credentials::Certificate(identity) => Some(identity),
+            _ => None,
+        };
+        let config = crate::tls::client_config(&self.ca_file(), identity);
         let mut stream = crate::tls::connect(self.port, "localhost", config)
             .unwrap_or_else(|e| panic!("connect to the API server: {e}"));
         let body = body.map(Value::to_string).unwrap_or_default();
+        let authorization = match credentials {
+            Credentials::Token(token) => format!("Authorization: Bearer {token}\r\n"),
+            _ => String::new(),
+        };
         let head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nAuthorization: Bearer {}\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n{authorization}\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            self.token,
             body.len()
         );
         stream
@@ -197,6 +306,118 @@ impl TestApiServer {
     pub fn set_reviews(&self, table: &crate::apiserver::ReviewTable) {
         let body = serde_json::to_value(table).unwrap_or_default();
         self.control("PUT", "reviews", Some(&body));
+    }
+}
+
+impl TestApiServer {
+    /// Every CertificateSigningRequest.
+    pub fn list_csrs(&self) -> Vec<Value> {
+        let (status, list) = self.request("GET", CSRS, None);
+        assert_eq!(status, 200, "list CSRs: {list}");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// One CSR, if it exists.
+    pub fn get_csr(&self, name: &str) -> Option<Value> {
+        let (status, csr) = self.request("GET", &format!("{CSRS}/{name}"), None);
+        (status == 200).then_some(csr)
+    }
+
+    /// Approves a CSR as `kubectl certificate approve` does: the Approved condition added
+    /// through the `approval` subresource (the signer then issues the certificate).
+    pub fn approve_csr(&self, name: &str) {
+        self.decide_csr(
+            name,
+            "Approved",
+            "KubectlApprove",
+            "This CSR was approved by kubectl certificate approve.",
+        );
+    }
+
+    /// Denies a CSR as `kubectl certificate deny` does.
+    pub fn deny_csr(&self, name: &str) {
+        self.decide_csr(
+            name,
+            "Denied",
+            "KubectlDeny",
+            "This CSR was denied by kubectl certificate deny.",
+        );
+    }
+
+    fn decide_csr(&self, name: &str, kind: &str, reason: &str, message: &str) {
+        let mut csr = self
+            .get_csr(name)
+            .unwrap_or_else(|| panic!("no CSR {name}"));
+        let condition =
+            json!({"type": kind, "status": "True", "reason": reason, "message": message});
+        match csr["status"]["conditions"].as_array_mut() {
+            Some(conditions) => conditions.push(condition),
+            None => csr["status"]["conditions"] = json!([condition]),
+        }
+        let (status, answer) = self.request("PUT", &format!("{CSRS}/{name}/approval"), Some(&csr));
+        assert_eq!(status, 200, "{kind} CSR {name}: {answer}");
+    }
+
+    /// A kept-alive connection made as `credentials` (as the kubelet's client keeps one).
+    pub fn connect_as(&self, credentials: Credentials<'_>) -> KeptConnection {
+        let identity = match credentials {
+            Credentials::Certificate(identity) => Some(identity),
+            _ => None,
+        };
+        let config = crate::tls::client_config(&self.ca_file(), identity);
+        let stream = crate::tls::connect(self.port, "localhost", config)
+            .unwrap_or_else(|e| panic!("connect to the API server: {e}"));
+        let authorization = match credentials {
+            Credentials::Token(token) => format!("Authorization: Bearer {token}\r\n"),
+            _ => String::new(),
+        };
+        KeptConnection {
+            stream,
+            authorization,
+        }
+    }
+}
+
+/// One HTTP/1.1 connection for several requests.
+pub struct KeptConnection {
+    stream: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+    authorization: String,
+}
+
+impl KeptConnection {
+    /// A request without a body on this connection: (status, JSON body or Null).
+    pub fn request(&mut self, method: &str, path: &str) -> (u16, Value) {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 0\r\n\r\n",
+            self.authorization
+        );
+        self.stream
+            .write_all(head.as_bytes())
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let mut raw = Vec::new();
+        let mut byte = [0u8; 1];
+        while !raw.ends_with(b"\r\n\r\n") {
+            self.stream
+                .read_exact(&mut byte)
+                .unwrap_or_else(|e| panic!("{method} {path}: the head: {e}"));
+            raw.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&raw).to_ascii_lowercase();
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no status in {head}"));
+        let length = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no content-length in {head}"));
+        let mut body = vec![0u8; length];
+        self.stream
+            .read_exact(&mut body)
+            .unwrap_or_else(|e| panic!("{method} {path}: the body: {e}"));
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
     }
 }
 

@@ -1,23 +1,31 @@
 //! The project's API server process driven over HTTPS by kube-rs, the client swiftlet uses:
 //! what the agent does against the API (create, get, list, watch with a field selector,
 //! strategic-merge `patch_status`, the uid precondition, graceful deletion, leases, tokens)
-//! answered as the Kubernetes API documents it. No root, no containerd.
+//! answered as the Kubernetes API documents it; and the kubelet TLS bootstrap's server side
+//! (bootstrap tokens, CSRs approved and signed, client certificates). No root, no containerd.
 #![expect(clippy::expect_used, reason = "tests")]
 
 use std::time::Duration;
 
 use k8s_openapi::api::{
     authentication::v1::{TokenRequest, TokenRequestSpec},
+    certificates::v1::CertificateSigningRequest,
     coordination::v1::Lease,
     core::v1::{ConfigMap, Node, Pod, ServiceAccount},
 };
 use kube::{
     Api,
-    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions},
+    api::{
+        DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent,
+        WatchParams,
+    },
     runtime::watcher,
 };
 use serde_json::json;
-use swiftlet_tests::test_apiserver::TestApiServer;
+use swiftlet_tests::test_apiserver::{
+    ApiServerOptions, Credentials, TestApiServer, client_identity, new_bootstrap_token,
+};
+use tokio_stream::StreamExt as _;
 use watching::next_event;
 
 /// A pod bound to `node` in `default`.
@@ -705,4 +713,246 @@ async fn an_outage_refuses_connections_then_the_same_state_is_served_again() {
         !relisted,
         "the history was kept: no relist needed ({errors:?})"
     );
+}
+
+/// A node's CSR as the kubelet makes one: a fresh key, CN `system:node:<name>`, O
+/// `system:nodes`, the given SANs; (PEM request, PKCS#8 key DER).
+fn node_csr(node: &str, sans: &[&str]) -> (String, Vec<u8>) {
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let mut params =
+        rcgen::CertificateParams::new(sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+            .expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    let pem = params
+        .serialize_request(&key)
+        .expect("a CSR")
+        .pem()
+        .expect("PEM");
+    (pem, key.serialize_der())
+}
+
+fn csr_body(name: &str, pem: &str, signer: &str, usages: &[&str]) -> serde_json::Value {
+    json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {
+            "request": k8s_openapi::ByteString(pem.as_bytes().to_vec()),
+            "signerName": signer,
+            "usages": usages,
+        },
+    })
+}
+
+fn certificate_of(csr: &CertificateSigningRequest) -> Option<Vec<u8>> {
+    csr.status
+        .as_ref()?
+        .certificate
+        .as_ref()
+        .map(|c| c.0.clone())
+}
+
+/// The kubelet TLS bootstrap against the server as CA: a bootstrap token may only request
+/// certificates; its node client CSR is auto-approved and signed (seen by its own watch);
+/// the certificate authenticates as the node; a serving CSR waits for an approval through
+/// the API; the short-lived client certificate stops authenticating once expired, on the
+/// connection that used it and on a new one; another CA's certificate never authenticates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_token_gets_a_node_certificate_that_authenticates_until_it_expires() {
+    const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+    let token = new_bootstrap_token();
+    let id = token.split('.').next().expect("an id").to_owned();
+    let server = TestApiServer::start_with_options(
+        "csr",
+        &ApiServerOptions {
+            bootstrap_tokens: vec![token.clone()],
+            cluster_signing_duration: Some(Duration::from_secs(8)),
+            ..ApiServerOptions::default()
+        },
+    );
+    let boot = Credentials::Token(&token);
+    let (code, review) = server.request_as(
+        boot,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        Some(&json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})),
+    );
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(
+        review["status"]["userInfo"]["username"],
+        format!("system:bootstrap:{id}")
+    );
+    let (code, forbidden) = server.request_as(boot, "GET", "/api/v1/pods", None);
+    assert_eq!(code, 403, "{forbidden}");
+    assert_eq!(
+        forbidden["message"],
+        format!(
+            "pods is forbidden: User \"system:bootstrap:{id}\" cannot list resource \"pods\" in API group \"\" at the cluster scope"
+        )
+    );
+    let (code, _) = server.request_as(
+        Credentials::Token("abcdef.0000000000000000"),
+        "GET",
+        CSRS,
+        None,
+    );
+    assert_eq!(code, 401, "an unknown token");
+    // A certificate of another CA gets through the handshake and names no one, as with
+    // kube-apiserver's `RequestClientCert` and x509 authenticator.
+    let stranger =
+        swiftlet_tests::tls::TestCa::new("another-ca").client("system:node:x", &["system:nodes"]);
+    let (code, _) = server.request_as(
+        Credentials::Certificate(&stranger),
+        "GET",
+        "/api/v1/nodes",
+        None,
+    );
+    assert_eq!(code, 401, "another CA's certificate");
+
+    // The agent's side: kube-rs from the bootstrap kubeconfig, a create and a watch.
+    let client = swiftlet::sources::client_from_kubeconfig(
+        &server.bootstrap_kubeconfig(&token),
+        "swiftlet-tests",
+    )
+    .await
+    .expect("a client from the bootstrap kubeconfig");
+    let csrs: Api<CertificateSigningRequest> = Api::all(client);
+    let node = "csr-node-1";
+    let (pem, key) = node_csr(node, &[]);
+    let body = csr_body(
+        "node-csr-1",
+        &pem,
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        &["digital signature", "key encipherment", "client auth"],
+    );
+    let created = csrs
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(body).expect("a CSR"),
+        )
+        .await
+        .expect("a bootstrapper creates a CSR");
+    assert_eq!(
+        created.spec.username.as_deref(),
+        Some(format!("system:bootstrap:{id}").as_str())
+    );
+    let version = created
+        .metadata
+        .resource_version
+        .clone()
+        .expect("a version");
+    let mut events = Box::pin(
+        csrs.watch(
+            &WatchParams::default().fields("metadata.name=node-csr-1"),
+            &version,
+        )
+        .await
+        .expect("a bootstrapper watches CSRs"),
+    );
+    let mut approved_first = false;
+    let signed = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, async {
+        while let Some(event) = events.next().await {
+            if let WatchEvent::Modified(csr) = event.expect("a watch event") {
+                let conditions = csr
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
+                    .unwrap_or_default();
+                let approved = conditions
+                    .iter()
+                    .any(|c| c.type_ == "Approved" && c.reason.as_deref() == Some("AutoApproved"));
+                match certificate_of(&csr) {
+                    Some(certificate) => return (approved, certificate),
+                    None => approved_first |= approved,
+                }
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("the CSR is signed");
+    assert!(signed.0, "the signed CSR is approved");
+    assert!(approved_first, "approved before signed, in two changes");
+
+    // The node's identity from the issued certificate, on a connection it keeps.
+    let identity = client_identity(&signed.1, key);
+    let mut kept = server.connect_as(Credentials::Certificate(&identity));
+    let (code, nodes) = kept.request("GET", "/api/v1/nodes");
+    assert_eq!(code, 200, "{nodes}");
+    let (code, review) = server.request_as(
+        Credentials::Certificate(&identity),
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        Some(&json!({})),
+    );
+    assert_eq!(code, 201, "{review}");
+    assert_eq!(
+        review["status"]["userInfo"]["username"],
+        format!("system:node:{node}")
+    );
+    assert_eq!(
+        review["status"]["userInfo"]["groups"],
+        json!(["system:nodes", "system:authenticated"])
+    );
+
+    // A serving CSR from the node waits for an operator's approval.
+    let (serving_pem, _) = node_csr(node, &[node, "127.0.0.1"]);
+    let serving = csr_body(
+        "node-serving-1",
+        &serving_pem,
+        "kubernetes.io/kubelet-serving",
+        &["digital signature", "key encipherment", "server auth"],
+    );
+    let (code, created) = server.request_as(
+        Credentials::Certificate(&identity),
+        "POST",
+        CSRS,
+        Some(&serving),
+    );
+    assert_eq!(code, 201, "{created}");
+    assert_eq!(created["spec"]["username"], format!("system:node:{node}"));
+    let (code, denied) = server.request_as(
+        boot,
+        "PUT",
+        &format!("{CSRS}/node-serving-1/approval"),
+        Some(&created),
+    );
+    assert_eq!(code, 403, "a bootstrapper cannot approve: {denied}");
+    server.approve_csr("node-serving-1");
+    swiftlet_tests::eventually("the serving CSR is signed", || {
+        server
+            .get_csr("node-serving-1")
+            .is_some_and(|c| c["status"]["certificate"].is_string())
+    });
+    let serving = server.get_csr("node-serving-1").expect("the serving CSR");
+    let conditions = serving["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        conditions.len(),
+        1,
+        "approved once, by the operator: {conditions:?}"
+    );
+    assert_eq!(conditions[0]["reason"], "KubectlApprove");
+    assert_eq!(server.list_csrs().len(), 2);
+
+    // The client certificate expires: the kept connection's next request is refused, and so
+    // is a new connection's.
+    let kept = std::cell::RefCell::new(kept);
+    swiftlet_tests::eventually("the expired certificate gets 401", || {
+        kept.borrow_mut().request("GET", "/api/v1/nodes").0 == 401
+    });
+    let (code, _) = server.request_as(
+        Credentials::Certificate(&identity),
+        "GET",
+        "/api/v1/nodes",
+        None,
+    );
+    assert_eq!(code, 401);
 }

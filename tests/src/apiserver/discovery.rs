@@ -57,6 +57,9 @@ pub fn resource_list(group: &str, version: &str) -> Value {
         if r.status {
             resources.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if r.kind == super::csr::KIND {
+            resources.push(json!({"name": format!("{}/approval", r.plural), "singularName": "", "namespaced": false, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
+        }
         if r.plural == "serviceaccounts" {
             resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
         }

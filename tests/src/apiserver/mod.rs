@@ -10,11 +10,20 @@
 //! [`discovery`]), TLS and the kubeconfig ([`serve`]), and fault injection for tests
 //! ([`faults`], driven through [`control`]).
 //!
+//! For the kubelet's TLS bootstrap it authenticates admin and bootstrap tokens and client
+//! certificates ([`authn`]), authorizes as a kubeadm cluster's RBAC does for nodes and
+//! bootstrappers ([`authz`]), serves CertificateSigningRequests ([`csr`]) and runs the
+//! approving and signing controllers ([`controllers`], [`signer`]) with its CA.
+//!
 //! It is not an API server: no admission beyond the namespace's existence, no validation
-//! beyond what the tests need, no RBAC, no persistence, no server-side apply. Never shipped in
+//! beyond what the tests need, no RBAC objects, no persistence, no server-side apply. Never shipped in
 //! the agent. Upstream counterpart: `k8s.io/apiserver` with `pkg/registry`.
 
+pub mod authn;
+pub mod authz;
 pub mod control;
+pub mod controllers;
+pub mod csr;
 pub mod deletion;
 pub mod discovery;
 pub mod faults;
@@ -27,6 +36,7 @@ pub mod resources;
 pub mod reviews;
 pub mod selector;
 pub mod serve;
+pub mod signer;
 pub mod status;
 pub mod store;
 pub mod strategy;
@@ -58,6 +68,14 @@ pub struct ServerConfig {
     pub max_token_expiration_seconds: i64,
     /// The largest request body, in bytes (upstream: 3 MiB); larger ones get 413.
     pub max_body_bytes: usize,
+    /// The bootstrap tokens (`<id>.<secret>`) that authenticate as `system:bootstrap:<id>`.
+    pub bootstrap_tokens: Vec<String>,
+    /// The longest certificate the CSR signer issues, in seconds
+    /// (`--cluster-signing-duration`; upstream's default is a year).
+    pub cluster_signing_seconds: i64,
+    /// Whether node client CSRs are approved automatically (kube-controller-manager's
+    /// csrapproving controller, on in kubeadm clusters).
+    pub auto_approve: bool,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +87,9 @@ impl Default for ServerConfig {
             min_token_expiration_seconds: 600,
             max_token_expiration_seconds: 0,
             max_body_bytes: 3 * 1024 * 1024,
+            bootstrap_tokens: Vec::new(),
+            cluster_signing_seconds: 365 * 24 * 3600,
+            auto_approve: true,
         }
     }
 }
@@ -79,6 +100,11 @@ pub struct ApiServer {
     store: Mutex<store::Store>,
     reviews: Mutex<reviews::Reviews>,
     pub faults: Faults,
+    /// The cluster CA the CSR signer signs with (the one serving TLS); none in unit tests of
+    /// other parts.
+    ca: Option<signer::Ca>,
+    /// The CA as the client CA (kube-apiserver's `--client-ca-file`).
+    client_roots: Option<authn::ClientRoots>,
 }
 
 /// The namespaces the API server itself makes (`pkg/controlplane` system namespaces).
@@ -94,6 +120,8 @@ impl ApiServer {
             store: Mutex::new(store::Store::new(config.history)),
             reviews: Mutex::new(reviews::Reviews::default()),
             faults: Faults::default(),
+            ca: None,
+            client_roots: None,
             config,
         };
         let now = meta::now_seconds();
@@ -125,6 +153,22 @@ impl ApiServer {
         }
         drop(store);
         server
+    }
+
+    /// The server signing CSRs with `ca` (run [`controllers::run`] to sign) and trusting the
+    /// client certificates it signed.
+    pub fn with_ca(mut self, ca: signer::Ca) -> Result<ApiServer, serve::Error> {
+        self.client_roots = Some(serve::client_roots(&ca)?);
+        self.ca = Some(ca);
+        Ok(self)
+    }
+
+    pub fn client_roots(&self) -> Option<&authn::ClientRoots> {
+        self.client_roots.as_ref()
+    }
+
+    pub fn ca(&self) -> Option<&signer::Ca> {
+        self.ca.as_ref()
     }
 
     /// The store, locked (held only for the synchronous part of a request).

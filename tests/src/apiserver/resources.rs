@@ -124,6 +124,15 @@ pub static RESOURCES: &[Resource] = &[
         true,
     ),
     grouped(
+        "authentication.k8s.io",
+        "v1",
+        "selfsubjectreviews",
+        "SelfSubjectReview",
+        false,
+        false,
+        true,
+    ),
+    grouped(
         "authorization.k8s.io",
         "v1",
         "subjectaccessreviews",

@@ -3,21 +3,30 @@
 //! kubeconfig naming the server, the CA file and the bearer token — the file `swiftlet run
 //! --kubeconfig` and `kube::Config::from_custom_kubeconfig` read unchanged
 //! (<https://kubernetes.io/docs/concepts/configuration/organize-cluster-access-kubeconfig/>).
+//! The CA is also the client CA (kube-apiserver's `--client-ca-file` is the cluster CA in a
+//! kubeadm cluster) and the CSR signer's: a client may present a certificate it signed, and
+//! each connection's verified certificate goes into its requests as an
+//! [`super::authn::PeerCertificate`].
 
 use std::{net::SocketAddr, path::Path, sync::Arc};
 
 use hyper_util::{rt::TokioIo, service::TowerToHyperService};
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use rustls::ServerConfig as TlsConfig;
+use rustls::{RootCertStore, ServerConfig as TlsConfig};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
 
-use super::ApiServer;
+use super::{
+    ApiServer,
+    authn::{ClientCertVerifier, ClientRoots, PeerCertificate},
+    signer::Ca,
+};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -34,9 +43,14 @@ pub enum Error {
     },
 }
 
+/// How long the test CA is valid (kubeadm's CA: ten years).
+const CA_DAYS: i64 = 3650;
+
 /// The CA and the server's certificate and key.
 pub struct Certificates {
     pub ca_pem: String,
+    /// The CA with its key, for the CSR signer.
+    pub ca: Ca,
     chain: Vec<CertificateDer<'static>>,
     key: Vec<u8>,
 }
@@ -52,8 +66,11 @@ pub fn certificates() -> Result<Certificates, Error> {
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::DigitalSignature,
     ];
+    let now = time::OffsetDateTime::now_utc();
+    ca.not_before = now;
+    ca.not_after = now + time::Duration::days(CA_DAYS);
     let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
+    let ca = Ca::new(ca_cert.der().clone(), ca, ca_key);
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::new(vec![
         "localhost".to_owned(),
@@ -65,26 +82,35 @@ pub fn certificates() -> Result<Certificates, Error> {
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &issuer)?;
+    let cert = params.signed_by(&key, ca.issuer())?;
     Ok(Certificates {
         ca_pem: ca_cert.pem(),
+        ca,
         chain: vec![cert.der().clone(), ca_cert.der().clone()],
         key: key.serialize_der(),
     })
 }
 
-/// rustls serving `certificates`, HTTP/1.1 only (what kube-rs speaks without its http2 feature).
+/// rustls serving `certificates`, HTTP/1.1 only (what kube-rs speaks without its http2
+/// feature), asking for an optional client certificate signed by the CA.
 pub fn tls_config(certificates: &Certificates) -> Result<Arc<TlsConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = TlsConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
+        .with_client_cert_verifier(ClientCertVerifier::new(&client_roots(&certificates.ca)?))
         .with_single_cert(
             certificates.chain.clone(),
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certificates.key.clone())),
         )?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The CA as the client CA.
+pub fn client_roots(ca: &Ca) -> Result<ClientRoots, Error> {
+    let mut roots = RootCertStore::empty();
+    roots.add(ca.der.clone())?;
+    Ok(ClientRoots::new(roots)?)
 }
 
 /// The kubeconfig for `server` (an `https://` URL), trusting the CA in `ca_file`, with
@@ -146,8 +172,20 @@ pub async fn serve(
             let Ok(stream) = acceptor.accept(tcp).await else {
                 return;
             };
+            let peer = PeerCertificate(
+                stream
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .filter(|chain| !chain.is_empty())
+                    .map(|chain| Arc::new(chain.iter().map(|c| c.clone().into_owned()).collect())),
+            );
+            let service = router.map_request(move |mut request: axum::http::Request<_>| {
+                request.extensions_mut().insert(peer.clone());
+                request
+            });
             let connection = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
             // A connection that ends in an error (the client went away) ends only itself; an
             // outage ends them all (dropping the connection closes the socket).
             tokio::select! {

@@ -18,7 +18,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use anyhow::Context as _;
 use clap::Parser;
 use serde_json::json;
-use swiftlet_tests::apiserver::{ApiServer, ServerConfig, http, serve};
+use swiftlet_tests::apiserver::{ApiServer, ServerConfig, authn, controllers, http, serve};
 
 #[derive(Parser)]
 #[command(about = "A Kubernetes API server for swiftlet's tests")]
@@ -45,6 +45,17 @@ struct Args {
     /// The bearer token; a random one by default.
     #[arg(long)]
     token: Option<String>,
+    /// A bootstrap token `<id>.<secret>` (id `[a-z0-9]{6}`, secret `[a-z0-9]{16}`) that
+    /// authenticates as `system:bootstrap:<id>` in `system:bootstrappers`; repeatable.
+    #[arg(long = "bootstrap-token", value_parser = authn::parse_bootstrap_token)]
+    bootstrap_tokens: Vec<String>,
+    /// The longest certificate the CSR signer issues, in seconds (kube-controller-manager's
+    /// `--cluster-signing-duration`). Test-only: it caps even below upstream's 600 s floor.
+    #[arg(long, default_value_t = 365 * 24 * 3600)]
+    cluster_signing_duration: i64,
+    /// Leave node client CSRs for the test to approve (no csrapproving controller).
+    #[arg(long)]
+    no_auto_approve: bool,
 }
 
 #[tokio::main]
@@ -55,6 +66,9 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: Duration::from_millis(args.bookmark_interval_ms.max(1)),
         min_token_expiration_seconds: args.min_token_expiration_seconds,
         max_token_expiration_seconds: args.max_token_expiration_seconds,
+        bootstrap_tokens: args.bootstrap_tokens,
+        cluster_signing_seconds: args.cluster_signing_duration.max(1),
+        auto_approve: !args.no_auto_approve,
         ..ServerConfig::default()
     };
     if let Some(token) = args.token {
@@ -78,7 +92,8 @@ async fn main() -> anyhow::Result<()> {
     )
     .with_context(|| format!("write {}", kubeconfig.display()))?;
     let token = config.token.clone();
-    let server = Arc::new(ApiServer::new(config, port));
+    let server = Arc::new(ApiServer::new(config, port).with_ca(certificates.ca)?);
+    tokio::spawn(controllers::run(server.clone()));
     let serving = tokio::spawn(serve::serve(
         listener,
         tls,
