@@ -60,7 +60,9 @@ fn leaf_of(cert: &X509Certificate<'_>) -> (String, String, SystemTime, Vec<Vec<u
         .unwrap_or_default()
         .to_owned();
     let not_after = SystemTime::UNIX_EPOCH
-        + Duration::from_secs(u64::try_from(cert.validity().not_after.timestamp()).expect("after 1970"));
+        + Duration::from_secs(
+            u64::try_from(cert.validity().not_after.timestamp()).expect("after 1970"),
+        );
     let mut ips = Vec::new();
     for extension in cert.extensions() {
         if let ParsedExtension::SubjectAlternativeName(san) = extension.parsed_extension() {
@@ -83,7 +85,10 @@ fn username(csr: &Value) -> &str {
 }
 
 fn name(csr: &Value) -> String {
-    csr["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+    csr["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 fn has_condition(csr: &Value, kind: &str) -> bool {
@@ -137,9 +142,11 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
     );
     let bootstrap = server.bootstrap_kubeconfig(&token);
     let short = "boot";
-    let node_dir = std::env::temp_dir().join(format!("swiftlet-node-{}-{short}", std::process::id()));
+    let node_dir =
+        std::env::temp_dir().join(format!("swiftlet-node-{}-{short}", std::process::id()));
     let kubeconfig = node_dir.join("kubelet.conf");
-    let config_dir = std::env::temp_dir().join(format!("swiftlet-bootstrap-config-{}", std::process::id()));
+    let config_dir =
+        std::env::temp_dir().join(format!("swiftlet-bootstrap-config-{}", std::process::id()));
     std::fs::create_dir_all(&config_dir).expect("config dir");
     let config_file = config_dir.join("kubelet-config.yaml");
     std::fs::write(
@@ -167,7 +174,11 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
     let client_csrs: Vec<_> = csrs.iter().filter(|c| signer(c) == CLIENT_SIGNER).collect();
     assert_eq!(client_csrs.len(), 1, "{csrs:#?}");
     assert_eq!(username(client_csrs[0]), format!("system:bootstrap:{id}"));
-    assert!(name(client_csrs[0]).starts_with("node-csr-"), "{:#}", client_csrs[0]);
+    assert!(
+        name(client_csrs[0]).starts_with("node-csr-"),
+        "{:#}",
+        client_csrs[0]
+    );
     assert_eq!(
         client_csrs[0]["spec"]["usages"],
         serde_json::json!(["digital signature", "client auth"])
@@ -181,7 +192,10 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
     assert_eq!(mode(&kubeconfig), 0o600);
     assert!(!cert_dir.join("kubelet-client.key.tmp").exists());
     let written = std::fs::read_to_string(&kubeconfig).expect("kubeconfig");
-    assert!(written.contains(&format!("client-certificate: \"{}\"", pem_path.display())), "{written}");
+    assert!(
+        written.contains(&format!("client-certificate: \"{}\"", pem_path.display())),
+        "{written}"
+    );
     assert!(written.contains(&server.url), "{written}");
     let (first_serial, cn, first_expiry, _) = leaf(&std::fs::read(&pem_path).expect("pem"));
     assert_eq!(cn, node_user);
@@ -216,12 +230,20 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
     let serving = wait_for(
         "a serving CSR",
         EVENT_WAIT,
-        || server.list_csrs().into_iter().find(|c| signer(c) == SERVING_SIGNER),
+        || {
+            server
+                .list_csrs()
+                .into_iter()
+                .find(|c| signer(c) == SERVING_SIGNER)
+        },
         Option::is_some,
     )
     .expect("a serving CSR");
     assert_eq!(username(&serving), node_user);
-    assert!(presented(&server, node.kubelet_port, &ip).is_none(), "no certificate before approval");
+    assert!(
+        presented(&server, node.kubelet_port, &ip).is_none(),
+        "no certificate before approval"
+    );
     let mut approved = BTreeSet::new();
     approve_serving(&server, &mut approved);
     let (first_serving, ips) = wait_for(
@@ -232,7 +254,8 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
     )
     .expect("presented");
     assert!(ips.contains(&ip_octets), "the node's IP is a SAN: {ips:?}");
-    let stored = leaf(&std::fs::read(cert_dir.join("kubelet-server-current.pem")).expect("serving pem"));
+    let stored =
+        leaf(&std::fs::read(cert_dir.join("kubelet-server-current.pem")).expect("serving pem"));
     assert_eq!(stored.0, first_serving);
     assert_eq!(mode(&cert_dir.join("kubelet-server-current.pem")), 0o600);
     step("serving certificate presented");
@@ -249,36 +272,66 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
             .map(|t| t.0)
     };
     let wait = LIFETIME + EVENT_WAIT;
-    let rotated_client = wait_for("the client certificate rotates", wait, || {
-        approve_serving(&server, &mut approved);
-        leaf(&std::fs::read(&pem_path).expect("pem")).0
-    }, |serial| *serial != first_serial);
+    let rotated_client = wait_for(
+        "the client certificate rotates",
+        wait,
+        || {
+            approve_serving(&server, &mut approved);
+            leaf(&std::fs::read(&pem_path).expect("pem")).0
+        },
+        |serial| *serial != first_serial,
+    );
     let renewals: Vec<_> = server
         .list_csrs()
         .into_iter()
         .filter(|c| signer(c) == CLIENT_SIGNER && username(c) == node_user)
         .collect();
-    assert_eq!(renewals.len(), 1, "one renewal by the node itself: {renewals:#?}");
-    assert!(SystemTime::now() < first_expiry, "renewed before the old certificate expired");
+    assert_eq!(
+        renewals.len(),
+        1,
+        "one renewal by the node itself: {renewals:#?}"
+    );
+    assert!(
+        SystemTime::now() < first_expiry,
+        "renewed before the old certificate expired"
+    );
     step("client certificate rotated");
 
     // Past the first certificate's expiry the heartbeat goes on (the old connections closed).
-    wait_for("the first client certificate expires", wait, || {
-        approve_serving(&server, &mut approved);
-        SystemTime::now()
-    }, |now| *now > first_expiry + Duration::from_secs(1));
+    wait_for(
+        "the first client certificate expires",
+        wait,
+        || {
+            approve_serving(&server, &mut approved);
+            SystemTime::now()
+        },
+        |now| *now > first_expiry + Duration::from_secs(1),
+    );
     let after_expiry = wait_for("a Lease", EVENT_WAIT, renewed, Option::is_some);
-    let later = wait_for("the Lease is renewed after the expiry", EVENT_WAIT, || {
-        approve_serving(&server, &mut approved);
-        renewed()
-    }, |t| *t != after_expiry);
+    let later = wait_for(
+        "the Lease is renewed after the expiry",
+        EVENT_WAIT,
+        || {
+            approve_serving(&server, &mut approved);
+            renewed()
+        },
+        |t| *t != after_expiry,
+    );
     assert!(later > after_expiry);
     step("heartbeat after the first certificate expired");
 
-    let (rotated_serving, ips) = wait_for("the serving certificate rotates", wait, || {
-        approve_serving(&server, &mut approved);
-        presented(&server, node.kubelet_port, &ip)
-    }, |p| p.as_ref().is_some_and(|(serial, _)| *serial != first_serving))
+    let (rotated_serving, ips) = wait_for(
+        "the serving certificate rotates",
+        wait,
+        || {
+            approve_serving(&server, &mut approved);
+            presented(&server, node.kubelet_port, &ip)
+        },
+        |p| {
+            p.as_ref()
+                .is_some_and(|(serial, _)| *serial != first_serving)
+        },
+    )
     .expect("presented");
     assert!(ips.contains(&ip_octets));
     assert_ne!(rotated_serving, first_serving);

@@ -36,6 +36,8 @@ pub const PENDING_KEY: &str = "kubelet-client.key.tmp";
 
 const FILE_MODE: u32 = 0o600;
 const DIR_MODE: u32 = 0o700;
+/// Upstream's mode for the directories of `setupDataDirs`.
+const PARENT_MODE: u32 = 0o750;
 /// Certificate files are a few kilobytes; anything far larger is not one.
 const MAX_PEM: u64 = 1 << 20;
 
@@ -125,6 +127,14 @@ pub struct Store {
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store, Error> {
+        // Missing parents (a fresh root dir) get the agent's data dir mode; existing ones are
+        // the operator's and stay as they are.
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+            && !parent.exists()
+        {
+            hostfs::ensure_dir(parent, PARENT_MODE).map_err(Error::Store)?;
+        }
         let dir = hostfs::ensure_dir(path, DIR_MODE).map_err(Error::Store)?;
         Ok(Store { dir })
     }
@@ -226,7 +236,13 @@ pub fn write_kubeconfig(path: &Path, yaml: &str) -> Result<(), Error> {
     } else {
         parent
     };
-    let dir = hostfs::ensure_dir(parent, 0o755).map_err(Error::Store)?;
+    // The kubeconfig's directory is the operator's (often /etc/kubernetes): opened as it is,
+    // made only when missing.
+    let dir = match Dir::open(parent) {
+        Ok(dir) => dir,
+        Err(e) if e.is_not_found() => hostfs::ensure_dir(parent, 0o755).map_err(Error::Store)?,
+        Err(e) => return Err(Error::Store(e)),
+    };
     dir.replace_file(name, yaml.as_bytes(), FILE_MODE)
         .map_err(Error::Store)
 }
@@ -315,8 +331,15 @@ mod tests {
             &ClusterCa::File(PathBuf::from("/etc/kubernetes/pki/ca.crt")),
             Path::new("/var/lib/swiftlet/pki/kubelet-client-current.pem"),
         );
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
         write_kubeconfig(&path, &yaml).expect("write");
         assert_eq!(mode(&path), 0o600);
+        assert_eq!(
+            mode(tmp.path()),
+            0o777,
+            "the operator's directory is left as it is"
+        );
         let config = kube::config::Kubeconfig::read_from(&path).expect("parses");
         assert_eq!(config.current_context.as_deref(), Some("default-context"));
         let cluster = &config.clusters[0];

@@ -197,6 +197,10 @@ pub fn client_builder(
 ) -> Result<ClientBuilder<RotatingService>, kube::Error> {
     let mut tls = config.rustls_client_config()?;
     tls.client_auth_cert_resolver = Arc::new(Resolver(identity.clone()));
+    // A resumed TLS session keeps the identity of the handshake that made it: a connection made
+    // after a rotation would still be the old certificate's. client-go keeps no session cache
+    // either, so every connection is a full handshake with the current certificate.
+    tls.resumption = rustls::client::Resumption::disabled();
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
     let closing = ClosingConnector {
