@@ -62,6 +62,10 @@ pub async fn summary_provider(
 
 /// Binds and starts the kubelet server on the server runtime when `port` is not 0; returns its
 /// address.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the composition root hands the server each part it serves"
+)]
 pub async fn start(
     config: &Config,
     http: HttpState,
