@@ -61,12 +61,18 @@ pub async fn load_client_cert(
         }
     }
     let (server, ca) = bootstrap_cluster(bootstrap)?;
-    let client = crate::sources::client_from_kubeconfig(bootstrap, &user_agent())
-        .await
-        .map_err(|e| Error::Client {
-            path: bootstrap.to_owned(),
-            source: Box::new(e),
-        })?;
+    let mut bootstrap_config = load(bootstrap).await?;
+    // No retries inside a call: the caller tries again on its own back-off.
+    bootstrap_config.default_retry = false;
+    if let Ok(agent) = http::HeaderValue::from_str(&user_agent()) {
+        bootstrap_config
+            .headers
+            .push((http::header::USER_AGENT, agent));
+    }
+    let client = kube::Client::try_from(bootstrap_config).map_err(|e| Error::Client {
+        path: bootstrap.to_owned(),
+        source: Box::new(e),
+    })?;
     let key = pending_key(store)?;
     let subject = Subject::node(node_name);
     let name = csr::digested_name(&key, &subject, &Kind::Client.usages());
