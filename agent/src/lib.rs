@@ -2,6 +2,7 @@
 //! The binary (`main.rs`) only wires; everything lives in these modules.
 
 pub mod app;
+pub mod certificate;
 pub mod cgroup;
 pub mod clock;
 pub mod cm;

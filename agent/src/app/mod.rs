@@ -9,6 +9,7 @@
 //! (`listeners.rs` binds the plain ones and the gRPC socket). First of all the process raises its
 //! open files limit and sets its own oom_score_adj (`process.rs`).
 
+mod certificates;
 mod cpumanager;
 mod events;
 mod eviction;
@@ -29,7 +30,6 @@ use crate::{
     kernel::{self, KernelEvents, StreamItem},
     metrics::{KernelCountersCollector, Metrics},
     server::{EventsService, Health, HttpState},
-    sources::{ApiClients, ClientSettings},
 };
 
 /// How long shutdown waits for the tasks to finish.
@@ -85,6 +85,8 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    #[error("certificates: {0}")]
+    Certificate(#[source] crate::certificate::Error),
     #[error("{component} stopped: {reason}")]
     Stopped {
         component: &'static str,
@@ -147,6 +149,11 @@ impl Error {
                  --pod-logs-dir are directories (not links) on a writable filesystem"
                     .into(),
             ),
+            Error::Certificate(_) => Some(
+                "check --cert-dir (a directory swiftlet owns, not a link), --kubeconfig and \
+                 --bootstrap-kubeconfig"
+                    .into(),
+            ),
             Error::Metrics(_) | Error::Stopped { .. } => None,
         }
     }
@@ -179,7 +186,8 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
-    let api = api_clients(&config).await?;
+    let certificates::Certificates { api, serving } =
+        certificates::start(&config, &metrics, &mut tasks, &shutdown).await?;
     let cgroups = pods::cgroups(&config)?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
@@ -236,6 +244,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         state.clone(),
         &pods,
         summary.clone(),
+        serving,
         &servers,
         &mut tasks,
         &shutdown,
@@ -255,25 +264,6 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let _ = std::fs::remove_file(&config.grpc_socket);
     drop(server_runtime);
     result
-}
-
-/// The API server's clients with `--kubeconfig` (upstream `buildKubeletClientConfig`): the main
-/// one limited by `kubeAPIQPS`/`kubeAPIBurst`, the heartbeat one not, with a timeout of the
-/// shorter of the node status period and the lease duration.
-async fn api_clients(config: &Config) -> Result<Option<ApiClients>, Error> {
-    let Some(kubeconfig) = &config.kubeconfig else {
-        return Ok(None);
-    };
-    let lease = Duration::from_secs(u64::from(config.node_lease_duration_seconds));
-    let settings = ClientSettings {
-        qps: config.kube_api_qps,
-        burst: config.kube_api_burst,
-        heartbeat_timeout: config.node_status_update_frequency.min(lease),
-    };
-    let clients = ApiClients::connect(kubeconfig, &settings)
-        .await
-        .map_err(Error::ApiServer)?;
-    Ok(Some(clients))
 }
 
 /// A subscription to the kernel events the pump publishes.

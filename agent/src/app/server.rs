@@ -62,11 +62,16 @@ pub async fn summary_provider(
 
 /// Binds and starts the kubelet server on the server runtime when `port` is not 0; returns its
 /// address.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the composition root hands the server each part it serves"
+)]
 pub async fn start(
     config: &Config,
     http: HttpState,
     pods: &Pods,
     summary: Arc<SummaryProvider>,
+    serving: Option<crate::server::serving_cert::ServingCertificate>,
     servers: &ServerRuntime,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
@@ -83,7 +88,13 @@ pub async fn start(
              authorized"
         );
     }
-    let (tls, reloader) = tls::ServerTls::load(settings, &config.node_name).map_err(Error::Tls)?;
+    // serverTLSBootstrap: the certificate the cluster issues, swapped in as it rotates; the
+    // client CA file is still watched.
+    let (tls, reloader) = match serving {
+        Some(serving) => tls::ServerTls::with_certificate(settings, serving),
+        None => tls::ServerTls::load(settings, &config.node_name),
+    }
+    .map_err(Error::Tls)?;
     let reloader = match crate::server::tls_reload::ReloadMetrics::register(&http.metrics.registry)
     {
         Ok(metrics) => reloader.with_metrics(metrics),

@@ -21,18 +21,16 @@ fn no_effect_fields(config: &super::Config) -> Vec<&str> {
     config.no_effect.iter().map(|n| n.field.as_str()).collect()
 }
 
-/// kubeadm writes `rotateCertificates: true` (the TLS bootstrap's key, merged from its own
-/// branch): until it is in, the file fails on exactly that, and loads without it.
+/// What kubeadm writes loads as it is, `cgroupDriver: systemd` and `rotateCertificates: true`
+/// included.
 #[test]
 fn kubeadm_file_loads_with_zero_values_as_upstream_defaults() {
     let kubeadm = fixture("kubeadm.yaml");
-    let msg = err(&kubeadm, KUBECONFIG);
-    assert!(msg.contains("unknown field `rotateCertificates`"), "{msg}");
-    let without_rotation = kubeadm.replace("rotateCertificates: true\n", "");
     // kubeadm's kubelet gets `--kubeconfig` on its command line (its webhook authentication needs it).
-    let (_dir, config) = load(&without_rotation, KUBECONFIG);
+    let (_dir, config) = load(&kubeadm, KUBECONFIG);
     let config = config.expect("kubeadm's file loads");
     assert_eq!(config.cgroup_driver, CgroupDriver::Systemd);
+    assert!(config.rotate_certificates);
     // Every `0s` is upstream's default.
     assert_eq!(config.sync_frequency, Duration::from_secs(60));
     assert_eq!(config.file_check_frequency, Duration::from_secs(20));

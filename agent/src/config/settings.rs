@@ -306,6 +306,21 @@ macro_rules! with_settings {
             config kubeconfig: [Option<PathBuf>] = "kubeconfig",
                 flag "kubeconfig" [Option<PathBuf>] (value_name = "FILE")
                 => plain;
+            /// kubeconfig with bootstrap credentials (upstream `--bootstrap-kubeconfig`, a flag only):
+            /// when --kubeconfig is missing or its client certificate expired, a client certificate is
+            /// requested with them and --kubeconfig written to use it.
+            config bootstrap_kubeconfig: [Option<PathBuf>] = "bootstrapKubeconfig",
+                flag "bootstrap-kubeconfig" [Option<PathBuf>] (value_name = "FILE")
+                => plain;
+            /// Renew the client certificate before it expires (`rotateCertificates`, default false).
+            config rotate_certificates: [bool] = "rotateCertificates",
+                flag "rotate-certificates" [Option<bool>] (value_name = "BOOL", num_args = 0..=1, default_missing_value = "true"),
+                file [bool]
+                => plain, default false;
+            /// Request the kubelet server's certificate from the cluster (`serverTLSBootstrap`, default
+            /// false): a `kubernetes.io/kubelet-serving` CSR, renewed before it expires.
+            config server_tls_bootstrap: [bool] = "serverTLSBootstrap", file [bool]
+                => plain, default false;
             config cgroup_root: [PathBuf] = "cgroupRoot", file [String]
                 => cgroup_root, default PathBuf::from(defaults::CGROUP_ROOT);
             config cgroups_per_qos: [bool] = "cgroupsPerQOS", file [bool] => plain, default true;

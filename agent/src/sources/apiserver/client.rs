@@ -14,6 +14,7 @@
 
 use std::{path::Path, sync::Arc, time::Duration};
 
+use crate::certificate::transport::{Identity, client_builder};
 use http::{HeaderValue, header::USER_AGENT};
 use kube::{
     Client,
@@ -68,6 +69,39 @@ impl ApiClients {
         heartbeat.read_timeout = Some(settings.heartbeat_timeout);
         heartbeat.write_timeout = Some(settings.heartbeat_timeout);
         let heartbeat = Client::try_from(heartbeat).map_err(client_error(path))?;
+        Ok(ApiClients {
+            main,
+            heartbeat,
+            events,
+        })
+    }
+}
+
+impl ApiClients {
+    /// The three clients of the kubeconfig at `path`, presenting `identity`'s client certificate
+    /// (which rotates; `certificate::transport` closes their connections when it does) instead
+    /// of the kubeconfig's own.
+    pub async fn connect_rotating(
+        path: &Path,
+        settings: &ClientSettings,
+        identity: &Arc<Identity>,
+    ) -> Result<ApiClients, Error> {
+        let bucket = Arc::new(TokenBucket::new(settings.qps, settings.burst));
+        let config = kube_config(path).await?;
+        let main = client_builder(&config, identity)
+            .map_err(client_error(path))?
+            .with_layer(&RateLimitLayer::new(bucket))
+            .build();
+        let events = client_builder(&config, identity)
+            .map_err(client_error(path))?
+            .build();
+        let mut heartbeat = config;
+        heartbeat.connect_timeout = Some(settings.heartbeat_timeout);
+        heartbeat.read_timeout = Some(settings.heartbeat_timeout);
+        heartbeat.write_timeout = Some(settings.heartbeat_timeout);
+        let heartbeat = client_builder(&heartbeat, identity)
+            .map_err(client_error(path))?
+            .build();
         Ok(ApiClients {
             main,
             heartbeat,
