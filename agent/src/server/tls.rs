@@ -323,15 +323,20 @@ fn client_roots(path: &Path, pem: &[u8]) -> Result<Arc<RootCertStore>, TlsError>
 /// Reads an operator's file whole, by the path given: symlinks are followed, as upstream does
 /// (these files are the operator's, not writable by containers, and Kubernetes' atomic writer
 /// and cert-manager present them through symlinks), but only a regular file of at most
-/// [`MAX_FILE_BYTES`] is read.
+/// [`MAX_FILE_BYTES`] is read. The open does not block: a FIFO planted at the path would
+/// otherwise hold the agent's start, or its reloader, until someone writes to it.
 pub(super) fn read_bounded(field: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    use std::io::Read as _;
+    use std::{io::Read as _, os::unix::fs::OpenOptionsExt as _};
     let err = |source| TlsError::Read {
         field,
         path: path.to_owned(),
         source,
     };
-    let file = fs::File::open(path).map_err(err)?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(err)?;
     let meta = file.metadata().map_err(err)?;
     if !meta.is_file() {
         return Err(err(io::Error::other("not a regular file")));
@@ -454,6 +459,29 @@ pub fn generate_self_signed(host: &str) -> Result<(String, String), rcgen::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_at_the_path_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("kubelet.crt");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        // A blocking open would never return: the read runs apart so a regression fails the
+        // test instead of hanging the suite.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(read_bounded("tlsCertFile", &path).map_err(|e| e.to_string()));
+        });
+        let result = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the read returned instead of waiting for a writer");
+        let error = result.expect_err("a FIFO is not a certificate file");
+        assert!(error.contains("not a regular file"), "{error}");
+    }
 
     #[test]
     fn self_signed_pair_is_made_once_and_reused() {
