@@ -18,6 +18,7 @@ mod node;
 mod pods;
 mod process;
 mod psi;
+mod runtime_driver;
 mod server;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
@@ -50,6 +51,8 @@ pub enum Error {
     Cgroups(String),
     #[error(transparent)]
     CgroupDriver(#[from] crate::cm::systemd::preflight::PreflightError),
+    #[error(transparent)]
+    RuntimeCgroupDriver(#[from] runtime_driver::Error),
     #[error("CPU manager: {0}")]
     CpuManager(String),
     #[error("user namespaces: {0}")]
@@ -118,6 +121,7 @@ impl Error {
             Error::CgroupDriver(_) => Some(
                 "cgroupDriver: systemd is for nodes booted with systemd; the runtime's cgroup driver must match (containerd: SystemdCgroup in the runc options)".into(),
             ),
+            Error::RuntimeCgroupDriver(e) => e.hint(),
             Error::Cgroups(_) => Some("swiftlet runs as root and needs the cpu, memory and pids cgroup controllers".into()),
             Error::GrpcSocket { .. } => {
                 Some("pick a writable path, or stop the swiftlet already using it".into())
@@ -159,7 +163,7 @@ impl Error {
     }
 }
 
-pub async fn run(config: Config) -> Result<(), Error> {
+pub async fn run(mut config: Config) -> Result<(), Error> {
     crate::cm::systemd::preflight::check(
         config.cgroup_driver,
         &config.cgroup_root,
@@ -188,6 +192,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
 
     let certificates::Certificates { api, serving } =
         certificates::start(&config, &metrics, &mut tasks, &shutdown).await?;
+    runtime_driver::resolve(&mut config, &metrics).await?;
     let cgroups = pods::cgroups(&config)?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;

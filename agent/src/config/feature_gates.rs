@@ -33,6 +33,13 @@ const GATES: &[(&str, bool, Implemented)] = &[
         true,
         Implemented::Switchable,
     ),
+    // The runtime's cgroup driver over `cgroupDriver` (`kuberuntime::cgroup_driver`); GA and
+    // locked on upstream since v1.34.
+    (
+        "KubeletCgroupDriverFromCRI",
+        true,
+        Implemented::Always(true),
+    ),
     // Restartable init containers.
     ("SidecarContainers", true, Implemented::Always(true)),
     // `hostUsers: false` pods (`kuberuntime/userns`).

@@ -81,6 +81,8 @@ struct State {
     /// What `Status` reports beyond the conditions (none, as containerd 1.6, unless set).
     runtime_handlers: Vec<cri::RuntimeHandler>,
     features: Option<cri::RuntimeFeatures>,
+    /// What `RuntimeConfig` answers; `None` answers Unimplemented, as containerd 1.6 does.
+    runtime_config: Option<cri::RuntimeConfigResponse>,
     failures: Vec<ScriptedFailure>,
     calls: Vec<Call>,
 }
@@ -158,6 +160,7 @@ impl FakeRuntime {
                 network_ready: true,
                 runtime_handlers: Vec::new(),
                 features: None,
+                runtime_config: None,
                 failures: Vec::new(),
                 calls: Vec::new(),
             }),
@@ -312,6 +315,12 @@ impl FakeRuntime {
         let mut state = self.lock();
         state.runtime_handlers = handlers;
         state.features = features;
+    }
+
+    /// What `RuntimeConfig` answers from now on (a CRI v1.28+ runtime); `None` answers
+    /// Unimplemented again, as containerd before 2.0.
+    pub fn set_runtime_config(&self, config: Option<cri::RuntimeConfigResponse>) {
+        self.lock().runtime_config = config;
     }
 
     /// The user image `name` runs as, as `ImageStatus` reports it (adds the image if absent).

@@ -47,6 +47,10 @@ pub trait RuntimeService: Send + Sync {
     async fn version(&self) -> Result<cri::VersionResponse>;
     /// Runtime conditions (`RuntimeReady`, `NetworkReady`).
     async fn status(&self) -> Result<cri::StatusResponse>;
+    /// The runtime's own configuration (CRI v1.28+, KEP-4033): its cgroup driver. Runtimes that
+    /// predate the RPC (containerd before 2.0) answer Unimplemented, which callers tell by
+    /// [`Error::code`].
+    async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse>;
 
     /// Creates and starts a sandbox; returns its id.
     async fn run_pod_sandbox(
@@ -126,6 +130,7 @@ pub trait ImageService: Send + Sync {
 pub enum Operation {
     Version,
     Status,
+    RuntimeConfig,
     RunPodSandbox,
     StopPodSandbox,
     RemovePodSandbox,
@@ -151,9 +156,10 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 24] = [
+    pub const ALL: [Operation; 25] = [
         Operation::Version,
         Operation::Status,
+        Operation::RuntimeConfig,
         Operation::RunPodSandbox,
         Operation::StopPodSandbox,
         Operation::RemovePodSandbox,
@@ -183,6 +189,7 @@ impl Operation {
         match self {
             Operation::Version => "version",
             Operation::Status => "status",
+            Operation::RuntimeConfig => "runtime_config",
             Operation::RunPodSandbox => "run_podsandbox",
             Operation::StopPodSandbox => "stop_podsandbox",
             Operation::RemovePodSandbox => "remove_podsandbox",
@@ -213,6 +220,7 @@ impl Operation {
         match self {
             Operation::Version => "Version",
             Operation::Status => "Status",
+            Operation::RuntimeConfig => "RuntimeConfig",
             Operation::RunPodSandbox => "RunPodSandbox",
             Operation::StopPodSandbox => "StopPodSandbox",
             Operation::RemovePodSandbox => "RemovePodSandbox",

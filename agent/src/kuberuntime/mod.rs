@@ -10,12 +10,14 @@
 //! and, over the CRI, carrying a plan out (`manager`, `images`, the pod's runtime handler from its
 //! RuntimeClass in `runtime_class`), and collecting what the runtime
 //! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
+//! At start, the runtime's own cgroup driver over the configuration's (`cgroup_driver`).
 //!
 //! Not here: probing itself (its results come in through [`ContainerProbeResults`]), pod status
 //! (`status`), cgroups and OOM scores (`cm`).
 
 mod actions;
 mod backoff;
+pub mod cgroup_driver;
 pub mod container_config;
 pub mod dns;
 pub mod env;

@@ -11,6 +11,7 @@ use crate::cri::Operation;
 pub enum Call {
     Version,
     Status,
+    RuntimeConfig,
     RunPodSandbox {
         uid: String,
         name: String,
@@ -80,6 +81,7 @@ impl Call {
         match self {
             Call::Version => Operation::Version,
             Call::Status => Operation::Status,
+            Call::RuntimeConfig => Operation::RuntimeConfig,
             Call::RunPodSandbox { .. } => Operation::RunPodSandbox,
             Call::StopPodSandbox { .. } => Operation::StopPodSandbox,
             Call::RemovePodSandbox { .. } => Operation::RemovePodSandbox,
@@ -122,6 +124,7 @@ impl Call {
             Call::RunPodSandbox { .. }
             | Call::Version
             | Call::Status
+            | Call::RuntimeConfig
             | Call::ListPodSandbox { .. }
             | Call::ListContainers { .. }
             | Call::ListImages

@@ -56,6 +56,18 @@ impl RuntimeService for FakeRuntime {
         })
     }
 
+    async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse> {
+        let state = self.begin(Call::RuntimeConfig)?;
+        state.runtime_config.clone().ok_or_else(|| {
+            fail(
+                Operation::RuntimeConfig,
+                "",
+                Code::Unimplemented,
+                "unknown method RuntimeConfig for service runtime.v1.RuntimeService",
+            )
+        })
+    }
+
     async fn run_pod_sandbox(
         &self,
         config: cri::PodSandboxConfig,

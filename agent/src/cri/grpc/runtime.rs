@@ -44,6 +44,15 @@ impl RuntimeService for GrpcRuntime {
         .await
     }
 
+    async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse> {
+        let timeout = Some(self.request_timeout);
+        let mut client = self.runtime.clone();
+        let exchange = client.runtime_config(request(cri::RuntimeConfigRequest {}, timeout));
+        // Every field is optional: a response without `linux` means "no opinion".
+        self.call(Operation::RuntimeConfig, "", timeout, exchange, Ok)
+            .await
+    }
+
     async fn run_pod_sandbox(
         &self,
         config: cri::PodSandboxConfig,

@@ -261,6 +261,29 @@ async fn runtime_errors_keep_their_meaning_over_the_wire() {
 }
 
 #[tokio::test]
+async fn runtime_config_is_unimplemented_or_the_runtimes_driver() {
+    let fake = Arc::new(FakeRuntime::new());
+    let served = server::serve(fake.clone(), true);
+    let (client, metrics) = connect(&served.endpoint, Duration::from_secs(5)).await;
+    let client = client.unwrap();
+    // As containerd 1.6: a runtime without the RPC stays reachable, and says so by its code.
+    let err = client.runtime_config().await.unwrap_err();
+    assert_eq!(
+        (err.code(), err.operation()),
+        (Code::Unimplemented, Some(Operation::RuntimeConfig))
+    );
+    assert_eq!(metrics.errors(Operation::RuntimeConfig), 1);
+    let answer = cri::RuntimeConfigResponse {
+        linux: Some(cri::LinuxRuntimeConfiguration {
+            cgroup_driver: cri::CgroupDriver::Cgroupfs as i32,
+        }),
+    };
+    fake.set_runtime_config(Some(answer.clone()));
+    assert_eq!(client.runtime_config().await.unwrap(), answer);
+    assert_eq!(metrics.operations(Operation::RuntimeConfig), 2);
+}
+
+#[tokio::test]
 async fn every_call_carries_the_upstream_deadline() {
     let fake = Arc::new(FakeRuntime::new());
     let served = server::serve(fake.clone(), true);

@@ -207,6 +207,12 @@ async fn sandbox_rpc(
             )
             .await
         }
+        "RuntimeConfig" => {
+            unary(req, move |_: cri::RuntimeConfigRequest| async move {
+                f.runtime_config().await
+            })
+            .await
+        }
         "RunPodSandbox" => {
             unary(req, move |r: cri::RunPodSandboxRequest| async move {
                 let config = r.config.unwrap_or_default();
