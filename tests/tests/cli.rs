@@ -262,7 +262,20 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
         "--pod-logs-dir",
         &dir.join("pods").display().to_string(),
     ]));
-    swiftlet.wait_stderr("swiftlet is running");
+    let started = swiftlet.wait_stderr_lines("swiftlet is running");
+    // The runtime is asked for its cgroup driver once: containerd 1.6 and 1.7 do not implement
+    // RuntimeConfig (the configured driver stays, with upstream's gauge), 2.x answer.
+    let unimplemented = started
+        .iter()
+        .filter(|l| l.contains("does not implement CRI RuntimeConfig"))
+        .count();
+    let answered = started
+        .iter()
+        .filter(|l| {
+            l.contains("received from the CRI runtime") || l.contains("as the kubelet does")
+        })
+        .count();
+    assert_eq!(unimplemented + answered, 1, "{started:#?}");
 
     let mut client = grpc_client(socket.clone()).await;
     let mut stream = client
@@ -303,6 +316,11 @@ async fn run_streams_events_over_grpc_and_serves_metrics() {
     );
     assert!(
         metrics.contains("swiftlet_kernel_event_delivery_seconds_bucket"),
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics.contains(r#"kubelet_cri_losing_support{version="1.38.0"} 1"#),
+        unimplemented == 1,
         "{metrics}"
     );
     let mut promtool = Command::new("promtool")

@@ -4,6 +4,12 @@
 //! server's handle). A failed request is retried with a doubling pause (2 s to 32 s, upstream's
 //! back-off) and counted; the old certificate stays in use meanwhile.
 //!
+//! A certificate that does not cover what the manager requests (`template.rs`: the serving
+//! certificate kept from the last run lacks one of the node's addresses now, or names another
+//! node) is replaced at once rather than at its deadline, as upstream's `nextRotationDeadline`
+//! does. Once per request: a certificate issued for the very subject requested is kept until its
+//! deadline even if the signer left a name out (upstream would ask again every second).
+//!
 //! Upstream: client-go `util/certificate/certificate_manager.go` (`Start`, `rotateCerts`,
 //! `nextRotationDeadline` with `jitteryDuration`: `wait.Jitter(total, 0.2) - 0.3 × total`, so a
 //! deadline in [70 %, 90 %) of the lifetime after NotBefore). Rotation CSRs are named by the
@@ -25,6 +31,7 @@ use super::{
     csr::{self, Kind, Subject},
     metrics::CertificateMetrics,
     store::{Pair, Store},
+    template::{self, Mismatch},
 };
 use crate::clock::Clock;
 
@@ -116,6 +123,9 @@ pub struct Manager<R> {
     metrics: CertificateMetrics,
     current: Option<Pair>,
     deadline: Option<SystemTime>,
+    /// What the current certificate was requested for by this manager; `None` for one it
+    /// started with.
+    issued_for: Option<Subject>,
 }
 
 impl<R: Requester> Manager<R> {
@@ -146,9 +156,10 @@ impl<R: Requester> Manager<R> {
             metrics,
             current: None,
             deadline: None,
+            issued_for: None,
         };
         if let Some(pair) = current {
-            manager.adopt(pair);
+            manager.adopt(pair, None);
         }
         manager
     }
@@ -175,8 +186,25 @@ impl<R: Requester> Manager<R> {
         self.deadline
     }
 
-    fn adopt(&mut self, pair: Pair) {
+    fn adopt(&mut self, pair: Pair, issued_for: Option<Subject>) {
         let deadline = rotation_deadline(&pair, (self.jitter)());
+        if let Some(mismatch) = template::mismatch(&pair.names, &self.subject) {
+            if issued_for.as_ref() == Some(&self.subject) {
+                tracing::warn!(
+                    certificate = self.kind.name(),
+                    serial = pair.serial,
+                    %mismatch,
+                    "the issued certificate does not cover the request; it stays in use until its rotation deadline"
+                );
+            } else {
+                tracing::info!(
+                    certificate = self.kind.name(),
+                    serial = pair.serial,
+                    %mismatch,
+                    "the certificate does not cover what this node requests now; requesting a new one"
+                );
+            }
+        }
         self.metrics.set_not_after(pair.not_after);
         tracing::info!(
             certificate = self.kind.name(),
@@ -189,12 +217,24 @@ impl<R: Requester> Manager<R> {
         );
         self.deadline = Some(deadline);
         self.current = Some(pair);
+        self.issued_for = issued_for;
+    }
+
+    /// Why the current certificate is to be replaced before its deadline: it does not cover the
+    /// subject, and it was not issued for exactly this subject.
+    pub fn replace_early(&self) -> Option<Mismatch> {
+        let pair = self.current.as_ref()?;
+        if self.issued_for.as_ref() == Some(&self.subject) {
+            return None;
+        }
+        template::mismatch(&pair.names, &self.subject)
     }
 
     /// Looks at the certificate once: rotates it when there is none or its deadline passed.
     pub async fn step(&mut self) -> Step {
         let now = (self.clock)();
         if let (Some(_), Some(deadline)) = (&self.current, self.deadline)
+            && self.replace_early().is_none()
             && let Ok(left) = deadline.duration_since(now)
             && !left.is_zero()
         {
@@ -227,7 +267,7 @@ impl<R: Requester> Manager<R> {
         for publish in &self.publish {
             publish(&pair);
         }
-        self.adopt(pair);
+        self.adopt(pair, Some(self.subject.clone()));
         Ok(())
     }
 
@@ -258,9 +298,12 @@ impl<R: Requester> Manager<R> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{
-        Mutex,
-        atomic::{AtomicBool, AtomicUsize, Ordering},
+    use std::{
+        net::IpAddr,
+        sync::{
+            Mutex,
+            atomic::{AtomicBool, AtomicUsize, Ordering},
+        },
     };
 
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyUsagePurpose};
@@ -273,6 +316,8 @@ mod tests {
         now: Arc<Mutex<SystemTime>>,
         lifetime: Duration,
         refuse: AtomicBool,
+        /// Leaves the requested IP addresses out, as a signer with its own policy may.
+        drop_ips: AtomicBool,
         requests: AtomicUsize,
     }
 
@@ -292,10 +337,19 @@ mod tests {
                     message: kind.signer().into(),
                 });
             }
-            let mut params = CertificateParams::new(Vec::<String>::new()).expect("params");
+            let mut params = CertificateParams::new(subject.dns_names.clone()).expect("params");
             params
                 .distinguished_name
                 .push(rcgen::DnType::CommonName, subject.common_name.as_str());
+            params.distinguished_name.push(
+                rcgen::DnType::OrganizationName,
+                subject.organization.as_str(),
+            );
+            if !self.drop_ips.load(Ordering::SeqCst) {
+                params
+                    .subject_alt_names
+                    .extend(subject.ips.iter().copied().map(rcgen::SanType::IpAddress));
+            }
             let now = *self.now.lock().expect("clock");
             let now = time::OffsetDateTime::from(now);
             params.not_before = now;
@@ -315,6 +369,7 @@ mod tests {
             now,
             lifetime,
             refuse: AtomicBool::new(false),
+            drop_ips: AtomicBool::new(false),
             requests: AtomicUsize::new(0),
         })
     }
@@ -453,5 +508,116 @@ mod tests {
         .with_jitter(|| 0.5);
         assert!(matches!(adopted.step().await, Step::Wait(_)));
         assert_eq!(signer.requests.load(Ordering::SeqCst), 1);
+    }
+
+    /// The serving subject of node n1 at `ip`.
+    fn serving(ip: &str) -> Subject {
+        Subject {
+            dns_names: vec!["n1".to_owned()],
+            ips: vec![ip.parse().expect("ip")],
+            ..Subject::node("n1")
+        }
+    }
+
+    /// A serving certificate manager of n1 at `ip`, started with `current`.
+    fn serving_manager(
+        signer: &Arc<FakeSigner>,
+        now: &Arc<Mutex<SystemTime>>,
+        ip: &str,
+        current: Option<Pair>,
+    ) -> (tempfile::TempDir, Manager<Arc<FakeSigner>>) {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Store::open(tmp.path()).expect("store"));
+        let clock_now = now.clone();
+        let clock: Clock = Arc::new(move || *clock_now.lock().expect("clock"));
+        let metrics = CertificateMetrics::new(Kind::Serving, clock.clone()).expect("metrics");
+        let manager = Manager::new(
+            Kind::Serving,
+            serving(ip),
+            store,
+            super::super::store::SERVER_PEM,
+            signer.clone(),
+            clock,
+            metrics,
+            current,
+        )
+        .with_jitter(|| 0.5);
+        (tmp, manager)
+    }
+
+    fn start() -> (Arc<Mutex<SystemTime>>, Arc<FakeSigner>) {
+        let now = Arc::new(Mutex::new(
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000),
+        ));
+        let signer = signer(now.clone(), Duration::from_secs(1000));
+        (now, signer)
+    }
+
+    #[tokio::test]
+    async fn a_kept_certificate_without_the_nodes_address_is_replaced_at_once_and_once() {
+        let (now, signer) = start();
+        // Last run's certificate, for the address the node had then.
+        let (_old_dir, mut old) = serving_manager(&signer, &now, "10.0.0.9", None);
+        assert!(matches!(old.step().await, Step::Rotated));
+        let kept = old.current().expect("issued").clone();
+
+        let (_dir, mut manager) = serving_manager(&signer, &now, "10.0.0.5", Some(kept.clone()));
+        assert_eq!(
+            manager.replace_early(),
+            Some(Mismatch::Ips(vec!["10.0.0.5".parse().expect("ip")]))
+        );
+        // Long before its deadline, it is replaced at the first look.
+        assert!(matches!(manager.step().await, Step::Rotated));
+        assert_eq!(signer.requests.load(Ordering::SeqCst), 2);
+        let issued = manager.current().expect("issued");
+        assert_ne!(issued.serial, kept.serial);
+        assert_eq!(
+            issued.names.ips,
+            ["10.0.0.5".parse::<IpAddr>().expect("ip")]
+        );
+        assert_eq!(manager.replace_early(), None);
+        assert!(matches!(manager.step().await, Step::Wait(_)));
+        assert_eq!(signer.requests.load(Ordering::SeqCst), 2);
+
+        // Still covering the node's addresses (an extra one does not matter): kept.
+        let (_dir, mut covered) = serving_manager(&signer, &now, "10.0.0.9", Some(kept));
+        assert_eq!(covered.replace_early(), None);
+        assert!(matches!(covered.step().await, Step::Wait(_)));
+        assert_eq!(signer.requests.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_failed_replacement_keeps_the_old_certificate_and_is_tried_again() {
+        let (now, signer) = start();
+        let (_old_dir, mut old) = serving_manager(&signer, &now, "10.0.0.9", None);
+        assert!(matches!(old.step().await, Step::Rotated));
+        let kept = old.current().expect("issued").clone();
+        let (_dir, mut manager) = serving_manager(&signer, &now, "10.0.0.5", Some(kept.clone()));
+        signer.refuse.store(true, Ordering::SeqCst);
+        // Each look asks again (the run loop's back-off spaces the looks out).
+        assert!(matches!(manager.step().await, Step::Failed(_)));
+        assert!(matches!(manager.step().await, Step::Failed(_)));
+        assert_eq!(manager.current().expect("kept").serial, kept.serial);
+        signer.refuse.store(false, Ordering::SeqCst);
+        assert!(matches!(manager.step().await, Step::Rotated));
+        assert_eq!(signer.requests.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_signer_that_leaves_the_address_out_is_not_asked_again_before_the_deadline() {
+        let (now, signer) = start();
+        signer.drop_ips.store(true, Ordering::SeqCst);
+        let (_dir, mut manager) = serving_manager(&signer, &now, "10.0.0.5", None);
+        assert!(matches!(manager.step().await, Step::Rotated));
+        assert!(manager.current().expect("issued").names.ips.is_empty());
+        assert_eq!(manager.replace_early(), None);
+        match manager.step().await {
+            Step::Wait(left) => assert_eq!(left, Duration::from_secs(800)),
+            other => panic!("expected a wait, got {other:?}"),
+        }
+        assert_eq!(signer.requests.load(Ordering::SeqCst), 1);
+        *now.lock().expect("clock") += Duration::from_secs(800);
+        assert!(matches!(manager.step().await, Step::Rotated));
+        assert_eq!(signer.requests.load(Ordering::SeqCst), 2);
     }
 }

@@ -1,9 +1,10 @@
 //! The node's certificates from the cluster: the TLS bootstrap (`bootstrap.rs`: a client
 //! certificate requested with the bootstrap kubeconfig's credentials, and the kubeconfig that
-//! uses it), the managers that renew the client and serving certificates before they expire
-//! (`manager.rs`), the requests themselves (`csr.rs`), their files (`store.rs`), the API clients'
-//! transport that presents the current client certificate and drops every connection when it
-//! changes (`transport.rs`), and the managers' metrics (`metrics.rs`).
+//! uses it), the managers that renew the client and serving certificates before they expire, or
+//! at once when one no longer covers what the node would request (`manager.rs`, `template.rs`),
+//! the requests themselves (`csr.rs`), their files (`store.rs`), the API clients' transport that
+//! presents the current client certificate and drops every connection when it changes
+//! (`transport.rs`), and the managers' metrics (`metrics.rs`).
 //!
 //! Upstream: `pkg/kubelet/certificate` (`bootstrap/bootstrap.go` `LoadClientCert`,
 //! `kubelet.go` `NewKubeletServerCertificateManager`, `transport.go` `UpdateTransport`) and
@@ -17,6 +18,7 @@ pub mod csr;
 pub mod manager;
 pub mod metrics;
 pub mod store;
+pub mod template;
 pub mod transport;
 
 use std::path::PathBuf;

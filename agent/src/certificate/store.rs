@@ -23,7 +23,7 @@ use std::{
 use rustls::{pki_types::CertificateDer, sign::CertifiedKey};
 use rustls_pki_types::{PrivateKeyDer, pem::PemObject as _};
 
-use super::Error;
+use super::{Error, template::Names};
 use crate::hostfs::{self, Dir};
 
 /// The client certificate's file (upstream `kubelet-client-current.pem`).
@@ -51,6 +51,8 @@ pub struct Pair {
     pub not_after: SystemTime,
     /// The leaf's serial number, hex (for logs and tests).
     pub serial: String,
+    /// What the leaf names (whether it still covers a request: `template.rs`).
+    pub names: Names,
 }
 
 impl std::fmt::Debug for Pair {
@@ -82,6 +84,7 @@ impl Pair {
         let not_before = unix(validity.not_before.timestamp());
         let not_after = unix(validity.not_after.timestamp());
         let serial = parsed.raw_serial_as_string();
+        let names = Names::of(&parsed);
         let provider = rustls::crypto::ring::default_provider();
         let certified = CertifiedKey::from_der(chain, key, &provider)
             .map_err(|e| bad(format!("the key does not fit the certificate: {e}")))?;
@@ -91,6 +94,7 @@ impl Pair {
             not_before,
             not_after,
             serial,
+            names,
         })
     }
 
