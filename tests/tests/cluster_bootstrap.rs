@@ -6,7 +6,9 @@
 //! the node itself before it expires and the Lease keeps being renewed past the first
 //! certificate's expiry, with no restart; with `serverTLSBootstrap` the kubelet server serves
 //! nothing until the test approves its serving CSR, then the cluster-issued certificate with the
-//! node's IP, renewed likewise.
+//! node's IP, renewed likewise. A serving certificate kept from an earlier run that lacks the
+//! node's address is replaced at once (upstream `certSatisfiesTemplate`), against the same
+//! server without an agent.
 //! Upstream: <https://kubernetes.io/docs/reference/access-authn-authz/kubelet-tls-bootstrapping/>.
 #![expect(
     clippy::expect_used,
@@ -343,6 +345,108 @@ fn a_node_joins_with_a_bootstrap_token_and_rotates_its_certificates() {
         !log.iter().any(|l| l.contains("swiftlet is running")),
         "the agent never restarted"
     );
+    // The issued certificates cover what was requested: no replacement before a deadline.
+    assert!(
+        !log.iter().any(|l| l.contains("does not cover")),
+        "{log:#?}"
+    );
     assert_ne!(rotated_client, first_serial);
     let _ = std::fs::remove_dir_all(&config_dir);
+}
+
+/// The serving certificate manager against the API server process, without an agent: a
+/// certificate kept in the cert dir that does not name the node's current address (an address
+/// changed since the last run) is replaced at the manager's first look, long before its rotation
+/// deadline, by one CSR whose issued certificate names the address; the next look waits.
+#[test]
+fn a_kept_serving_certificate_without_the_nodes_address_is_replaced_at_once() {
+    use swiftlet::certificate::{
+        csr::{Kind, Subject},
+        manager::{ApiRequester, Manager, Step},
+        metrics::CertificateMetrics,
+        store::{Pair, SERVER_PEM, Store},
+    };
+
+    let server = TestApiServer::start("certtemplate");
+    let node = "swiftlet-template-node";
+    let old_ip: std::net::IpAddr = "192.0.2.9".parse().expect("ip");
+    let new_ip: std::net::IpAddr = "192.0.2.5".parse().expect("ip");
+    let dir = std::env::temp_dir().join(format!("swiftlet-template-{}", std::process::id()));
+    let store = std::sync::Arc::new(Store::open(&dir.join("pki")).expect("cert dir"));
+
+    // Last run's certificate: this node, the old address, an hour to live.
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(vec![node.to_owned()]).expect("params");
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    params
+        .distinguished_name
+        .push(rcgen::DnType::OrganizationName, "system:nodes");
+    params
+        .subject_alt_names
+        .push(rcgen::SanType::IpAddress(old_ip));
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - Duration::from_secs(60);
+    params.not_after = now + Duration::from_secs(3600);
+    let kept = params.self_signed(&key).expect("self-signed");
+    let pem = format!("{}{}", kept.pem(), key.serialize_pem()).into_bytes();
+    let kept = Pair::from_pem(pem, &dir.join("kept.pem")).expect("pair");
+
+    let rt = runtime();
+    let client = rt.block_on(server.client());
+    let clock = swiftlet::clock::system();
+    let metrics = CertificateMetrics::new(Kind::Serving, clock.clone()).expect("metrics");
+    let manager = Manager::new(
+        Kind::Serving,
+        Subject {
+            dns_names: vec![node.to_owned()],
+            ips: vec![new_ip],
+            ..Subject::node(node)
+        },
+        store,
+        SERVER_PEM,
+        ApiRequester { client },
+        clock,
+        metrics,
+        Some(kept.clone()),
+    );
+    assert!(
+        manager.replace_early().is_some(),
+        "the old address only: {kept:?}"
+    );
+
+    // The manager asks on the runtime's worker while this thread approves, as an operator would.
+    let asking = rt.spawn(async move {
+        let mut manager = manager;
+        let step = manager.step().await;
+        (manager, step)
+    });
+    let csr = wait_for(
+        "a serving CSR",
+        EVENT_WAIT,
+        || {
+            server
+                .list_csrs()
+                .into_iter()
+                .find(|c| signer(c) == SERVING_SIGNER)
+        },
+        Option::is_some,
+    )
+    .expect("a serving CSR");
+    server.approve_csr(&name(&csr));
+    let (mut manager, step) = rt.block_on(asking).expect("the manager's task");
+    assert!(matches!(step, Step::Rotated), "{step:?}");
+    let issued = manager.current().expect("issued");
+    assert_ne!(issued.serial, kept.serial);
+    assert!(issued.names.ips.contains(&new_ip), "{:?}", issued.names);
+    assert!(manager.replace_early().is_none());
+    assert!(matches!(rt.block_on(manager.step()), Step::Wait(_)));
+    let serving: Vec<_> = server
+        .list_csrs()
+        .into_iter()
+        .filter(|c| signer(c) == SERVING_SIGNER)
+        .collect();
+    assert_eq!(serving.len(), 1, "{serving:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
