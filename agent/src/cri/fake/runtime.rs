@@ -58,7 +58,7 @@ impl RuntimeService for FakeRuntime {
 
     async fn runtime_config(&self) -> Result<cri::RuntimeConfigResponse> {
         let state = self.begin(Call::RuntimeConfig)?;
-        state.runtime_config.clone().ok_or_else(|| {
+        state.runtime_config.ok_or_else(|| {
             fail(
                 Operation::RuntimeConfig,
                 "",

@@ -278,7 +278,7 @@ async fn runtime_config_is_unimplemented_or_the_runtimes_driver() {
             cgroup_driver: cri::CgroupDriver::Cgroupfs as i32,
         }),
     };
-    fake.set_runtime_config(Some(answer.clone()));
+    fake.set_runtime_config(Some(answer));
     assert_eq!(client.runtime_config().await.unwrap(), answer);
     assert_eq!(metrics.operations(Operation::RuntimeConfig), 2);
 }
