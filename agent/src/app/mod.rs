@@ -160,7 +160,7 @@ impl Error {
 }
 
 pub async fn run(config: Config) -> Result<(), Error> {
-    crate::cm::systemd::preflight::check(
+    let systemd = crate::cm::systemd::preflight::check(
         config.cgroup_driver,
         &config.cgroup_root,
         &Default::default(),
@@ -188,7 +188,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
 
     let certificates::Certificates { api, serving } =
         certificates::start(&config, &metrics, &mut tasks, &shutdown).await?;
-    let cgroups = pods::cgroups(&config)?;
+    let cgroups = pods::cgroups(&config, systemd).await?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);
