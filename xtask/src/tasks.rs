@@ -3,10 +3,10 @@
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::Command};
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context as _, anyhow, bail};
 
 use crate::{
-    containerd::Containerd,
+    containerd::{CgroupDriver, Containerd},
     setup, sh,
     supervise::{self, Interrupts, OnContainerdDeath},
 };
@@ -69,8 +69,14 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     if !needs_runtime {
         return exec_as_root(&binary, &args);
     }
+    let cgroup_driver = cgroup_driver_of(&args)?;
+    if cgroup_driver == CgroupDriver::Systemd {
+        println!(
+            "xtask: run: cgroupDriver: systemd, so runc in the private containerd uses systemd too"
+        );
+    }
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start(&mut interrupts)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver)?;
     args.push("--runtime-endpoint".to_owned());
     args.push(containerd.paths().endpoint());
     if !args
@@ -103,6 +109,30 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
         Ok(())
     };
     both(ended, stopped)
+}
+
+/// The `cgroupDriver` of the file `--config` names in swiftlet's `args` (cgroupfs, swiftlet's
+/// default, without one): the private containerd's runc must use the same.
+fn cgroup_driver_of(args: &[String]) -> anyhow::Result<CgroupDriver> {
+    let mut path = None;
+    for (i, arg) in args.iter().enumerate() {
+        if let Some(value) = arg.strip_prefix("--config=") {
+            path = Some(value.to_owned());
+        } else if arg == "--config" {
+            path = args.get(i + 1).cloned();
+        }
+    }
+    let Some(path) = path else {
+        return Ok(CgroupDriver::Cgroupfs);
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading --config {path}"))?;
+    // Only this one key: swiftlet itself reports anything else wrong with the file.
+    let file: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap_or_default();
+    Ok(match file.get("cgroupDriver").and_then(|d| d.as_str()) {
+        Some("systemd") => CgroupDriver::Systemd,
+        _ => CgroupDriver::Cgroupfs,
+    })
 }
 
 /// The first error of the task and of stopping containerd, saying the other if both failed.
@@ -252,4 +282,47 @@ fn clippy_ebpf() -> anyhow::Result<()> {
                 "--cfg=bpf_target_arch=\"x86_64\"",
             ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_private_containerd_follows_the_config_files_cgroup_driver() {
+        let dir = std::env::temp_dir().join(format!("xtask-driver-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("kubelet.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n",
+        )
+        .unwrap();
+        let run = |extra: &[String]| {
+            let mut args = vec!["run".to_owned()];
+            args.extend_from_slice(extra);
+            cgroup_driver_of(&args).unwrap()
+        };
+        let path = file.display().to_string();
+        assert_eq!(run(&[]), CgroupDriver::Cgroupfs);
+        assert_eq!(
+            run(&["--config".into(), path.clone()]),
+            CgroupDriver::Systemd
+        );
+        assert_eq!(run(&[format!("--config={path}")]), CgroupDriver::Systemd);
+        std::fs::write(&file, "cgroupDriver: cgroupfs\n").unwrap();
+        assert_eq!(
+            run(&["--config".into(), path.clone()]),
+            CgroupDriver::Cgroupfs
+        );
+        assert!(
+            cgroup_driver_of(&[
+                "run".into(),
+                "--config".into(),
+                dir.join("missing").display().to_string()
+            ])
+            .is_err()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
