@@ -207,6 +207,17 @@ async fn fake_with(jobs: Jobs) -> (zbus::Connection, zbus::Connection, Arc<Mutex
     (client.expect("client"), server.expect("server"), calls)
 }
 
+/// The units started, in order, with their properties.
+fn started(calls: &[Call]) -> Vec<(&str, &Props)> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Start { unit, props, .. } => Some((unit.as_str(), props)),
+            _ => None,
+        })
+        .collect()
+}
+
 fn value<T: Into<zbus::zvariant::Value<'static>>>(v: T) -> OwnedValue {
     OwnedValue::try_from(v.into()).expect("owned value")
 }
@@ -243,17 +254,14 @@ async fn pod_slices_start_as_transient_units_nested_by_wants() {
         .expect("stopping a gone unit is no error");
 
     let calls = calls.lock().expect("calls");
-    let started: Vec<(&str, String)> = calls
-        .iter()
-        .filter_map(|c| match c {
-            Call::Start { unit, props, .. } => {
-                let wants = props
-                    .get("Wants")
-                    .map(|w| format!("{w:?}"))
-                    .unwrap_or_default();
-                Some((unit.as_str(), wants))
-            }
-            _ => None,
+    let started: Vec<(&str, String)> = started(&calls)
+        .into_iter()
+        .map(|(unit, props)| {
+            let wants = props
+                .get("Wants")
+                .map(|w| format!("{w:?}"))
+                .unwrap_or_default();
+            (unit, wants)
         })
         .collect();
     let units: Vec<&str> = started.iter().map(|(u, _)| *u).collect();
@@ -490,13 +498,7 @@ async fn with_the_systemd_driver_pod_cgroups_are_slices_and_only_leftovers_are_r
     assert!(root.path().join("kubepods.slice").exists());
 
     let calls = calls.lock().expect("calls");
-    let started: Vec<(&str, &Props)> = calls
-        .iter()
-        .filter_map(|c| match c {
-            Call::Start { unit, props, .. } => Some((unit.as_str(), props)),
-            _ => None,
-        })
-        .collect();
+    let started = started(&calls);
     let units: Vec<&str> = started.iter().map(|(u, _)| *u).collect();
     assert_eq!(
         units,
