@@ -179,21 +179,10 @@ pub fn test() -> anyhow::Result<()> {
         "--",
         "--check",
     ]))?;
-    sh::run(sh::cmd("cargo").args([
-        "clippy",
-        "--workspace",
-        "--exclude",
-        "swiftlet-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    clippy_ebpf()?;
     // The binaries the tests start and the tests themselves in one build: built apart, tokio
     // and everything above it would be compiled twice (the tests' dev-dependencies turn on more
-    // of tokio's features, and cargo unifies features per build). The tests are compiled first,
-    // so that the fuzz build below only takes what running them leaves of the CPUs.
+    // of tokio's features, and cargo unifies features per build). The tests are compiled first;
+    // the lints and the fuzz build then take only what running them leaves of the CPUs.
     sh::run(sh::cmd("cargo").args([
         "build",
         "--workspace",
@@ -202,7 +191,10 @@ pub fn test() -> anyhow::Result<()> {
         "--bins",
         "--tests",
     ]))?;
-    let fuzz_build = crate::fuzz::Prebuild::start()?;
+    let fuzz_build = crate::fuzz::Prebuild::start(vec![
+        ("clippy of the workspace".to_owned(), clippy_workspace()),
+        ("clippy of the eBPF programs".to_owned(), clippy_ebpf()),
+    ])?;
     let mut cargo_test = sh::cmd("cargo");
     cargo_test
         .args(["test", "--workspace", "--exclude", "swiftlet-ebpf"])
@@ -258,30 +250,48 @@ pub fn test() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Lints the workspace but the eBPF programs, in a target directory of its own: it runs while
+/// the tests run, which must not wait on its lock (and it shares no artefact with the build).
+fn clippy_workspace() -> std::process::Command {
+    let mut cargo = sh::cmd("cargo");
+    cargo
+        .args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "swiftlet-ebpf",
+            "--all-targets",
+            "--target-dir",
+        ])
+        .arg(sh::root().join("target").join("clippy"))
+        .args(["--", "-D", "warnings"]);
+    cargo
+}
+
 /// Lints the eBPF programs for the target they run on.
-fn clippy_ebpf() -> anyhow::Result<()> {
+fn clippy_ebpf() -> std::process::Command {
     let target_dir = sh::root().join("target").join("ebpf-clippy");
-    sh::run(
-        sh::cmd("cargo")
-            .args([
-                "clippy",
-                "--package",
-                "swiftlet-ebpf",
-                "--release",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--target-dir",
-            ])
-            .arg(&target_dir)
-            .args(["--", "-D", "warnings"])
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env(
-                "CARGO_ENCODED_RUSTFLAGS",
-                "--cfg=bpf_target_arch=\"x86_64\"",
-            ),
-    )
+    let mut cargo = sh::cmd("cargo");
+    cargo
+        .args([
+            "clippy",
+            "--package",
+            "swiftlet-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        .args(["--", "-D", "warnings"])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "--cfg=bpf_target_arch=\"x86_64\"",
+        );
+    cargo
 }
 
 #[cfg(test)]
