@@ -59,12 +59,27 @@ pub enum Action {
     /// Start it in the foreground (images built and imported) and keep it running until Ctrl-C
     /// or `cargo xtask containerd stop`; it prints the endpoint to give swiftlet
     /// (`--runtime-endpoint`) or the tests (`SWIFTLET_TEST_RUNTIME_ENDPOINT`).
-    Start,
+    Start {
+        /// The cgroup driver runc is told to use (`SystemdCgroup`): the one swiftlet's
+        /// `cgroupDriver` names; `systemd` needs systemd as the init system.
+        #[arg(long, value_enum, default_value_t = CgroupDriver::Cgroupfs)]
+        cgroup_driver: CgroupDriver,
+    },
     /// Stop the instance another xtask runs, and clear what a crashed run left behind
     /// (containers, shims, mounts under the state folder).
     Stop,
     /// Whether it runs, who owns it, its images and containers, and any leftovers.
     Status,
+}
+
+/// How runc makes the containers' cgroups: it must be the driver swiftlet makes the pods'
+/// cgroups with (the kubelet and the runtime agree on one, or runc puts containers where the
+/// pod's limits do not hold).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum CgroupDriver {
+    #[default]
+    Cgroupfs,
+    Systemd,
 }
 
 /// Where everything of the private instance lives.
@@ -144,7 +159,7 @@ impl Paths {
 
 pub fn command(action: Action) -> anyhow::Result<()> {
     match action {
-        Action::Start => cli::start_foreground(),
+        Action::Start { cgroup_driver } => cli::start_foreground(cgroup_driver),
         Action::Stop => cli::stop_other(),
         Action::Status => cli::status(),
     }
@@ -164,6 +179,14 @@ impl Containerd {
     /// Clears leftovers, starts containerd, waits until it answers and imports the images.
     /// Gives up early when `interrupts` sees Ctrl-C.
     pub fn start(interrupts: &mut Interrupts) -> anyhow::Result<Containerd> {
+        Containerd::start_with(interrupts, CgroupDriver::Cgroupfs)
+    }
+
+    /// [`Containerd::start`] with runc on `cgroup_driver`.
+    pub fn start_with(
+        interrupts: &mut Interrupts,
+        cgroup_driver: CgroupDriver,
+    ) -> anyhow::Result<Containerd> {
         if !sh::is_root() {
             bail!(
                 "the private containerd must run as root; run `sudo -E cargo xtask ...`, or give \
@@ -174,7 +197,7 @@ impl Containerd {
         let paths = Paths::new()?;
         let lock = lock(&paths)?;
         leftovers::clear(&paths)?;
-        config::write(&paths)?;
+        config::write(&paths, cgroup_driver)?;
         let log_path = paths.log();
         if log_path.exists() {
             // The previous run's log stays readable (a crash is often explained there).

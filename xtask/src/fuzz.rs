@@ -17,8 +17,8 @@
 //! pointers.
 //!
 //! In `cargo xtask test` the build (and the install of the fuzz tools a fresh clone lacks) runs in
-//! the background at nice 19 from the moment the tests are compiled ([`Prebuild`]), and the short
-//! runs come last ([`in_suite`]). Targets run as many at a time as there are CPUs.
+//! the background at nice 19 from the moment the tests are compiled, after the suite's lints
+//! ([`Prebuild`]), and the short runs come last ([`in_suite`]). Targets run as many at a time as there are CPUs.
 //!
 //! Everything it makes is under `target/fuzz/`: the build, `corpus/<target>/` (grown, kept across
 //! runs), `artifacts/<target>/` (crashing inputs) and `logs/<target>.log` (libFuzzer's output).
@@ -144,9 +144,10 @@ fn build_command() -> Command {
     cargo
 }
 
-/// The suite's fuzz build (and the install of the fuzz tools a fresh clone lacks), started in
-/// the background at the lowest CPU priority while the tests run: they leave the CPUs idle much
-/// of the time (containers starting, probes and timeouts waited for), and the build takes only
+/// The suite's fuzz build (and the install of the fuzz tools a fresh clone lacks), after the
+/// steps the suite gives it first (its lints), started in the background at the lowest CPU
+/// priority while the tests run: they leave the CPUs idle much of the time (containers
+/// starting, probes and timeouts waited for, one agent at a time), and the builds take only
 /// what they leave. Dropped before [`in_suite`] waited for it (a failed test ends the suite
 /// first), it kills the command under way with its compilers and stops.
 pub struct Prebuild {
@@ -158,16 +159,17 @@ pub struct Prebuild {
 }
 
 impl Prebuild {
-    pub fn start() -> anyhow::Result<Prebuild> {
+    pub fn start(first: Vec<(String, Command)>) -> anyhow::Result<Prebuild> {
         let logs = out_dir().join("logs");
         fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let log_path = logs.join("build.log");
         let log = fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
-        let mut steps = setup::fuzz_tool_installs();
+        let mut steps = first;
+        steps.extend(setup::fuzz_tool_installs());
         steps.push(("building the fuzz targets".to_owned(), build_command()));
         println!(
-            "xtask: fuzz: in the background at nice 19 while the tests run: {} (output: {})",
+            "xtask: in the background at nice 19 while the tests run: {} (output: {})",
             steps
                 .iter()
                 .map(|(what, _)| what.as_str())
@@ -204,12 +206,13 @@ impl Prebuild {
                 eprintln!("  {line}");
             }
             return Err(error.context(format!(
-                "the fuzz build failed; its output is in {}",
+                "a background step (lints or the fuzz build) failed; its output is in {}",
                 self.log.display()
             )));
         }
         println!(
-            "xtask: fuzz: the background build took {:.0} s; the suite waited {:.0} s for it",
+            "xtask: the background lints and fuzz build took {:.0} s; the suite waited {:.0} s \
+             for them",
             self.started.elapsed().as_secs_f64(),
             waiting.elapsed().as_secs_f64()
         );
@@ -246,6 +249,11 @@ fn run_niced(
         nice.args(["-n", "19"])
             .arg(command.get_program())
             .args(command.get_args())
+            .envs(
+                command
+                    .get_envs()
+                    .filter_map(|(key, value)| value.map(|value| (key, value))),
+            )
             .current_dir(sh::root())
             .env("PATH", sh::path_with_tools())
             .process_group(0)
@@ -255,7 +263,7 @@ fn run_niced(
         let mut child = {
             let mut current = current
                 .lock()
-                .map_err(|_| anyhow::anyhow!("the fuzz build's state is poisoned"))?;
+                .map_err(|_| anyhow::anyhow!("the background steps' state is poisoned"))?;
             let Some(slot) = current.as_mut() else {
                 bail!("cancelled");
             };

@@ -3,10 +3,10 @@
 
 use std::{os::unix::process::CommandExt as _, path::PathBuf, process::Command};
 
-use anyhow::{anyhow, bail};
+use anyhow::{Context as _, anyhow, bail};
 
 use crate::{
-    containerd::Containerd,
+    containerd::{CgroupDriver, Containerd},
     setup, sh,
     supervise::{self, Interrupts, OnContainerdDeath},
 };
@@ -69,8 +69,14 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
     if !needs_runtime {
         return exec_as_root(&binary, &args);
     }
+    let cgroup_driver = cgroup_driver_of(&args)?;
+    if cgroup_driver == CgroupDriver::Systemd {
+        println!(
+            "xtask: run: cgroupDriver: systemd, so runc in the private containerd uses systemd too"
+        );
+    }
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start(&mut interrupts)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver)?;
     args.push("--runtime-endpoint".to_owned());
     args.push(containerd.paths().endpoint());
     if !args
@@ -103,6 +109,30 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
         Ok(())
     };
     both(ended, stopped)
+}
+
+/// The `cgroupDriver` of the file `--config` names in swiftlet's `args` (cgroupfs, swiftlet's
+/// default, without one): the private containerd's runc must use the same.
+fn cgroup_driver_of(args: &[String]) -> anyhow::Result<CgroupDriver> {
+    let mut path = None;
+    for (i, arg) in args.iter().enumerate() {
+        if let Some(value) = arg.strip_prefix("--config=") {
+            path = Some(value.to_owned());
+        } else if arg == "--config" {
+            path = args.get(i + 1).cloned();
+        }
+    }
+    let Some(path) = path else {
+        return Ok(CgroupDriver::Cgroupfs);
+    };
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading --config {path}"))?;
+    // Only this one key: swiftlet itself reports anything else wrong with the file.
+    let file: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).unwrap_or_default();
+    Ok(match file.get("cgroupDriver").and_then(|d| d.as_str()) {
+        Some("systemd") => CgroupDriver::Systemd,
+        _ => CgroupDriver::Cgroupfs,
+    })
 }
 
 /// The first error of the task and of stopping containerd, saying the other if both failed.
@@ -149,21 +179,10 @@ pub fn test() -> anyhow::Result<()> {
         "--",
         "--check",
     ]))?;
-    sh::run(sh::cmd("cargo").args([
-        "clippy",
-        "--workspace",
-        "--exclude",
-        "swiftlet-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    clippy_ebpf()?;
     // The binaries the tests start and the tests themselves in one build: built apart, tokio
     // and everything above it would be compiled twice (the tests' dev-dependencies turn on more
-    // of tokio's features, and cargo unifies features per build). The tests are compiled first,
-    // so that the fuzz build below only takes what running them leaves of the CPUs.
+    // of tokio's features, and cargo unifies features per build). The tests are compiled first;
+    // the lints and the fuzz build then take only what running them leaves of the CPUs.
     sh::run(sh::cmd("cargo").args([
         "build",
         "--workspace",
@@ -172,7 +191,10 @@ pub fn test() -> anyhow::Result<()> {
         "--bins",
         "--tests",
     ]))?;
-    let fuzz_build = crate::fuzz::Prebuild::start()?;
+    let fuzz_build = crate::fuzz::Prebuild::start(vec![
+        ("clippy of the workspace".to_owned(), clippy_workspace()),
+        ("clippy of the eBPF programs".to_owned(), clippy_ebpf()),
+    ])?;
     let mut cargo_test = sh::cmd("cargo");
     cargo_test
         .args(["test", "--workspace", "--exclude", "swiftlet-ebpf"])
@@ -228,28 +250,89 @@ pub fn test() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Lints the workspace but the eBPF programs, in a target directory of its own: it runs while
+/// the tests run, which must not wait on its lock (and it shares no artefact with the build).
+fn clippy_workspace() -> std::process::Command {
+    let mut cargo = sh::cmd("cargo");
+    cargo
+        .args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            "swiftlet-ebpf",
+            "--all-targets",
+            "--target-dir",
+        ])
+        .arg(sh::root().join("target").join("clippy"))
+        .args(["--", "-D", "warnings"]);
+    cargo
+}
+
 /// Lints the eBPF programs for the target they run on.
-fn clippy_ebpf() -> anyhow::Result<()> {
+fn clippy_ebpf() -> std::process::Command {
     let target_dir = sh::root().join("target").join("ebpf-clippy");
-    sh::run(
-        sh::cmd("cargo")
-            .args([
-                "clippy",
-                "--package",
-                "swiftlet-ebpf",
-                "--release",
-                "--target",
-                "bpfel-unknown-none",
-                "-Z",
-                "build-std=core",
-                "--target-dir",
+    let mut cargo = sh::cmd("cargo");
+    cargo
+        .args([
+            "clippy",
+            "--package",
+            "swiftlet-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        .args(["--", "-D", "warnings"])
+        .env("RUSTC_BOOTSTRAP", "1")
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            "--cfg=bpf_target_arch=\"x86_64\"",
+        );
+    cargo
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_private_containerd_follows_the_config_files_cgroup_driver() {
+        let dir = std::env::temp_dir().join(format!("xtask-driver-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("kubelet.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\n",
+        )
+        .unwrap();
+        let run = |extra: &[String]| {
+            let mut args = vec!["run".to_owned()];
+            args.extend_from_slice(extra);
+            cgroup_driver_of(&args).unwrap()
+        };
+        let path = file.display().to_string();
+        assert_eq!(run(&[]), CgroupDriver::Cgroupfs);
+        assert_eq!(
+            run(&["--config".into(), path.clone()]),
+            CgroupDriver::Systemd
+        );
+        assert_eq!(run(&[format!("--config={path}")]), CgroupDriver::Systemd);
+        std::fs::write(&file, "cgroupDriver: cgroupfs\n").unwrap();
+        assert_eq!(
+            run(&["--config".into(), path.clone()]),
+            CgroupDriver::Cgroupfs
+        );
+        assert!(
+            cgroup_driver_of(&[
+                "run".into(),
+                "--config".into(),
+                dir.join("missing").display().to_string()
             ])
-            .arg(&target_dir)
-            .args(["--", "-D", "warnings"])
-            .env("RUSTC_BOOTSTRAP", "1")
-            .env(
-                "CARGO_ENCODED_RUSTFLAGS",
-                "--cfg=bpf_target_arch=\"x86_64\"",
-            ),
-    )
+            .is_err()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

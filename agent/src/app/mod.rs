@@ -164,7 +164,7 @@ impl Error {
 }
 
 pub async fn run(mut config: Config) -> Result<(), Error> {
-    crate::cm::systemd::preflight::check(
+    let systemd = crate::cm::systemd::preflight::check(
         config.cgroup_driver,
         &config.cgroup_root,
         &Default::default(),
@@ -192,8 +192,8 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
 
     let certificates::Certificates { api, serving } =
         certificates::start(&config, &metrics, &mut tasks, &shutdown).await?;
-    runtime_driver::resolve(&mut config, &metrics).await?;
-    let cgroups = pods::cgroups(&config)?;
+    let systemd = runtime_driver::resolve(&mut config, &metrics, systemd).await?;
+    let cgroups = pods::cgroups(&config, systemd).await?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);

@@ -23,6 +23,7 @@ use crate::{
     cm::{
         CgroupLayout,
         pod_cgroups::{PodCgroupConfig, PodCgroups},
+        systemd::SystemdSlices,
     },
     config::{ChangeDetectionStrategy, Config},
     container::RuntimeFeatures,
@@ -106,8 +107,12 @@ pub enum PlegSource {
 }
 
 /// The `kubepods` cgroup hierarchy, made before anything else needs it (the kernel programs
-/// watch it from their first event).
-pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
+/// watch it from their first event): through systemd when the preflight connected to it
+/// (`cgroupDriver: systemd`), else written directly.
+pub async fn cgroups(
+    config: &Config,
+    systemd: Option<zbus::Connection>,
+) -> Result<Arc<PodCgroups>, Error> {
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
     let reserved = config.reserved.memory_bytes();
     let allocatable_memory = match super::node::NodeFacts::memory_total() {
@@ -116,25 +121,35 @@ pub fn cgroups(config: &Config) -> Result<Arc<PodCgroups>, Error> {
         Some(total) if config.reserved.enforce_pods => {
             if reserved >= total {
                 return Err(Error::Cgroups(format!(
-                    "kubeReserved + systemReserved memory ({reserved} bytes) is not below the                      node's memory ({total} bytes): nothing would be left for pods"
+                    "kubeReserved + systemReserved memory ({reserved} bytes) is not below the \
+                     node's memory ({total} bytes): nothing would be left for pods"
                 )));
             }
             Some(total - reserved)
         }
         _ => None,
     };
-    let cgroups = Arc::new(PodCgroups::new(
-        PodCgroupConfig {
-            pods: config.pod_cgroups(),
-            pod_pids_limit: config.pod_pids_limit,
-            allocatable_memory,
-        },
-        layout,
-    ));
+    let pod_config = PodCgroupConfig {
+        pods: config.pod_cgroups(),
+        pod_pids_limit: config.pod_pids_limit,
+        allocatable_memory,
+    };
+    let cgroups = match systemd {
+        Some(connection) => {
+            // systemd takes cgroup v2's properties only where it runs the unified layout.
+            let unified = matches!(layout, CgroupLayout::Unified { .. });
+            let slices = SystemdSlices::on(&connection, unified)
+                .await
+                .map_err(|e| Error::Cgroups(e.to_string()))?;
+            PodCgroups::with_systemd(pod_config, layout, slices)
+        }
+        None => PodCgroups::new(pod_config, layout),
+    };
     cgroups
         .ensure_qos_hierarchy()
+        .await
         .map_err(|e| Error::Cgroups(e.to_string()))?;
-    Ok(cgroups)
+    Ok(Arc::new(cgroups))
 }
 
 /// What the pod half is built from, besides the app's shared parts.

@@ -12,6 +12,7 @@
 //! the agent runs with.
 
 use prometheus::{IntGaugeVec, Opts};
+use zbus::Connection;
 
 use crate::{
     cgroup::pods::CgroupDriver,
@@ -70,8 +71,14 @@ impl Error {
     }
 }
 
-/// Asks the runtime and sets `config.cgroup_driver` to the driver in effect.
-pub async fn resolve(config: &mut Config, metrics: &Metrics) -> Result<(), Error> {
+/// Asks the runtime and sets `config.cgroup_driver` to the driver in effect; returns the
+/// connection to systemd's manager the pods' slices are made through (`systemd`, the one the
+/// configured driver's start check made, unless the driver changed).
+pub async fn resolve(
+    config: &mut Config,
+    metrics: &Metrics,
+    systemd: Option<Connection>,
+) -> Result<Option<Connection>, Error> {
     let runtime = GrpcRuntime::connect(
         GrpcRuntimeConfig {
             endpoint: config.container_runtime_endpoint.clone(),
@@ -86,17 +93,18 @@ pub async fn resolve(config: &mut Config, metrics: &Metrics) -> Result<(), Error
     let choice =
         cgroup_driver::choose(&runtime, configured, || tokio::time::sleep(RETRY_PAUSE)).await?;
     report(configured, choice, metrics)?;
-    if choice.driver != configured {
-        preflight::check(choice.driver, &config.cgroup_root, &Default::default())
-            .await
-            .map_err(|source| Error::Unusable {
-                configured,
-                runtime: choice.driver,
-                source,
-            })?;
+    if choice.driver == configured {
+        return Ok(systemd);
     }
+    let systemd = preflight::check(choice.driver, &config.cgroup_root, &Default::default())
+        .await
+        .map_err(|source| Error::Unusable {
+            configured,
+            runtime: choice.driver,
+            source,
+        })?;
     config.cgroup_driver = choice.driver;
-    Ok(())
+    Ok(systemd)
 }
 
 /// One log line for the choice (upstream's words where it has them), and the gauge for a

@@ -1,13 +1,19 @@
 //! The QoS cgroup hierarchy and per-pod cgroups (upstream `pkg/kubelet/cm`
-//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) with the cgroupfs driver,
-//! at the paths `cgroup::pods` defines (`kubepods[/burstable|/besteffort]/pod<uid>`); the
-//! besteffort level gets cpu shares 2.
+//! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) at the paths
+//! `cgroup::pods` defines for the configured driver (`kubepods[/burstable|/besteffort]/pod<uid>`,
+//! or systemd's nested `kubepods.slice/...`); the besteffort level gets cpu shares 2.
 //!
 //! Pod cgroups carry the pod-level limits (CPU shares from requests, CPU quota and memory limit
 //! when every container sets one, pids.max from `podPidsLimit`); the runtime creates the
-//! container cgroups below them (the sandbox's `cgroup_parent`). On a hybrid layout the same
-//! paths are also made on the cgroup2 mount, where the kernel event programs watch them.
-//! Written through cgroups-rs for the cpu, memory and pids controllers.
+//! container cgroups below them (the sandbox's `cgroup_parent`).
+//!
+//! Two ways to make them, as upstream's `cgroupManagerImpl` has: with cgroupfs they are written
+//! through cgroups-rs for the cpu, memory and pids controllers (on a hybrid layout the same paths
+//! are also made on the cgroup2 mount, where the kernel event programs watch them); with
+//! systemd they are transient slices started, limited and stopped through systemd
+//! (`cm::systemd::SystemdSlices`), which makes and removes the directories itself — writing
+//! them behind its back would be undone at its next reload. Either way a removed pod's
+//! directories are gone from every hierarchy afterwards.
 
 use std::path::PathBuf;
 
@@ -21,6 +27,7 @@ use super::{
     pressure_targets::{self, PodCgroupDir},
     qos::{QosClass, QosError, pod_qos},
     quantity::{self, QuantityError},
+    systemd::{SliceResources, SystemdError, SystemdSlices},
 };
 use crate::{cgroup::PodCgroupLayout, container::PodUid};
 
@@ -43,6 +50,8 @@ pub enum CgroupError {
         #[source]
         source: QuantityError,
     },
+    #[error(transparent)]
+    Systemd(#[from] SystemdError),
 }
 
 #[derive(Clone, Debug)]
@@ -71,20 +80,68 @@ pub struct PodCgroups {
     config: PodCgroupConfig,
     layout: CgroupLayout,
     pods: PodCgroupLayout,
+    /// The slices' manager with the systemd driver; `None` writes the cgroups directly.
+    systemd: Option<SystemdSlices>,
 }
 
 impl PodCgroups {
+    /// With the cgroupfs driver.
     pub fn new(config: PodCgroupConfig, layout: CgroupLayout) -> Self {
         let pods = config.pods.clone();
         PodCgroups {
             config,
             layout,
             pods,
+            systemd: None,
+        }
+    }
+
+    /// With the systemd driver: every pod cgroup a slice made through `slices`.
+    pub fn with_systemd(
+        config: PodCgroupConfig,
+        layout: CgroupLayout,
+        slices: SystemdSlices,
+    ) -> Self {
+        PodCgroups {
+            systemd: Some(slices),
+            ..PodCgroups::new(config, layout)
         }
     }
 
     /// Creates `kubepods`, `kubepods/burstable` and `kubepods/besteffort` (idempotent).
-    pub fn ensure_qos_hierarchy(&self) -> Result<(), CgroupError> {
+    pub async fn ensure_qos_hierarchy(&self) -> Result<(), CgroupError> {
+        match &self.systemd {
+            Some(slices) => self.ensure_qos_slices(slices).await,
+            None => self.ensure_qos_dirs(),
+        }
+    }
+
+    /// The QoS levels as slices (upstream's `qosContainerManagerImpl.Start` through the
+    /// systemd cgroup manager): kubepods carries node allocatable, besteffort the least weight.
+    async fn ensure_qos_slices(&self, slices: &SystemdSlices) -> Result<(), CgroupError> {
+        if !self.pods.per_qos() {
+            let parent = self.pods.pods_parent();
+            if !parent.is_empty() {
+                slices
+                    .ensure_slice(&parent, &SliceResources::default())
+                    .await?;
+            }
+            return Ok(());
+        }
+        let best_effort = self.pods.qos_dir(QosClass::BestEffort);
+        let kubepods = self.pods.kubepods();
+        for path in self.pods.qos_dirs() {
+            let resources = SliceResources {
+                cpu_shares: (path == best_effort).then_some(2),
+                memory_bytes: self.config.allocatable_memory.filter(|_| path == kubepods),
+                ..SliceResources::default()
+            };
+            slices.ensure_slice(&path, &resources).await?;
+        }
+        Ok(())
+    }
+
+    fn ensure_qos_dirs(&self) -> Result<(), CgroupError> {
         if !self.pods.per_qos() {
             // Pods go straight into `cgroupRoot`, made here unless it is the root itself.
             let parent = self.pods.pods_parent();
@@ -136,32 +193,48 @@ impl PodCgroups {
     }
 
     /// Creates the pod's cgroup with its pod-level limits (idempotent; limits are rewritten).
-    pub fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
+    pub async fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
         if !self.pods.per_qos() {
             return Ok(());
         }
         let path = self.pod_path(pod)?;
-        let cg = self.create(&path)?;
         let limits = PodLimits::of(pod).map_err(|source| CgroupError::Limits {
             pod: path.clone(),
             source,
         })?;
+        match &self.systemd {
+            Some(slices) => {
+                let resources = SliceResources {
+                    cpu_shares: Some(limits.cpu_shares),
+                    cpu_quota_us: limits.cpu_quota_us,
+                    memory_bytes: limits.memory_bytes,
+                    pids_max: (self.config.pod_pids_limit > 0)
+                        .then_some(self.config.pod_pids_limit),
+                };
+                Ok(slices.ensure_slice(&path, &resources).await?)
+            }
+            None => self.write_pod_dir(&path, &limits),
+        }
+    }
+
+    fn write_pod_dir(&self, path: &str, limits: &PodLimits) -> Result<(), CgroupError> {
+        let cg = self.create(path)?;
         let cpu = cpu(&cg)?;
-        set(&path, cpu.set_shares(limits.cpu_shares))?;
+        set(path, cpu.set_shares(limits.cpu_shares))?;
         if let Some(quota) = limits.cpu_quota_us {
             set(
-                &path,
+                path,
                 cpu.set_cfs_quota_and_period(Some(quota), Some(100_000)),
             )?;
         }
         if let Some(memory) = limits.memory_bytes {
-            let mem: &MemController = cg.controller_of().ok_or_else(|| missing(&path, "memory"))?;
-            set(&path, mem.set_limit(memory))?;
+            let mem: &MemController = cg.controller_of().ok_or_else(|| missing(path, "memory"))?;
+            set(path, mem.set_limit(memory))?;
         }
         if self.config.pod_pids_limit > 0 {
-            let pids: &PidController = cg.controller_of().ok_or_else(|| missing(&path, "pids"))?;
+            let pids: &PidController = cg.controller_of().ok_or_else(|| missing(path, "pids"))?;
             set(
-                &path,
+                path,
                 pids.set_pid_max(MaxValue::Value(self.config.pod_pids_limit)),
             )?;
         }
@@ -170,11 +243,20 @@ impl PodCgroups {
 
     /// Removes a pod's cgroup wherever it is (its QoS class may have been computed differently
     /// by an earlier run). Missing cgroups are fine.
-    pub fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
+    pub async fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
         for parent in self.pods.pod_parents() {
             // Relative also below an empty parent (`cgroupRoot: /` without QoS cgroups): joined
             // to a mount point, an absolute path would replace it.
             let path = self.pods.pod_dir_in(&parent, &uid.0);
+            if let Some(slices) = &self.systemd {
+                slices.stop_slice(&path).await?;
+                // What systemd does not manage stays behind it: runc's v1 controllers of the
+                // containers' scopes (runc's `Destroy` removes those paths after `StopUnit`).
+                for root in self.all_hierarchies() {
+                    remove_tree(&root.join(&path))?;
+                }
+                continue;
+            }
             let cg = Cgroup::load_with_specified_controllers(
                 hierarchies::auto(),
                 &path,
@@ -192,6 +274,22 @@ impl PodCgroups {
         Ok(())
     }
 
+    /// Mount points of every hierarchy: each v1 one and cgroup2.
+    fn all_hierarchies(&self) -> Vec<PathBuf> {
+        let (v1_root, unified) = match &self.layout {
+            CgroupLayout::Unified { root } => return vec![root.clone()],
+            CgroupLayout::Hybrid { unified, v1_root } => (v1_root, Some(unified)),
+            CgroupLayout::Legacy { v1_root } => (v1_root, None),
+        };
+        let mut roots = v1_hierarchies(v1_root);
+        if let Some(unified) = unified
+            && !roots.contains(unified)
+        {
+            roots.push(unified.clone());
+        }
+        roots
+    }
+
     /// Mount points of the hierarchies besides the ones cgroups-rs manages for swiftlet.
     fn other_hierarchies(&self) -> Vec<PathBuf> {
         let (v1_root, unified) = match &self.layout {
@@ -199,19 +297,13 @@ impl PodCgroups {
             CgroupLayout::Hybrid { unified, v1_root } => (v1_root, Some(unified)),
             CgroupLayout::Legacy { v1_root } => (v1_root, None),
         };
-        let mut roots: Vec<PathBuf> = std::fs::read_dir(v1_root)
-            .map(|entries| {
-                entries
-                    .flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.join("cgroup.procs").exists())
-                    .filter(|p| {
-                        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-                        !CONTROLLERS.contains(&name)
-                    })
-                    .collect()
+        let mut roots: Vec<PathBuf> = v1_hierarchies(v1_root)
+            .into_iter()
+            .filter(|p| {
+                let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+                !CONTROLLERS.contains(&name)
             })
-            .unwrap_or_default();
+            .collect();
         if let Some(unified) = unified
             && !roots.contains(unified)
         {
@@ -285,6 +377,20 @@ impl PodCgroups {
         }
         Ok(cg)
     }
+}
+
+/// The v1 hierarchies mounted below `v1_root` (`/sys/fs/cgroup`): its directories that are
+/// cgroups.
+fn v1_hierarchies(v1_root: &std::path::Path) -> Vec<PathBuf> {
+    std::fs::read_dir(v1_root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("cgroup.procs").exists())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// On cgroup v2 a child only gets controllers its parents delegate: enable cpu, memory and pids

@@ -19,9 +19,11 @@
 //!
 //! The path kept in a [`Dir`] is only for messages: nothing is ever resolved by it again.
 
+mod burst;
 mod dir;
 mod remove;
 
+pub use burst::{BurstEnd, next_burst};
 pub use dir::{Dir, FileKind, Stat, check_component, ensure_dir, proc_fd_path};
 pub use remove::{MAX_OPEN_DEPTH, remove_all, remove_path};
 

@@ -488,7 +488,7 @@ impl Kubelet {
 
     /// Upstream `HandlePodCleanups`: align workers with the desired pods, stop what the runtime
     /// runs for pods nobody wants, forget statuses and cgroups of pods that are gone.
-    pub fn housekeeping(&self) {
+    pub async fn housekeeping(&self) {
         let rejected = self.rejected().clone();
         let desired: Vec<Arc<Pod>> = self
             .pods
@@ -538,7 +538,7 @@ impl Kubelet {
                 .is_some_and(|p| matches!(p, WorkerPhase::Syncing | WorkerPhase::Terminating));
             if !busy
                 && !desired_uids.contains(&uid)
-                && let Err(e) = self.cgroups.remove_pod(&uid)
+                && let Err(e) = self.cgroups.remove_pod(&uid).await
             {
                 tracing::debug!(pod = %uid, error = %e, "orphaned pod cgroup not removed yet");
             }

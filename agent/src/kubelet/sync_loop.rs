@@ -52,7 +52,7 @@ pub async fn run(
             _ = housekeeping.tick() => {
                 // Until every source has spoken, a pod missing from them may just not be listed yet.
                 if sources_ready.all_ready() {
-                    kubelet.housekeeping();
+                    kubelet.housekeeping().await;
                 }
             }
             () = shutdown.cancelled() => return,

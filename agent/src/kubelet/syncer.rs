@@ -176,7 +176,7 @@ impl PodSyncer for KubeletSyncer {
                 retry_after: None,
             });
         }
-        self.cgroups.ensure_pod(pod)?;
+        self.cgroups.ensure_pod(pod).await?;
         let parent = self.cgroups.cgroup_parent(pod)?;
         let handle = self
             .pods
@@ -238,7 +238,7 @@ impl PodSyncer for KubeletSyncer {
             .pod_status(&running.uid, &running.name, &running.namespace)
             .await?;
         self.runtime.remove_pod(&status).await?;
-        self.cgroups.remove_pod(&running.uid)?;
+        self.cgroups.remove_pod(&running.uid).await?;
         Ok(())
     }
 
@@ -257,7 +257,7 @@ impl PodSyncer for KubeletSyncer {
             self.volumes.remove_pod_dir(&uid)?;
             self.status.remove(&uid);
         }
-        self.cgroups.remove_pod(&uid)?;
+        self.cgroups.remove_pod(&uid).await?;
         if known {
             // Its final status (upstream `TerminatePod`): a pod the API server is deleting may
             // now go from it (the status syncer sends the final DELETE).

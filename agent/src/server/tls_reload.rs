@@ -23,8 +23,9 @@ use std::{
 use inotify::{EventMask, EventStream, Inotify, WatchMask};
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::time::Instant;
-use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
+
+use crate::hostfs::{self, BurstEnd};
 
 use super::tls::{
     CLIENT_CA, PairBytes, PairFields, ServerTls, TlsError, certified_key, read_bounded, read_pair,
@@ -306,38 +307,23 @@ struct Burst {
 
 /// Waits for an event (forever without a watch), then for the rest of its burst.
 async fn next_burst(stream: Option<&mut EventStream<Vec<u8>>>) -> Burst {
-    let mut burst = Burst::default();
     let Some(stream) = stream else {
         return std::future::pending().await;
     };
-    let deadline = Instant::now() + MAX_BURST;
-    let mut first = true;
-    loop {
-        let next = if first {
-            stream.next().await
-        } else {
-            let until = (Instant::now() + DEBOUNCE).min(deadline);
-            match tokio::time::timeout_at(until, stream.next()).await {
-                Ok(next) => next,
-                Err(_quiet) => return burst,
-            }
-        };
-        first = false;
-        match next {
-            Some(Ok(event)) => {
-                if event
-                    .mask
-                    .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
-                {
-                    burst.lost = true;
-                }
-            }
-            Some(Err(_)) | None => {
-                burst.lost = true;
-                return burst;
-            }
+    let mut burst = Burst::default();
+    let ended = hostfs::next_burst(stream, DEBOUNCE, MAX_BURST, |event| {
+        if event
+            .mask
+            .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED)
+        {
+            burst.lost = true;
         }
+    })
+    .await;
+    if matches!(ended, BurstEnd::Broken(_)) {
+        burst.lost = true;
     }
+    burst
 }
 
 #[cfg(test)]

@@ -19,8 +19,9 @@ use std::{collections::BTreeMap, ffi::OsString, path::PathBuf, time::Duration};
 use inotify::{EventMask, EventStream, Inotify, WatchMask};
 use k8s_openapi::api::core::v1::Pod;
 use tokio::{sync::watch, time::Instant};
-use tokio_stream::StreamExt as _;
 use tokio_util::sync::CancellationToken;
+
+use crate::hostfs::{self, BurstEnd};
 
 use super::{
     MergeStopped, SourceProblem, SourceSender,
@@ -282,34 +283,18 @@ async fn next_burst(stream: Option<&mut EventStream<Vec<u8>>>, debounce: Duratio
     let Some(stream) = stream else {
         return burst;
     };
-    let deadline = Instant::now() + MAX_BURST;
-    let mut first = true;
-    loop {
-        let next = if first {
-            stream.next().await
-        } else {
-            let until = (Instant::now() + debounce).min(deadline);
-            match tokio::time::timeout_at(until, stream.next()).await {
-                Ok(next) => next,
-                Err(_quiet) => return burst,
-            }
-        };
-        first = false;
-        match next {
-            Some(Ok(event)) => burst.add(event.mask, event.name),
-            Some(Err(error)) => {
-                tracing::warn!(%error, "reading inotify events failed; watching again");
-                burst.watch_lost = true;
-                burst.rescan = true;
-                return burst;
-            }
-            None => {
-                burst.watch_lost = true;
-                burst.rescan = true;
-                return burst;
-            }
+    let ended = hostfs::next_burst(stream, debounce, MAX_BURST, |event| {
+        burst.add(event.mask, event.name);
+    })
+    .await;
+    if let BurstEnd::Broken(error) = ended {
+        if let Some(error) = error {
+            tracing::warn!(%error, "reading inotify events failed; watching again");
         }
+        burst.watch_lost = true;
+        burst.rescan = true;
     }
+    burst
 }
 
 #[cfg(test)]

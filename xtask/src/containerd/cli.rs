@@ -13,13 +13,13 @@ use nix::{
     unistd::Pid,
 };
 
-use super::{Containerd, NAMESPACE, Paths, STOP_TIMEOUT, ctr, leftovers, try_lock};
+use super::{CgroupDriver, Containerd, NAMESPACE, Paths, STOP_TIMEOUT, ctr, leftovers, try_lock};
 use crate::{sh, supervise::Interrupts};
 
 /// `containerd start`: runs until Ctrl-C, SIGTERM (what `containerd stop` sends) or its death.
-pub(super) fn start_foreground() -> anyhow::Result<()> {
+pub(super) fn start_foreground(cgroup_driver: CgroupDriver) -> anyhow::Result<()> {
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start(&mut interrupts)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver)?;
     let paths = containerd.paths().clone();
     println!(
         "xtask: containerd: running until Ctrl-C (or `cargo xtask containerd stop`). Use it with:\n  \

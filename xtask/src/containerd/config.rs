@@ -9,7 +9,7 @@ use std::{fs, path::PathBuf};
 use anyhow::Context as _;
 use serde_json::json;
 
-use super::Paths;
+use super::{CgroupDriver, Paths};
 use crate::images;
 
 /// The CNI network the sandboxes join when they do not use the host's network.
@@ -17,7 +17,7 @@ const BRIDGE: &str = "swiftlet0";
 const POD_SUBNET: &str = "10.88.0.0/16";
 
 /// Writes config.toml and the CNI network for this instance.
-pub(super) fn write(paths: &Paths) -> anyhow::Result<()> {
+pub(super) fn write(paths: &Paths, cgroup_driver: CgroupDriver) -> anyhow::Result<()> {
     for dir in [
         paths.root(),
         paths.run(),
@@ -76,6 +76,9 @@ disabled_plugins = [
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           # runc's state apart from any system containerd's, to find our leftovers.
           Root = {runc_root}
+          # The driver swiftlet's cgroupDriver names: containers' cgroups as systemd scopes
+          # below the pods' slices, or directories below the pods' cgroups.
+          SystemdCgroup = {systemd_cgroup}
 "#,
         root = quoted(paths.root())?,
         state = quoted(paths.run())?,
@@ -85,6 +88,7 @@ disabled_plugins = [
         pause = images::PAUSE,
         cni_conf_dir = quoted(paths.cni_conf_dir())?,
         runc_root = quoted(paths.runc_root())?,
+        systemd_cgroup = cgroup_driver == CgroupDriver::Systemd,
     );
     fs::write(paths.config(), config)?;
     // The CRI plugin adds the loopback interface itself (with /usr/lib/cni/loopback). The address

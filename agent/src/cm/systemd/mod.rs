@@ -1,7 +1,9 @@
 //! The systemd cgroup driver's half of `cm` (`cgroupDriver: systemd`): the pods' slices made,
 //! limited and stopped through systemd's D-Bus API (`org.freedesktop.systemd1.Manager`
-//! `StartTransientUnit`, `SetUnitProperties`, `StopUnit`) on the system bus, and the start-up
-//! check that systemd can serve it (`preflight`).
+//! `StartTransientUnit`, `SetUnitProperties`, `StopUnit`), each call waited on until systemd's
+//! job for it has ended (its `JobRemoved` signal), and the start-up check that systemd can serve
+//! it (`preflight`). The API is reached on the system bus, or, as go-systemd's `NewWithContext`
+//! falls back to for root, on systemd's private socket when no bus daemon answers.
 //!
 //! Upstream counterpart: the kubelet's `cgroupManagerImpl` with `libcontainerCgroupManagerType`
 //! systemd (`pkg/kubelet/cm/cgroup_manager_linux.go`, `updateSystemdCgroupInfo`) over runc's
@@ -16,17 +18,32 @@ pub mod preflight;
 #[cfg(test)]
 mod tests;
 
+use std::{path::Path, time::Duration};
+
+use futures::StreamExt as _;
 use zbus::{
-    Connection,
+    Connection, MatchRule, MessageStream,
+    message::Type,
     zvariant::{OwnedObjectPath, Value},
 };
 
 /// The period the CPU quota is given in (upstream's `QuotaPeriod`, 100ms).
 const CPU_PERIOD_US: u64 = 100_000;
 
+/// How long a job may take before it is given up on (runc's `startUnit`/`stopUnit` wait 30s).
+const JOB_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `JobRemoved` signals queued for one waiting call before older ones are dropped: other
+/// clients' jobs end on a busy node too, and a dropped one of ours only means the wait ends
+/// at [`JOB_TIMEOUT`].
+const JOB_SIGNALS_QUEUED: usize = 256;
+
+/// systemd's private socket, which answers root without a bus daemon.
+const PRIVATE_SOCKET: &str = "/run/systemd/private";
+
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
-    #[error("systemd D-Bus API on the system bus: {0}")]
+    #[error("systemd's D-Bus API (the system bus, or its private socket for root): {0}")]
     Connect(#[source] Box<zbus::Error>),
     #[error("systemd {method} {unit}: {source}")]
     Call {
@@ -37,6 +54,18 @@ pub enum SystemdError {
     },
     #[error("{dir:?} is not a slice's directory")]
     NotASlice { dir: String },
+    #[error("systemd {method} {unit}: its job ended with {result:?}, not \"done\"")]
+    JobFailed {
+        method: &'static str,
+        unit: String,
+        result: String,
+    },
+    #[error("systemd {method} {unit}: its job did not end within {timeout:?}")]
+    JobTimeout {
+        method: &'static str,
+        unit: String,
+        timeout: Duration,
+    },
 }
 
 #[zbus::proxy(
@@ -84,15 +113,42 @@ pub struct SystemdSlices {
     /// cgroup v2 (`CPUWeight`, `MemoryMax`) rather than v1 (`CPUShares`, `MemoryLimit`)
     /// properties: the unified layout.
     unified: bool,
+    /// [`JOB_TIMEOUT`]; shorter in tests.
+    job_timeout: Duration,
+}
+
+/// A connection to systemd's manager: the system bus, else (root without a bus daemon, as on
+/// minimal nodes) systemd's private socket, peer to peer.
+pub async fn connect() -> Result<Connection, SystemdError> {
+    connect_at(Path::new(PRIVATE_SOCKET)).await
+}
+
+async fn connect_at(private: &Path) -> Result<Connection, SystemdError> {
+    let bus = match Connection::system().await {
+        Ok(connection) => return Ok(connection),
+        Err(e) => e,
+    };
+    if !nix::unistd::geteuid().is_root() {
+        return Err(SystemdError::Connect(Box::new(bus)));
+    }
+    let private_socket = match tokio::net::UnixStream::connect(private).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            tracing::debug!(socket = %private.display(), error = %e, "systemd's private socket");
+            return Err(SystemdError::Connect(Box::new(bus)));
+        }
+    };
+    zbus::connection::Builder::unix_stream(private_socket)
+        .p2p()
+        .build()
+        .await
+        .map_err(|e| SystemdError::Connect(Box::new(e)))
 }
 
 impl SystemdSlices {
-    /// On the system bus.
+    /// On the system bus, or systemd's private socket ([`connect`]).
     pub async fn connect(unified: bool) -> Result<Self, SystemdError> {
-        let connection = Connection::system()
-            .await
-            .map_err(|e| SystemdError::Connect(Box::new(e)))?;
-        SystemdSlices::on(&connection, unified).await
+        SystemdSlices::on(&connect().await?, unified).await
     }
 
     /// On an established connection (the system bus, or a peer in tests).
@@ -100,12 +156,26 @@ impl SystemdSlices {
         let manager = ManagerProxy::new(connection)
             .await
             .map_err(|e| SystemdError::Connect(Box::new(e)))?;
-        Ok(SystemdSlices { manager, unified })
+        Ok(SystemdSlices {
+            manager,
+            unified,
+            job_timeout: JOB_TIMEOUT,
+        })
+    }
+
+    #[cfg(test)]
+    fn with_job_timeout(self, job_timeout: Duration) -> Self {
+        SystemdSlices {
+            job_timeout,
+            ..self
+        }
     }
 
     /// Makes the slice whose expanded directory is `dir` (relative to the cgroup root, as
     /// `cgroup::pods` names it) with `resources`, or sets them on it if it exists (runc's
-    /// `startUnit` takes `UnitExists` as success; its `Set` is `SetUnitProperties`).
+    /// `startUnit` takes `UnitExists` as success; its `Set` is `SetUnitProperties`). Returns
+    /// once systemd's job for the start has ended, so the slice's cgroup exists for the
+    /// runtime's scopes; a job that ends other than `done` is an error, as in runc.
     pub async fn ensure_slice(
         &self,
         dir: &str,
@@ -118,12 +188,28 @@ impl SystemdSlices {
             unit: unit.to_owned(),
             source: Box::new(source),
         };
+        let mut jobs = self
+            .job_removals()
+            .await
+            .map_err(|e| call("StartTransientUnit", e))?;
         match self
             .manager
             .start_transient_unit(unit, "replace", &properties, &[])
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(job) => match wait_for(&mut jobs, &job, self.job_timeout).await {
+                Some(result) if result == "done" => Ok(()),
+                Some(result) => Err(SystemdError::JobFailed {
+                    method: "StartTransientUnit",
+                    unit: unit.to_owned(),
+                    result,
+                }),
+                None => Err(SystemdError::JobTimeout {
+                    method: "StartTransientUnit",
+                    unit: unit.to_owned(),
+                    timeout: self.job_timeout,
+                }),
+            },
             Err(e) if is_error(&e, "org.freedesktop.systemd1.UnitExists") => {
                 let resources = resource_properties(resources, self.unified);
                 self.manager
@@ -135,19 +221,80 @@ impl SystemdSlices {
         }
     }
 
-    /// Stops the slice of `dir`; one systemd does not know is gone already.
+    /// Stops the slice of `dir`; one systemd does not know is gone already. Waits for the stop
+    /// job as runc's `stopUnit` does; one that does not end in time is logged, not an error
+    /// (the caller removes what is left of the directories).
     pub async fn stop_slice(&self, dir: &str) -> Result<(), SystemdError> {
         let (unit, _) = unit_and_parent(dir)?;
+        let call = |source| SystemdError::Call {
+            method: "StopUnit",
+            unit: unit.to_owned(),
+            source: Box::new(source),
+        };
+        let mut jobs = self.job_removals().await.map_err(call)?;
         match self.manager.stop_unit(unit, "replace").await {
-            Ok(_) => Ok(()),
+            Ok(job) => {
+                match wait_for(&mut jobs, &job, self.job_timeout).await {
+                    Some(result) if result == "done" => {}
+                    Some(result) => {
+                        tracing::warn!(unit, result, "systemd's stop job for a pod slice failed");
+                    }
+                    None => tracing::warn!(
+                        unit,
+                        timeout = ?self.job_timeout,
+                        "systemd's stop job for a pod slice did not end in time"
+                    ),
+                }
+                Ok(())
+            }
             Err(e) if is_error(&e, "org.freedesktop.systemd1.NoSuchUnit") => Ok(()),
-            Err(source) => Err(SystemdError::Call {
-                method: "StopUnit",
-                unit: unit.to_owned(),
-                source: Box::new(source),
-            }),
+            Err(source) => Err(call(source)),
         }
     }
+
+    /// The manager's `JobRemoved` signals from now on: subscribed before a call, so a job that
+    /// ends before its path is known is not missed. A plain match rule rather than the proxy's
+    /// signal stream, which would ask a bus daemon for the name's owner — there is none on
+    /// the private socket.
+    async fn job_removals(&self) -> Result<MessageStream, zbus::Error> {
+        let rule = MatchRule::builder()
+            .msg_type(Type::Signal)
+            .path("/org/freedesktop/systemd1")?
+            .interface("org.freedesktop.systemd1.Manager")?
+            .member("JobRemoved")?
+            .build();
+        MessageStream::for_match_rule(
+            rule,
+            self.manager.inner().connection(),
+            Some(JOB_SIGNALS_QUEUED),
+        )
+        .await
+    }
+}
+
+/// The result of `job` (`done`, `canceled`, `timeout`, `failed`, `dependency`, `skipped`) from
+/// its `JobRemoved(u id, o job, s unit, s result)`; `None` if it does not come in time.
+async fn wait_for(
+    jobs: &mut MessageStream,
+    job: &OwnedObjectPath,
+    timeout: Duration,
+) -> Option<String> {
+    let wait = async {
+        while let Some(message) = jobs.next().await {
+            let Ok(message) = message else { continue };
+            let Ok((_, path, _, result)) = message
+                .body()
+                .deserialize::<(u32, OwnedObjectPath, String, String)>()
+            else {
+                continue;
+            };
+            if path == *job {
+                return Some(result);
+            }
+        }
+        None
+    };
+    tokio::time::timeout(timeout, wait).await.ok().flatten()
 }
 
 /// The slice's unit name and its parent's (upstream `updateSystemdCgroupInfo`: `-.slice` for

@@ -1,14 +1,16 @@
 //! Whether `cgroupDriver: systemd` can work on this node, checked before anything is made:
 //! systemd must be the init system (what `sd_booted()` checks: `/run/systemd/system` exists),
-//! its manager must answer on the system bus, and `cgroupRoot` must be a slice (upstream
-//! requires `/` or a `.slice` with the systemd driver). The agent refuses to start otherwise,
-//! with the field and the reason, rather than writing systemd's names where systemd does not
-//! manage them. The runtime's own driver is compared in `kuberuntime` where the CRI reports it.
+//! its manager must answer (on the system bus or its private socket), and `cgroupRoot` must be
+//! a slice (upstream requires `/` or a `.slice` with the systemd driver). The agent refuses to
+//! start otherwise, with the field and the reason, rather than writing systemd's names where
+//! systemd does not manage them. The connection that answered is what the pods' slices are
+//! made through. The runtime's own driver is compared where the CRI reports it.
 
 use std::path::{Path, PathBuf};
 
 use zbus::Connection;
 
+use super::SystemdError;
 use crate::cgroup::pods::{CgroupDriver, SliceRootError, validate_slice_root};
 
 #[derive(Debug, thiserror::Error)]
@@ -19,19 +21,13 @@ pub enum PreflightError {
     )]
     NotBooted { pid1: String, marker: PathBuf },
     #[error(
-        "cgroupDriver: systemd needs systemd's D-Bus API (org.freedesktop.systemd1) on the system bus, which does not answer: {0}"
+        "cgroupDriver: systemd needs systemd's D-Bus API (org.freedesktop.systemd1) on the system bus or its private socket, which does not answer: {0}"
     )]
     Bus(#[source] Box<zbus::Error>),
+    #[error("cgroupDriver: systemd: {0}")]
+    Connect(#[from] SystemdError),
     #[error(transparent)]
     Root(#[from] SliceRootError),
-    /// Until the pods' cgroups are made through [`super::SystemdSlices`], a node with systemd
-    /// must not get slice-named directories written behind systemd's back.
-    #[error(
-        "cgroupDriver: systemd: swiftlet does not yet create the pods' slices through systemd \
-         (its D-Bus slice manager exists, the pod path does not use it); use cgroupDriver: \
-         cgroupfs on this node"
-    )]
-    PodPathNotWired,
 }
 
 /// Where the facts are read (the host's `/run` and `/proc`, or a test's directory).
@@ -52,22 +48,21 @@ impl Default for Host {
     }
 }
 
-/// Checks `driver` can be served here; nothing to check for cgroupfs.
+/// Checks `driver` can be served here and returns the connection to systemd's manager that
+/// answered; nothing to check (and no connection) for cgroupfs.
 pub async fn check(
     driver: CgroupDriver,
     cgroup_root: &Path,
     host: &Host,
-) -> Result<(), PreflightError> {
+) -> Result<Option<Connection>, PreflightError> {
     if driver != CgroupDriver::Systemd {
-        return Ok(());
+        return Ok(None);
     }
     validate_slice_root(cgroup_root)?;
     booted(host)?;
-    let connection = Connection::system()
-        .await
-        .map_err(|e| PreflightError::Bus(Box::new(e)))?;
+    let connection = super::connect().await?;
     ping(&connection).await?;
-    Err(PreflightError::PodPathNotWired)
+    Ok(Some(connection))
 }
 
 /// `sd_booted()`: `/run/systemd/system` is a directory (not followed if a symlink).
@@ -146,7 +141,7 @@ mod tests {
         assert!(
             check(CgroupDriver::Cgroupfs, Path::new("/anything"), &host)
                 .await
-                .is_ok()
+                .is_ok_and(|connection| connection.is_none())
         );
         let err = check(CgroupDriver::Systemd, Path::new("/kubepods"), &host)
             .await

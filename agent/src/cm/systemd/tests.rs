@@ -9,10 +9,13 @@ use std::{
 use zbus::{
     Guid,
     connection::Builder,
-    zvariant::{OwnedObjectPath, OwnedValue},
+    object_server::SignalEmitter,
+    zvariant::{ObjectPath, OwnedObjectPath, OwnedValue},
 };
 
 use std::path::Path;
+
+use std::time::Duration;
 
 use super::*;
 use crate::cgroup::{
@@ -48,16 +51,74 @@ enum FakeError {
     NoSuchUnit(String),
 }
 
+/// How the fake ends the jobs it queues.
+#[derive(Clone, Debug, Default)]
+enum Jobs {
+    /// `JobRemoved` with `done` for every job.
+    #[default]
+    Done,
+    /// `JobRemoved` with this result for every job.
+    Ending(&'static str),
+    /// No `JobRemoved` at all (a job systemd never finishes).
+    Never,
+}
+
 #[derive(Default)]
 struct FakeManager {
     calls: Arc<Mutex<Vec<Call>>>,
     units: Arc<Mutex<Vec<String>>>,
+    jobs: Jobs,
+    next_job: std::sync::atomic::AtomicU32,
+}
+
+impl FakeManager {
+    /// A new job's path, its `JobRemoved` sent (before the reply, which a client must handle
+    /// as well as after it) as the fake is told to.
+    async fn queue_job(
+        &self,
+        emitter: &SignalEmitter<'_>,
+        unit: &str,
+    ) -> Result<OwnedObjectPath, FakeError> {
+        let id = self
+            .next_job
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let job = OwnedObjectPath::try_from(format!("/org/freedesktop/systemd1/job/{id}"))
+            .map_err(|e| FakeError::ZBus(e.into()))?;
+        let result = match &self.jobs {
+            Jobs::Done => "done",
+            Jobs::Ending(result) => result,
+            Jobs::Never => return Ok(job),
+        };
+        // Another client's job ends first: the waiter must look at the path.
+        FakeManager::job_removed(
+            emitter,
+            id + 1000,
+            "/org/freedesktop/systemd1/job/9999"
+                .try_into()
+                .map_err(|e: zbus::zvariant::Error| FakeError::ZBus(e.into()))?,
+            "other.service",
+            "failed",
+        )
+        .await?;
+        FakeManager::job_removed(emitter, id, job.as_ref(), unit, result).await?;
+        Ok(job)
+    }
 }
 
 #[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
 impl FakeManager {
+    #[zbus(signal)]
+    async fn job_removed(
+        emitter: &SignalEmitter<'_>,
+        id: u32,
+        job: ObjectPath<'_>,
+        unit: &str,
+        result: &str,
+    ) -> zbus::Result<()>;
+
     async fn start_transient_unit(
         &self,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
         name: String,
         mode: String,
         properties: Vec<(String, OwnedValue)>,
@@ -69,15 +130,20 @@ impl FakeManager {
             mode,
             props,
         });
-        let mut units = self.units.lock().expect("units");
-        if units.contains(&name) {
+        let exists = {
+            let mut units = self.units.lock().expect("units");
+            let exists = units.contains(&name);
+            if !exists {
+                units.push(name.clone());
+            }
+            exists
+        };
+        if exists {
             return Err(FakeError::UnitExists(format!(
                 "Unit {name} already exists."
             )));
         }
-        units.push(name);
-        OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1")
-            .map_err(|e| FakeError::ZBus(e.into()))
+        self.queue_job(&emitter, &name).await
     }
 
     async fn set_unit_properties(
@@ -93,25 +159,40 @@ impl FakeManager {
         Ok(())
     }
 
-    async fn stop_unit(&self, name: String, _mode: String) -> Result<OwnedObjectPath, FakeError> {
+    async fn stop_unit(
+        &self,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+        name: String,
+        _mode: String,
+    ) -> Result<OwnedObjectPath, FakeError> {
         self.calls
             .lock()
             .expect("calls")
             .push(Call::Stop { unit: name.clone() });
-        let mut units = self.units.lock().expect("units");
-        if !units.contains(&name) {
+        let loaded = {
+            let mut units = self.units.lock().expect("units");
+            let loaded = units.contains(&name);
+            units.retain(|u| *u != name);
+            loaded
+        };
+        if !loaded {
             return Err(FakeError::NoSuchUnit(format!("Unit {name} not loaded.")));
         }
-        units.retain(|u| *u != name);
-        OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/2")
-            .map_err(|e| FakeError::ZBus(e.into()))
+        self.queue_job(&emitter, &name).await
     }
 }
 
 /// A client connection to a fake manager served on the other end of a socketpair.
 async fn fake() -> (zbus::Connection, zbus::Connection, Arc<Mutex<Vec<Call>>>) {
+    fake_with(Jobs::Done).await
+}
+
+async fn fake_with(jobs: Jobs) -> (zbus::Connection, zbus::Connection, Arc<Mutex<Vec<Call>>>) {
     let (client, server) = tokio::net::UnixStream::pair().expect("socketpair");
-    let fake = FakeManager::default();
+    let fake = FakeManager {
+        jobs,
+        ..FakeManager::default()
+    };
     let calls = fake.calls.clone();
     let guid = Guid::generate();
     let server = Builder::unix_stream(server)
@@ -124,6 +205,17 @@ async fn fake() -> (zbus::Connection, zbus::Connection, Arc<Mutex<Vec<Call>>>) {
     let client = Builder::unix_stream(client).p2p().build();
     let (server, client) = tokio::join!(server, client);
     (client.expect("client"), server.expect("server"), calls)
+}
+
+/// The units started, in order, with their properties.
+fn started(calls: &[Call]) -> Vec<(&str, &Props)> {
+    calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Start { unit, props, .. } => Some((unit.as_str(), props)),
+            _ => None,
+        })
+        .collect()
 }
 
 fn value<T: Into<zbus::zvariant::Value<'static>>>(v: T) -> OwnedValue {
@@ -162,17 +254,14 @@ async fn pod_slices_start_as_transient_units_nested_by_wants() {
         .expect("stopping a gone unit is no error");
 
     let calls = calls.lock().expect("calls");
-    let started: Vec<(&str, String)> = calls
-        .iter()
-        .filter_map(|c| match c {
-            Call::Start { unit, props, .. } => {
-                let wants = props
-                    .get("Wants")
-                    .map(|w| format!("{w:?}"))
-                    .unwrap_or_default();
-                Some((unit.as_str(), wants))
-            }
-            _ => None,
+    let started: Vec<(&str, String)> = started(&calls)
+        .into_iter()
+        .map(|(unit, props)| {
+            let wants = props
+                .get("Wants")
+                .map(|w| format!("{w:?}"))
+                .unwrap_or_default();
+            (unit, wants)
         })
         .collect();
     let units: Vec<&str> = started.iter().map(|(u, _)| *u).collect();
@@ -297,5 +386,155 @@ fn quota_and_weight_follow_runc() {
     assert_eq!(
         unit_and_parent("/kubepods.slice").expect("slice"),
         ("kubepods.slice", "-.slice")
+    );
+}
+
+#[tokio::test]
+async fn a_start_job_that_fails_or_never_ends_is_an_error_a_stop_job_is_not() {
+    let (client, _server, _) = fake_with(Jobs::Ending("dependency")).await;
+    let slices = SystemdSlices::on(&client, true).await.expect("proxy");
+    let err = slices
+        .ensure_slice("kubepods.slice", &SliceResources::default())
+        .await
+        .expect_err("the job failed");
+    assert!(
+        matches!(&err, SystemdError::JobFailed { result, .. } if result == "dependency"),
+        "{err}"
+    );
+    assert!(
+        slices.stop_slice("kubepods.slice").await.is_ok(),
+        "a failed stop job is logged: the caller clears what is left"
+    );
+
+    let (client, _server, calls) = fake_with(Jobs::Never).await;
+    let slices = SystemdSlices::on(&client, true)
+        .await
+        .expect("proxy")
+        .with_job_timeout(Duration::from_millis(50));
+    let err = slices
+        .ensure_slice("kubepods.slice", &SliceResources::default())
+        .await
+        .expect_err("the job never ended");
+    assert!(matches!(err, SystemdError::JobTimeout { .. }), "{err}");
+    assert!(slices.stop_slice("kubepods.slice").await.is_ok());
+    assert_eq!(calls.lock().expect("calls").len(), 2);
+}
+
+/// A pod whose one container requests and limits `cpu` and `memory` differently (burstable).
+fn burstable_pod(uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::{
+        api::core::v1::{Container, Pod, PodSpec, ResourceRequirements},
+        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    };
+    let quantities = |cpu: &str, memory: &str| {
+        Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity(cpu.to_owned())),
+            ("memory".to_owned(), Quantity(memory.to_owned())),
+        ]))
+    };
+    Pod {
+        metadata: ObjectMeta {
+            uid: Some(uid.to_owned()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                resources: Some(ResourceRequirements {
+                    requests: quantities("250m", "64Mi"),
+                    limits: quantities("500m", "128Mi"),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[tokio::test]
+async fn with_the_systemd_driver_pod_cgroups_are_slices_and_only_leftovers_are_removed_by_hand() {
+    use crate::{
+        cm::{
+            CgroupLayout,
+            pod_cgroups::{PodCgroupConfig, PodCgroups},
+        },
+        container::PodUid,
+    };
+    let (client, _server, calls) = fake().await;
+    let slices = SystemdSlices::on(&client, true).await.expect("proxy");
+    let root = tempfile::tempdir().expect("tempdir");
+    let cgroups = PodCgroups::with_systemd(
+        PodCgroupConfig {
+            pods: PodCgroupLayout::for_driver(CgroupDriver::Systemd, Path::new("/"), true),
+            pod_pids_limit: 1024,
+            allocatable_memory: Some(8 << 30),
+        },
+        CgroupLayout::Unified {
+            root: root.path().to_owned(),
+        },
+        slices,
+    );
+    cgroups.ensure_qos_hierarchy().await.expect("qos slices");
+    let pod = burstable_pod("9f-1");
+    cgroups.ensure_pod(&pod).await.expect("pod slice");
+    assert_eq!(
+        cgroups.cgroup_parent(&pod).expect("parent"),
+        "kubepods-burstable-pod9f_1.slice"
+    );
+    // systemd made the directories; runc's scope below the pod is one it would leave behind
+    // in a hierarchy it does not manage.
+    let pod_dir = root
+        .path()
+        .join("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod9f_1.slice");
+    std::fs::create_dir_all(pod_dir.join("cri-containerd-abc.scope")).expect("mkdir");
+    assert_eq!(cgroups.existing_pods(), [PodUid::from("9f-1")]);
+    cgroups
+        .remove_pod(&PodUid::from("9f-1"))
+        .await
+        .expect("remove");
+    assert!(!pod_dir.exists(), "leftovers removed after the stop");
+    assert!(root.path().join("kubepods.slice").exists());
+
+    let calls = calls.lock().expect("calls");
+    let started = started(&calls);
+    let units: Vec<&str> = started.iter().map(|(u, _)| *u).collect();
+    assert_eq!(
+        units,
+        [
+            "kubepods.slice",
+            "kubepods-burstable.slice",
+            "kubepods-besteffort.slice",
+            "kubepods-burstable-pod9f_1.slice"
+        ]
+    );
+    assert_eq!(started[0].1.get("MemoryMax"), Some(&value(8u64 << 30)));
+    assert_eq!(started[2].1.get("CPUWeight"), Some(&value(1u64)));
+    assert!(!started[1].1.contains_key("CPUWeight") && !started[1].1.contains_key("MemoryMax"));
+    let pod_props = started[3].1;
+    // 250m requested: shares 256, weight 10; 500m limit: 50ms per 100ms.
+    assert_eq!(pod_props.get("CPUWeight"), Some(&value(10u64)));
+    assert_eq!(
+        pod_props.get("CPUQuotaPerSecUSec"),
+        Some(&value(500_000u64))
+    );
+    assert_eq!(pod_props.get("MemoryMax"), Some(&value(128u64 << 20)));
+    assert_eq!(pod_props.get("TasksMax"), Some(&value(1024u64)));
+    // The pod's slice is stopped under every QoS level it may have been made in.
+    let stopped: Vec<&str> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::Stop { unit } => Some(unit.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        stopped,
+        [
+            "kubepods-pod9f_1.slice",
+            "kubepods-burstable-pod9f_1.slice",
+            "kubepods-besteffort-pod9f_1.slice"
+        ]
     );
 }
