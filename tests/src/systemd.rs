@@ -1,19 +1,17 @@
 //! A real systemd for the tests of the systemd cgroup driver: `/lib/systemd/systemd --system`
 //! as PID 1 of a private PID, mount and cgroup namespace, the way systemd-nspawn runs one in a
 //! container, without touching the host's services. It owns a fresh cgroup in every hierarchy
-//! the host mounts under `/sys/fs/cgroup` (the namespace's cgroup root), a private `/run`, a
-//! `/dev/console` that is a log file of its own, and a unit directory holding only an empty
-//! target (`SYSTEMD_UNIT_PATH`, no generators through `SYSTEMD_GENERATOR_PATH`), so the manager
-//! starts nothing of the host's. Tests talk to it peer-to-peer on its private socket
-//! (`/run/systemd/private`, EXTERNAL authentication, no `Hello`), as go-systemd's
-//! `NewSystemdConnection` does for the kubelet and runc. Not here: a system bus (dbus-daemon)
-//! or any unit beyond the default target.
+//! the host mounts under `/sys/fs/cgroup` (the namespace's cgroup root), a private `/run`, and a
+//! unit directory of its own (`SYSTEMD_UNIT_PATH`; no generators, `SYSTEMD_GENERATOR_PATH`)
+//! holding only a default target and the system bus (`dbus.socket`, `dbus.service`), so the
+//! manager starts nothing of the host's. Tests reach the manager on that system bus, as the
+//! agent does on a node (the private socket is refused to zbus: see [`SystemdNamespace::connect`]).
+//! Not here: journald, logind or any other unit.
 //!
 //! Upstream counterparts: systemd's container interface
 //! (<https://systemd.io/CONTAINER_INTERFACE/>: `container=` in PID 1's environment, the cgroup
-//! tree mounted by the container manager, `SIGRTMIN+3`/`SIGRTMIN+13` to halt) and
-//! systemd-nspawn's `mount_all`/`mount_cgroups`, which this follows for the hybrid and unified
-//! layouts.
+//! tree mounted by the container manager, `SIGRTMIN+13` to halt at once) and systemd-nspawn's
+//! `mount_all`/`mount_cgroups`, which this follows for the hybrid and unified layouts.
 
 use std::{
     fs,
@@ -41,15 +39,17 @@ const START_WAIT: Duration = Duration::from_secs(30);
 /// How long the manager may take to exit after the halt signal before it is killed.
 const HALT_WAIT: Duration = Duration::from_secs(5);
 
-/// Runs as PID 1 of the new namespaces, before it becomes systemd: a private `/run`, the log
-/// file as `/dev/console` (PID 1 always reopens the console to log, and the host's must stay
-/// untouched), and the cgroup hierarchies mounted afresh, so that their roots are the
+/// Runs as PID 1 of the new namespaces, before it becomes systemd: a private `/run`, files of
+/// the work directory as `/dev/console` (which PID 1 reopens to log to, and the host's must
+/// stay untouched; not being a terminal, it is not written) and as `/dev/kmsg` (the log
+/// target, so that a failing start can say why), and the cgroup hierarchies mounted afresh, so that their roots are the
 /// namespace's cgroups. Its arguments: the work directory, `unified` or `tmpfs` for what is at
 /// `/sys/fs/cgroup`, then triples `v1 <dir> <options>`, `v2 <dir> -` or `link <name> <target>`.
 const INIT_SCRIPT: &str = r#"set -eu
 work=$1
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 if [ -e /dev/console ]; then mount --bind "$work/console" /dev/console; fi
+mount --bind "$work/kmsg" /dev/kmsg
 if [ "$2" = unified ]; then
     mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup
 else
@@ -86,7 +86,9 @@ pub enum SystemdNamespaceError {
     Spawn(#[source] std::io::Error),
     #[error("the namespace's init exited ({status}) before systemd answered; its output: {log}")]
     Exited { status: String, log: String },
-    #[error("systemd did not answer on the system bus within {START_WAIT:?}: {last}; its log: {log}")]
+    #[error(
+        "systemd did not answer on the system bus within {START_WAIT:?}: {last}; its log: {log}"
+    )]
     NotReady { last: String, log: String },
     #[error("connect to the namespace's system bus {path}: {source}")]
     Connect {
@@ -118,7 +120,9 @@ pub struct Hierarchy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum HierarchyKind {
     /// cgroup v1 with these mount options: its controllers, or `none,name=<name>`.
-    V1 { options: String },
+    V1 {
+        options: String,
+    },
     V2,
 }
 
@@ -530,8 +534,11 @@ fn make_work_dir(work: &Path) -> Result<(), SystemdNamespaceError> {
         let path = work.join("units").join(name);
         fs::write(&path, text).map_err(SystemdNamespaceError::io("write", &path))?;
     }
-    let console = work.join("console");
-    fs::write(&console, "").map_err(SystemdNamespaceError::io("write", &console))
+    for file in ["console", "kmsg"] {
+        let path = work.join(file);
+        fs::write(&path, "").map_err(SystemdNamespaceError::io("write", &path))?;
+    }
+    Ok(())
 }
 
 /// The manager's only units: the default target and the system bus it wants, as Debian's
@@ -576,7 +583,8 @@ fn make_cgroup(hierarchy: &Hierarchy, dir: &Path) -> Result<(), SystemdNamespace
         let parent = dir.parent().unwrap_or(dir);
         for file in ["cpuset.cpus", "cpuset.mems"] {
             let from = parent.join(file);
-            let value = fs::read_to_string(&from).map_err(SystemdNamespaceError::io("read", &from))?;
+            let value =
+                fs::read_to_string(&from).map_err(SystemdNamespaceError::io("read", &from))?;
             let to = dir.join(file);
             fs::write(&to, value.trim()).map_err(SystemdNamespaceError::io("write", &to))?;
         }
@@ -627,7 +635,8 @@ fn spawn(
         .collect::<Result<Vec<_>, _>>()?;
     let fds: Vec<i32> = procs.iter().map(|f| f.as_raw_fd()).collect();
     let log_path = work.join("init.log");
-    let log = fs::File::create(&log_path).map_err(SystemdNamespaceError::io("create", &log_path))?;
+    let log =
+        fs::File::create(&log_path).map_err(SystemdNamespaceError::io("create", &log_path))?;
     let log_err = log
         .try_clone()
         .map_err(SystemdNamespaceError::io("duplicate", &log_path))?;
@@ -656,7 +665,7 @@ fn spawn(
         .env("container", "swiftlet-test")
         .env("SYSTEMD_UNIT_PATH", work.join("units"))
         .env("SYSTEMD_GENERATOR_PATH", work.join("generators"))
-        .env("SYSTEMD_LOG_TARGET", "console")
+        .env("SYSTEMD_LOG_TARGET", "kmsg")
         .env("SYSTEMD_LOG_LEVEL", "info")
         .env("SWIFTLET_SYSTEMD", SYSTEMD)
         .env("SWIFTLET_SYSTEMD_TARGET", TARGET)
@@ -826,7 +835,7 @@ fn first_child(children: &str) -> Option<i32> {
 
 fn read_log(work: &Path) -> String {
     let mut log = String::new();
-    for file in ["init.log", "console", "dbus.log"] {
+    for file in ["init.log", "kmsg", "dbus.log"] {
         let text = fs::read_to_string(work.join(file)).unwrap_or_default();
         // A failing start's report stays readable: the end is what says why.
         let tail: Vec<&str> = text.lines().rev().take(40).collect();
@@ -889,7 +898,10 @@ mod tests {
         assert_eq!(args.first().map(String::as_str), Some("tmpfs"));
         assert_eq!(args.len(), 1 + 3 * found.len());
         assert!(args.windows(3).any(|w| w == ["v2", "unified", "-"]));
-        assert!(args.windows(3).any(|w| w == ["v1", "systemd", "none,name=systemd"]));
+        assert!(
+            args.windows(3)
+                .any(|w| w == ["v1", "systemd", "none,name=systemd"])
+        );
     }
 
     #[test]
