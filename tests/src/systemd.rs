@@ -68,6 +68,8 @@ exec "$SWIFTLET_SYSTEMD" --system --unit="$SWIFTLET_SYSTEMD_TARGET"
 "#;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
+/// Names of the namespaces' cgroups and work directories: `<PREFIX><test pid>-<n>-<name>`.
+const PREFIX: &str = "swiftlet-systemd-";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdNamespaceError {
@@ -173,8 +175,9 @@ impl SystemdNamespace {
         if hierarchies.is_empty() {
             return Err(SystemdNamespaceError::NoCgroups);
         }
+        remove_stale(&hierarchies);
         let unique = format!(
-            "swiftlet-systemd-{}-{}-{name}",
+            "{PREFIX}{}-{}-{name}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
@@ -518,6 +521,40 @@ fn socket_address(path: &Path) -> std::io::Result<libc::sockaddr_un> {
         *to = *from as libc::c_char;
     }
     Ok(address)
+}
+
+/// Removes the cgroups and work directories a killed test process left (its drop never ran;
+/// its systemd died with it, by the parent-death signals).
+fn remove_stale(hierarchies: &[Hierarchy]) {
+    let parents = hierarchies
+        .iter()
+        .map(|h| Path::new(CGROUP_MOUNT).join(&h.dir))
+        .chain([std::env::temp_dir()]);
+    for parent in parents {
+        let Ok(entries) = fs::read_dir(&parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let Some(owner) = entry.file_name().to_str().and_then(owner) else {
+                continue;
+            };
+            if Path::new(&format!("/proc/{owner}")).exists() {
+                continue;
+            }
+            let path = entry.path();
+            if parent.starts_with(CGROUP_MOUNT) {
+                crate::cgroup::remove_tree(&path);
+            } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = fs::remove_dir_all(&path);
+            }
+        }
+    }
+}
+
+/// The test process that made a namespace's cgroup or work directory, from its name.
+fn owner(name: &str) -> Option<u32> {
+    let (pid, _) = name.strip_prefix(PREFIX)?.split_once('-')?;
+    pid.parse().ok()
 }
 
 /// The work directory (root only): the unit directory with the target, an empty generator
@@ -983,6 +1020,49 @@ memory\t4\t406\t0
 pids\t8\t124\t1
 ";
         assert_eq!(v1_controllers(proc_cgroups), vec!["cpuset", "pids"]);
+    }
+
+    #[test]
+    fn stale_leftovers_are_known_by_their_owners_pid() {
+        assert_eq!(owner("swiftlet-systemd-4242-0-driver"), Some(4242));
+        assert_eq!(owner("swiftlet-systemd-x-0-driver"), None);
+        assert_eq!(owner("swiftlet-test-4242-0-x"), None);
+        assert_eq!(owner("swiftlet-systemd-4242"), None);
+    }
+
+    #[test]
+    fn the_units_start_the_bus_without_the_hosts_targets() {
+        let units = units(Path::new("/tmp/w"));
+        let names: Vec<&str> = units.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, [TARGET, "dbus.socket", "dbus.service"]);
+        assert!(units[0].1.contains("Wants=dbus.socket dbus.service"));
+        for (name, text) in &units[1..] {
+            assert!(
+                text.contains("DefaultDependencies=no"),
+                "{name} would need sysinit.target"
+            );
+        }
+        assert!(
+            units[1]
+                .1
+                .contains("ListenStream=/run/dbus/system_bus_socket")
+        );
+        assert!(
+            units[2]
+                .1
+                .contains("ExecStart=/usr/bin/dbus-daemon --system")
+        );
+        assert!(units[2].1.contains("StandardError=append:/tmp/w/dbus.log"));
+    }
+
+    #[test]
+    fn socket_addresses_fit_or_are_refused() {
+        let address = socket_address(Path::new("/proc/1/root/run/dbus/system_bus_socket"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(address.sun_family, libc::AF_UNIX as libc::sa_family_t);
+        assert_eq!(address.sun_path[0], b'/' as libc::c_char);
+        let long = format!("/{}", "x".repeat(200));
+        assert!(socket_address(Path::new(&long)).is_err());
     }
 
     #[test]

@@ -6,6 +6,11 @@
 //! (`kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`), their CPU,
 //! memory and pids limits land in the cgroup files, `SetUnitProperties` on an existing slice
 //! changes them, and `StopUnit` removes the directories.
+#![expect(clippy::expect_used, reason = "a failed step fails the test")]
+#![expect(
+    clippy::print_stderr,
+    reason = "the test reports systemd's start-up time"
+)]
 
 use std::{
     fs,
@@ -184,8 +189,14 @@ impl Limits {
         } else {
             want.push((self.cpu.join(dir).join("cpu.shares"), shares.to_string()));
             if let Some(quota) = quota_us {
-                want.push((self.cpu.join(dir).join("cpu.cfs_period_us"), "100000".into()));
-                want.push((self.cpu.join(dir).join("cpu.cfs_quota_us"), quota.to_string()));
+                want.push((
+                    self.cpu.join(dir).join("cpu.cfs_period_us"),
+                    "100000".into(),
+                ));
+                want.push((
+                    self.cpu.join(dir).join("cpu.cfs_quota_us"),
+                    quota.to_string(),
+                ));
             }
             want.push((
                 self.memory.join(dir).join("memory.limit_in_bytes"),
