@@ -700,7 +700,13 @@ fn spawn(
         .env_clear()
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .env("container", "swiftlet-test")
-        .env("SYSTEMD_UNIT_PATH", work.join("units"))
+        // The transient units' directory too, where a node's manager has it: without it a
+        // transient unit's file is unknown to the lookup and the unit counts as changed on disk.
+        .env("SYSTEMD_UNIT_PATH", {
+            let mut path = work.join("units").into_os_string();
+            path.push(":/run/systemd/transient");
+            path
+        })
         .env("SYSTEMD_GENERATOR_PATH", work.join("generators"))
         .env("SYSTEMD_LOG_TARGET", "kmsg")
         .env("SYSTEMD_LOG_LEVEL", "info")

@@ -97,6 +97,18 @@ async fn slices(test: &str) {
         })
         .await;
     }
+    let unit = format!("kubepods-burstable-pod{uid}.slice");
+    let state = systemd
+        .command("systemctl")
+        .args(["is-active", &unit])
+        .output()
+        .expect("run systemctl in the namespace");
+    assert_eq!(
+        String::from_utf8_lossy(&state.stdout).trim(),
+        "active",
+        "{unit} as systemd has it; its log: {}",
+        systemd.log()
+    );
     limits.expect(kubepods, 2048, None, 512 * MIB, 1000).await;
     limits.expect(&pod, 512, Some(50_000), 256 * MIB, 100).await;
 
@@ -112,6 +124,21 @@ async fn slices(test: &str) {
         .await
         .expect("set the pod slice's properties");
     limits.expect(&pod, 256, Some(20_000), 128 * MIB, 50).await;
+    let shown = systemd
+        .command("systemctl")
+        .args(["show", "--property=LoadState,UnitFileState", &unit])
+        .output()
+        .expect("run systemctl in the namespace");
+    // As on a node: a transient unit whose file systemd's lookup finds. (systemd 252 also
+    // reports NeedDaemonReload=yes once SetUnitProperties has added its runtime drop-ins; the
+    // limits are in force all the same, as checked above.)
+    assert_eq!(
+        String::from_utf8_lossy(&shown.stdout)
+            .lines()
+            .collect::<Vec<_>>(),
+        ["LoadState=loaded", "UnitFileState=transient"],
+        "{unit} as systemd has it after SetUnitProperties"
+    );
 
     // Stopping removes the directories in every hierarchy, and a stopped or unknown slice
     // stops without an error.
