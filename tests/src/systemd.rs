@@ -5,7 +5,7 @@
 //! unit directory of its own (`SYSTEMD_UNIT_PATH`; no generators, `SYSTEMD_GENERATOR_PATH`)
 //! holding only a default target and the system bus (`dbus.socket`, `dbus.service`), so the
 //! manager starts nothing of the host's. Tests reach the manager on that system bus, as the
-//! agent does on a node (the private socket is refused to zbus: see [`SystemdNamespace::connect`]).
+//! agent does on a node (zbus cannot use the private socket: see [`SystemdNamespace::connect`]).
 //! Not here: journald, logind or any other unit.
 //!
 //! Upstream counterparts: systemd's container interface
@@ -31,10 +31,9 @@ use zbus::{AuthMechanism, Connection, connection::Builder};
 const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 const SYSTEMD: &str = "/lib/systemd/systemd";
 const DBUS_DAEMON: &str = "/usr/bin/dbus-daemon";
-/// The only unit in the manager's search path: started as the default target, it pulls in
-/// nothing.
+/// The manager's default target: it pulls in the system bus and nothing else.
 const TARGET: &str = "swiftlet-test.target";
-/// How long the manager may take to answer on its private socket after the start.
+/// How long the manager may take to answer on the system bus after the start.
 const START_WAIT: Duration = Duration::from_secs(30);
 /// How long the manager may take to exit after the halt signal before it is killed.
 const HALT_WAIT: Duration = Duration::from_secs(5);
@@ -42,14 +41,14 @@ const HALT_WAIT: Duration = Duration::from_secs(5);
 /// Runs as PID 1 of the new namespaces, before it becomes systemd: a private `/run`, files of
 /// the work directory as `/dev/console` (which PID 1 reopens to log to, and the host's must
 /// stay untouched; not being a terminal, it is not written) and as `/dev/kmsg` (the log
-/// target, so that a failing start can say why), and the cgroup hierarchies mounted afresh, so that their roots are the
-/// namespace's cgroups. Its arguments: the work directory, `unified` or `tmpfs` for what is at
+/// target, so that a failing start can say why), and the cgroup hierarchies mounted afresh,
+/// so that their roots are the namespace's cgroups. Its arguments: the work directory, `unified` or `tmpfs` for what is at
 /// `/sys/fs/cgroup`, then triples `v1 <dir> <options>`, `v2 <dir> -` or `link <name> <target>`.
 const INIT_SCRIPT: &str = r#"set -eu
 work=$1
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run
 if [ -e /dev/console ]; then mount --bind "$work/console" /dev/console; fi
-mount --bind "$work/kmsg" /dev/kmsg
+if [ -e /dev/kmsg ]; then mount --bind "$work/kmsg" /dev/kmsg; fi
 if [ "$2" = unified ]; then
     mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup
 else
@@ -157,8 +156,8 @@ pub struct SystemdNamespace {
 }
 
 impl SystemdNamespace {
-    /// Starts systemd and waits (bounded) until its manager answers on its private socket with
-    /// the start-up finished.
+    /// Starts systemd and waits (bounded) until its manager answers on the system bus with its
+    /// start-up finished.
     pub async fn start(name: &str) -> Result<SystemdNamespace, SystemdNamespaceError> {
         for program in [SYSTEMD, DBUS_DAEMON] {
             if !Path::new(program).exists() {
@@ -188,12 +187,12 @@ impl SystemdNamespace {
             cgroups: Vec::new(),
             work: None,
         };
-        make_work_dir(&work)?;
         guard.work = Some(work.clone());
+        make_work_dir(&work)?;
         for hierarchy in &hierarchies {
             let dir = Path::new(CGROUP_MOUNT).join(&hierarchy.dir).join(&unique);
+            guard.cgroups.push(dir.clone());
             make_cgroup(hierarchy, &dir)?;
-            guard.cgroups.push(dir);
         }
         let unshare = spawn(&work, &hierarchies, &guard.cgroups)?;
         let mut namespace = SystemdNamespace {
@@ -204,7 +203,7 @@ impl SystemdNamespace {
             work: guard.work.take().unwrap_or_default(),
             startup: Duration::ZERO,
         };
-        namespace.pid = namespace.wait_for_init()?;
+        namespace.pid = namespace.wait_for_init().await?;
         namespace.wait_until_running().await?;
         namespace.startup = started.elapsed();
         Ok(namespace)
@@ -336,7 +335,7 @@ impl SystemdNamespace {
     }
 
     /// The PID of `unshare`'s one child, once it is forked.
-    fn wait_for_init(&mut self) -> Result<i32, SystemdNamespaceError> {
+    async fn wait_for_init(&mut self) -> Result<i32, SystemdNamespaceError> {
         let id = self.unshare.id();
         let children = PathBuf::from(format!("/proc/{id}/task/{id}/children"));
         let deadline = Instant::now() + START_WAIT;
@@ -355,7 +354,7 @@ impl SystemdNamespace {
                     log: self.log(),
                 });
             }
-            std::thread::sleep(Duration::from_millis(5));
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
 

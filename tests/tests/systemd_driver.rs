@@ -1,5 +1,5 @@
 //! The systemd cgroup driver against a real systemd: `swiftlet::cm::systemd::SystemdSlices` on
-//! the private socket of systemd running as PID 1 of namespaces of its own
+//! the system bus of systemd running as PID 1 of namespaces of its own
 //! (`swiftlet_tests::systemd::SystemdNamespace`). It checks what the kubelet relies on from
 //! systemd (upstream `cgroupManagerImpl` with the systemd driver, over runc's
 //! `libcontainer/cgroups/systemd`): the QoS and pod slices become nested cgroup directories
