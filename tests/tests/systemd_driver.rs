@@ -169,6 +169,24 @@ async fn slices(test: &str) {
         !tracking.join(kubepods).exists()
     })
     .await;
+
+    // Halting it leaves nothing on the host: no process of the namespace, no cgroup.
+    let pid = systemd.pid();
+    let roots: Vec<PathBuf> = limits
+        .roots()
+        .chain([tracking])
+        .map(Path::to_path_buf)
+        .collect();
+    drop(slices);
+    drop(connection);
+    drop(systemd);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "systemd {pid} outlived its namespace"
+    );
+    for root in roots {
+        assert!(!root.exists(), "{} outlived the namespace", root.display());
+    }
 }
 
 /// Where a slice's limits are on the host, in the layout systemd sees.
