@@ -80,8 +80,8 @@ pub(super) fn owner(name: &str) -> Option<u32> {
     pid.parse().ok()
 }
 
-/// The work directory (root only): the unit directory with the target, an empty generator
-/// directory, the console log.
+/// The work directory (root only): the unit directory, an empty generator directory, and the
+/// files the init script binds over `/dev/console` and `/dev/kmsg`.
 pub(super) fn make_work_dir(work: &Path) -> Result<(), SystemdNamespaceError> {
     let mut builder = fs::DirBuilder::new();
     builder.mode(0o700);
