@@ -156,7 +156,7 @@ impl Drop for TestCgroup {
 }
 
 /// Kills everything in `dir` and its children, then removes them, deepest first.
-fn remove_tree(dir: &Path) {
+pub(crate) fn remove_tree(dir: &Path) {
     if !dir.exists() {
         return;
     }

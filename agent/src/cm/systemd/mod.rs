@@ -2,8 +2,7 @@
 //! limited and stopped through systemd's D-Bus API (`org.freedesktop.systemd1.Manager`
 //! `StartTransientUnit`, `SetUnitProperties`, `StopUnit`), each call waited on until systemd's
 //! job for it has ended (its `JobRemoved` signal), and the start-up check that systemd can serve
-//! it (`preflight`). The API is reached on the system bus, or, as go-systemd's `NewWithContext`
-//! falls back to for root, on systemd's private socket when no bus daemon answers.
+//! it (`preflight`). The API is reached on the system bus.
 //!
 //! Upstream counterpart: the kubelet's `cgroupManagerImpl` with `libcontainerCgroupManagerType`
 //! systemd (`pkg/kubelet/cm/cgroup_manager_linux.go`, `updateSystemdCgroupInfo`) over runc's
@@ -18,7 +17,7 @@ pub mod preflight;
 #[cfg(test)]
 mod tests;
 
-use std::{path::Path, time::Duration};
+use std::time::Duration;
 
 use futures::StreamExt as _;
 use zbus::{
@@ -38,12 +37,9 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(30);
 /// at [`JOB_TIMEOUT`].
 const JOB_SIGNALS_QUEUED: usize = 256;
 
-/// systemd's private socket, which answers root without a bus daemon.
-const PRIVATE_SOCKET: &str = "/run/systemd/private";
-
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
-    #[error("systemd's D-Bus API (the system bus, or its private socket for root): {0}")]
+    #[error("systemd's D-Bus API on the system bus: {0}")]
     Connect(#[source] Box<zbus::Error>),
     #[error("systemd {method} {unit}: {source}")]
     Call {
@@ -117,36 +113,20 @@ pub struct SystemdSlices {
     job_timeout: Duration,
 }
 
-/// A connection to systemd's manager: the system bus, else (root without a bus daemon, as on
-/// minimal nodes) systemd's private socket, peer to peer.
+/// A connection to systemd's manager on the system bus.
+///
+/// Not its private socket (`/run/systemd/private`), which go-systemd falls back to for root:
+/// systemd sends on its direct connections with `Sender=org.freedesktop.systemd1`, not a
+/// unique name, and zbus' reader task panics on such a message, leaving every call waiting.
+/// A node whose dbus-daemon does not run gets the error instead.
 pub async fn connect() -> Result<Connection, SystemdError> {
-    connect_at(Path::new(PRIVATE_SOCKET)).await
-}
-
-async fn connect_at(private: &Path) -> Result<Connection, SystemdError> {
-    let bus = match Connection::system().await {
-        Ok(connection) => return Ok(connection),
-        Err(e) => e,
-    };
-    if !nix::unistd::geteuid().is_root() {
-        return Err(SystemdError::Connect(Box::new(bus)));
-    }
-    let private_socket = match tokio::net::UnixStream::connect(private).await {
-        Ok(stream) => stream,
-        Err(e) => {
-            tracing::debug!(socket = %private.display(), error = %e, "systemd's private socket");
-            return Err(SystemdError::Connect(Box::new(bus)));
-        }
-    };
-    zbus::connection::Builder::unix_stream(private_socket)
-        .p2p()
-        .build()
+    Connection::system()
         .await
         .map_err(|e| SystemdError::Connect(Box::new(e)))
 }
 
 impl SystemdSlices {
-    /// On the system bus, or systemd's private socket ([`connect`]).
+    /// On the system bus ([`connect`]).
     pub async fn connect(unified: bool) -> Result<Self, SystemdError> {
         SystemdSlices::on(&connect().await?, unified).await
     }
@@ -254,8 +234,7 @@ impl SystemdSlices {
 
     /// The manager's `JobRemoved` signals from now on: subscribed before a call, so a job that
     /// ends before its path is known is not missed. A plain match rule rather than the proxy's
-    /// signal stream, which would ask a bus daemon for the name's owner — there is none on
-    /// the private socket.
+    /// signal stream, which would first ask the bus for the name's owner.
     async fn job_removals(&self) -> Result<MessageStream, zbus::Error> {
         let rule = MatchRule::builder()
             .msg_type(Type::Signal)

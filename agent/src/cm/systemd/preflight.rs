@@ -1,6 +1,6 @@
 //! Whether `cgroupDriver: systemd` can work on this node, checked before anything is made:
 //! systemd must be the init system (what `sd_booted()` checks: `/run/systemd/system` exists),
-//! its manager must answer (on the system bus or its private socket), and `cgroupRoot` must be
+//! its manager must answer on the system bus, and `cgroupRoot` must be
 //! a slice (upstream requires `/` or a `.slice` with the systemd driver). The agent refuses to
 //! start otherwise, with the field and the reason, rather than writing systemd's names where
 //! systemd does not manage them. The connection that answered is what the pods' slices are
@@ -21,7 +21,7 @@ pub enum PreflightError {
     )]
     NotBooted { pid1: String, marker: PathBuf },
     #[error(
-        "cgroupDriver: systemd needs systemd's D-Bus API (org.freedesktop.systemd1) on the system bus or its private socket, which does not answer: {0}"
+        "cgroupDriver: systemd needs systemd's D-Bus API (org.freedesktop.systemd1) on the system bus, which does not answer: {0}"
     )]
     Bus(#[source] Box<zbus::Error>),
     #[error("cgroupDriver: systemd: {0}")]
