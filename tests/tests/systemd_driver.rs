@@ -266,3 +266,138 @@ async fn until(what: &str, want: impl Fn() -> bool) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The pods' cgroups with `cgroupDriver: systemd`, as the agent makes them
+/// (`swiftlet::cm::pod_cgroups::PodCgroups` with systemd's slices): the QoS slices at start,
+/// then a pod's slice with the limits of its spec, present with them as soon as `ensure_pod`
+/// returns (it waits for systemd's job, as runc does, so the runtime's scopes can go below at
+/// once), and gone from every hierarchy as soon as `remove_pod` returns.
+#[test]
+fn the_agents_pod_cgroups_are_slices_of_a_real_systemd() {
+    let test = "the_agents_pod_cgroups_are_slices_of_a_real_systemd";
+    if !privileged(test) {
+        return;
+    }
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+        .block_on(pod_cgroups(test));
+}
+
+async fn pod_cgroups(test: &str) {
+    use k8s_openapi::{
+        api::core::v1::{Container, Pod, PodSpec, ResourceRequirements},
+        apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
+    };
+    use swiftlet::{
+        cgroup::{PodCgroupLayout, pods::CgroupDriver},
+        cm::{
+            CgroupLayout,
+            pod_cgroups::{PodCgroupConfig, PodCgroups},
+        },
+        container::PodUid,
+    };
+
+    let systemd = SystemdNamespace::start("pods")
+        .await
+        .unwrap_or_else(|e| panic!("{test}: start systemd: {e}"));
+    let connection = systemd.connect().await.expect("connect to systemd");
+    let slices = SystemdSlices::on(&connection, systemd.unified())
+        .await
+        .expect("the manager's proxy");
+    let limits = Limits::of(&systemd);
+    let tracking = systemd
+        .cgroup_root("systemd")
+        .expect("systemd's hierarchy")
+        .to_owned();
+    // Only the directories systemd does not manage are removed by hand; none are here, so the
+    // layout's mounts may be anywhere.
+    let elsewhere = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+    let cgroups = PodCgroups::with_systemd(
+        PodCgroupConfig {
+            pods: PodCgroupLayout::for_driver(CgroupDriver::Systemd, Path::new("/"), true),
+            pod_pids_limit: 64,
+            allocatable_memory: Some(1024 * MIB),
+        },
+        CgroupLayout::Unified {
+            root: elsewhere.clone(),
+        },
+        slices,
+    );
+    cgroups
+        .ensure_qos_hierarchy()
+        .await
+        .expect("the QoS slices");
+    for dir in [
+        "kubepods.slice",
+        "kubepods.slice/kubepods-burstable.slice",
+        "kubepods.slice/kubepods-besteffort.slice",
+    ] {
+        assert!(tracking.join(dir).is_dir(), "{dir} once the start returned");
+    }
+
+    let uid = format!("{:08x}-{:04x}", fastrand::u32(..), fastrand::u16(..));
+    let quantities = |cpu: &str, memory: &str| {
+        Some(
+            [("cpu", cpu), ("memory", memory)]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), Quantity(v.to_owned())))
+                .collect(),
+        )
+    };
+    let pod = Pod {
+        metadata: ObjectMeta {
+            uid: Some(uid.clone()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                resources: Some(ResourceRequirements {
+                    requests: quantities("250m", "64Mi"),
+                    limits: quantities("500m", "96Mi"),
+                    ..ResourceRequirements::default()
+                }),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    };
+    cgroups.ensure_pod(&pod).await.expect("the pod's slice");
+    let parent = cgroups.cgroup_parent(&pod).expect("cgroup_parent");
+    let dir = format!("kubepods.slice/kubepods-burstable.slice/{parent}");
+    assert_eq!(
+        parent,
+        format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"))
+    );
+    assert!(
+        tracking.join(&dir).is_dir(),
+        "{dir} once ensure_pod returned"
+    );
+    // 250m requested: 256 shares; a 500m limit: 50ms of every 100ms.
+    limits.expect(&dir, 256, Some(50_000), 96 * MIB, 64).await;
+    assert_eq!(
+        cgroups.existing_pods(),
+        Vec::<PodUid>::new(),
+        "none in the layout's own mounts"
+    );
+
+    cgroups
+        .remove_pod(&PodUid::from(uid.as_str()))
+        .await
+        .expect("remove the pod");
+    for root in limits.roots().chain([tracking.as_path()]) {
+        assert!(
+            !root.join(&dir).exists(),
+            "{dir} still in {} once remove_pod returned",
+            root.display()
+        );
+    }
+    assert!(
+        tracking
+            .join("kubepods.slice/kubepods-burstable.slice")
+            .is_dir()
+    );
+}
