@@ -46,6 +46,7 @@ pub struct Certificates {
 
 pub async fn start(
     config: &Config,
+    node: &NodeFacts,
     metrics: &Metrics,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
@@ -188,10 +189,9 @@ pub async fn start(
             {
                 tracing::warn!(%error, "the stored serving certificate is not usable");
             }
-            let node = NodeFacts::detect(config).map_err(Error::NodeIp)?;
             let subject = Subject {
                 dns_names: vec![config.node_name.clone()],
-                ips: node.node_ips,
+                ips: node.node_ips.clone(),
                 ..Subject::node(&config.node_name)
             };
             let metrics = certificate_metrics(Kind::Serving, metrics)?;

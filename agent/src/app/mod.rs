@@ -190,9 +190,11 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
     let shutdown = CancellationToken::new();
     let mut tasks: JoinSet<Result<(), Error>> = JoinSet::new();
 
+    let node = node::NodeFacts::detect(&config).map_err(Error::NodeIp)?;
     let certificates::Certificates { api, serving } =
-        certificates::start(&config, &metrics, &mut tasks, &shutdown).await?;
-    let systemd = runtime_driver::resolve(&mut config, &metrics, systemd).await?;
+        certificates::start(&config, &node, &metrics, &mut tasks, &shutdown).await?;
+    let runtime = pods::connect_cri(&config, &metrics).await?;
+    let systemd = runtime_driver::resolve(&mut config, &metrics, &runtime, systemd).await?;
     let cgroups = pods::cgroups(&config, systemd).await?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
@@ -215,6 +217,8 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
             shutdown: &shutdown,
         },
         pods::PodsInput {
+            node,
+            runtime,
             cgroups: cgroups.clone(),
             source,
             published: published.clone(),

@@ -154,6 +154,11 @@ pub async fn cgroups(
 
 /// What the pod half is built from, besides the app's shared parts.
 pub struct PodsInput {
+    /// The node's facts, detected once at start (the serving certificate names the same
+    /// addresses as the Node status).
+    pub node: NodeFacts,
+    /// The CRI client made at start ([`connect_cri`]).
+    pub runtime: GrpcRuntime,
     pub cgroups: Arc<PodCgroups>,
     pub source: PlegSource,
     pub published: broadcast::Sender<Arc<PublishedEvent>>,
@@ -207,13 +212,13 @@ struct PlegParts {
 /// loop learns when their first sets are complete), then admit.
 pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let config = app.config;
-    let node = NodeFacts::detect(config).map_err(Error::NodeIp)?;
+    let node = input.node;
     let events = super::events::start(
         app,
         app.api.map(|c| c.events.clone()),
         input.kube_events.clone(),
     )?;
-    let runtime = connect_runtime(app).await?;
+    let runtime = runtime_of(input.runtime).await;
     if !node.has_cap_sys_resource {
         tracing::info!(
             "no CAP_SYS_RESOURCE: containers' negative oom_score_adj values will be written as 0"
@@ -401,20 +406,30 @@ fn build_kubelet(
     Ok((Arc::new(kubelet), probe_updates))
 }
 
-/// Connects to the CRI runtime and reads its features once: admission decides from the first
-/// pod on with them, and the runtime health check keeps them current.
-async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
-    let config = app.config;
+/// Connects to the CRI runtime, its calls counted in the app's registry: made once at start,
+/// asked for the cgroup driver before anything is named, then what the pod half runs with.
+pub async fn connect_cri(config: &Config, metrics: &Metrics) -> Result<GrpcRuntime, Error> {
     let client = GrpcRuntime::connect(
         GrpcRuntimeConfig {
             endpoint: config.container_runtime_endpoint.clone(),
             request_timeout: config.runtime_request_timeout,
             pull_image_timeout: None,
         },
-        RuntimeMetrics::register(&app.metrics.registry)?,
+        RuntimeMetrics::register(&metrics.registry)?,
     )
     .await
     .map_err(Error::Runtime)?;
+    tracing::info!(
+        endpoint = config.container_runtime_endpoint,
+        runtime = client.runtime_name(),
+        "connected to the container runtime"
+    );
+    Ok(client)
+}
+
+/// Reads the runtime's features once: admission decides from the first pod on with them, and
+/// the runtime health check keeps them current.
+async fn runtime_of(client: GrpcRuntime) -> Runtime {
     let client = Arc::new(client);
     let name = client.runtime_name().to_owned();
     let version = format!(
@@ -422,20 +437,15 @@ async fn connect_runtime(app: &App<'_>) -> Result<Runtime, Error> {
         client.version_info().runtime_name,
         client.version_info().runtime_version
     );
-    tracing::info!(
-        endpoint = config.container_runtime_endpoint,
-        runtime = name,
-        "connected to the container runtime"
-    );
     let (features_tx, features) =
         watch::channel(RuntimeHealth::features_now(client.as_ref()).await);
-    Ok(Runtime {
+    Runtime {
         client,
         name,
         version,
         features_tx,
         features,
-    })
+    }
 }
 
 /// What the runtime manager acts through besides the CRI client.

@@ -7,9 +7,8 @@
 //! (`cm::systemd::preflight`), a refusal naming both. Unimplemented keeps the configured driver,
 //! logged once at info, with upstream's `kubelet_cri_losing_support` gauge.
 //!
-//! The question goes over a connection of its own, closed after it (its call is not counted in
-//! `kubelet_runtime_operations_total`): the pod half connects afterwards and owns the client
-//! the agent runs with.
+//! The question goes over the client the agent runs with (made just before, counted in
+//! `kubelet_runtime_operations_total` as `runtime_config`).
 
 use prometheus::{IntGaugeVec, Opts};
 use zbus::Connection;
@@ -18,7 +17,7 @@ use crate::{
     cgroup::pods::CgroupDriver,
     cm::systemd::preflight::{self, PreflightError},
     config::Config,
-    cri::{GrpcRuntime, GrpcRuntimeConfig, RuntimeMetrics},
+    cri::GrpcRuntime,
     kuberuntime::cgroup_driver::{self, Choice, DriverError, RETRY_PAUSE, Source},
     metrics::Metrics,
 };
@@ -29,8 +28,6 @@ const LOSING_SUPPORT_IN: &str = "1.38.0";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("container runtime: {0}")]
-    Connect(#[source] crate::cri::Error),
     #[error(transparent)]
     Query(#[from] DriverError),
     #[error(
@@ -51,11 +48,6 @@ pub enum Error {
 impl Error {
     pub fn hint(&self) -> Option<String> {
         match self {
-            Error::Connect(_) => Some(
-                "start a CRI runtime or point --runtime-endpoint at one (`cargo xtask run` starts \
-                 a private containerd)"
-                    .into(),
-            ),
             Error::Query(_) => Some(
                 "the runtime at --runtime-endpoint must answer CRI v1 RuntimeConfig, or say it \
                  does not implement it"
@@ -77,21 +69,12 @@ impl Error {
 pub async fn resolve(
     config: &mut Config,
     metrics: &Metrics,
+    runtime: &GrpcRuntime,
     systemd: Option<Connection>,
 ) -> Result<Option<Connection>, Error> {
-    let runtime = GrpcRuntime::connect(
-        GrpcRuntimeConfig {
-            endpoint: config.container_runtime_endpoint.clone(),
-            request_timeout: config.runtime_request_timeout,
-            pull_image_timeout: None,
-        },
-        RuntimeMetrics::unregistered()?,
-    )
-    .await
-    .map_err(Error::Connect)?;
     let configured = config.cgroup_driver;
     let choice =
-        cgroup_driver::choose(&runtime, configured, || tokio::time::sleep(RETRY_PAUSE)).await?;
+        cgroup_driver::choose(runtime, configured, || tokio::time::sleep(RETRY_PAUSE)).await?;
     report(configured, choice, metrics)?;
     if choice.driver == configured {
         return Ok(systemd);
