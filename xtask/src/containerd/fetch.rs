@@ -11,13 +11,14 @@
 //! node image builders (kind's `images/base`) install containerd the same way from packages.
 
 use std::{
-    fs,
+    fs::{self, File},
     path::{Path, PathBuf},
     process::Command,
     time::Instant,
 };
 
 use anyhow::{Context as _, bail};
+use nix::fcntl::{Flock, FlockArg};
 
 use super::version::{self, Version};
 use crate::sh;
@@ -49,6 +50,18 @@ pub fn ensure(version: Version) -> anyhow::Result<()> {
         return Ok(());
     };
     let containerd = version.program("containerd");
+    if version::reusable(version, &containerd) {
+        return Ok(());
+    }
+    // Two xtasks starting the same version would otherwise unpack into one folder at once.
+    let lock_path = version::versions_dir().join(format!("{}.lock", version.label()));
+    fs::create_dir_all(version::versions_dir())
+        .with_context(|| format!("creating {}", version::versions_dir().display()))?;
+    let lock_file =
+        File::create(&lock_path).with_context(|| format!("creating {}", lock_path.display()))?;
+    let _lock = Flock::lock(lock_file, FlockArg::LockExclusive)
+        .map_err(|(_, errno)| errno)
+        .with_context(|| format!("locking {}", lock_path.display()))?;
     if version::reusable(version, &containerd) {
         return Ok(());
     }
