@@ -98,6 +98,8 @@ pub fn ensure(version: Version) -> anyhow::Result<()> {
             deb.display()
         );
     }
+    // The unpacked copy is what is reused; the .deb would only take 30 MB.
+    let _ = fs::remove_file(&deb);
     println!(
         "xtask: containerd: containerd {} unpacked in {:.1} s",
         version.label(),
