@@ -40,7 +40,11 @@ use crate::{
 
 mod cli;
 mod config;
+mod fetch;
 mod leftovers;
+mod version;
+
+pub use version::Version;
 
 /// The CRI plugin's namespace: images imported elsewhere are invisible to CRI.
 const NAMESPACE: &str = "k8s.io";
@@ -64,12 +68,25 @@ pub enum Action {
         /// `cgroupDriver` names; `systemd` needs systemd as the init system.
         #[arg(long, value_enum, default_value_t = CgroupDriver::Cgroupfs)]
         cgroup_driver: CgroupDriver,
+        /// The containerd release: the system's 1.6, or 1.7 (Debian trixie) or 2.1 (Debian sid),
+        /// fetched into target/containerd-versions/ on first use. Each has its own state folder,
+        /// target/swiftlet-state/containerd (1.6) or containerd-<version>.
+        #[arg(long, value_enum, default_value_t = Version::V1_6)]
+        version: Version,
     },
     /// Stop the instance another xtask runs, and clear what a crashed run left behind
     /// (containers, shims, mounts under the state folder).
-    Stop,
+    Stop {
+        /// Whose instance (each version has its own).
+        #[arg(long, value_enum, default_value_t = Version::V1_6)]
+        version: Version,
+    },
     /// Whether it runs, who owns it, its images and containers, and any leftovers.
-    Status,
+    Status {
+        /// Whose instance (each version has its own).
+        #[arg(long, value_enum, default_value_t = Version::V1_6)]
+        version: Version,
+    },
 }
 
 /// How runc makes the containers' cgroups: it must be the driver swiftlet makes the pods'
@@ -86,19 +103,26 @@ pub enum CgroupDriver {
 #[derive(Debug, Clone)]
 pub struct Paths {
     pub state: PathBuf,
+    /// The release whose instance this is: its binaries and config format.
+    pub version: Version,
 }
 
 impl Paths {
-    /// `<workspace>/target/swiftlet-state/containerd`, created and canonical (mount points and
-    /// command lines are compared against it as text).
+    /// The default release's (1.6) paths: [`Paths::of`].
     pub fn new() -> anyhow::Result<Paths> {
+        Paths::of(Version::default())
+    }
+
+    /// `<workspace>/target/swiftlet-state/<the version's folder>`, created and canonical (mount
+    /// points and command lines are compared against it as text).
+    pub fn of(version: Version) -> anyhow::Result<Paths> {
         let state = sh::root()
             .join("target")
             .join("swiftlet-state")
-            .join("containerd");
+            .join(version.state_dir_name());
         fs::create_dir_all(&state).with_context(|| format!("creating {}", state.display()))?;
         let state = fs::canonicalize(&state)?;
-        let paths = Paths { state };
+        let paths = Paths { state, version };
         // sun_path holds 107 bytes; the ttrpc socket's path is the longest.
         let longest = paths.ttrpc_socket().as_os_str().len();
         if longest > 107 {
@@ -159,9 +183,12 @@ impl Paths {
 
 pub fn command(action: Action) -> anyhow::Result<()> {
     match action {
-        Action::Start { cgroup_driver } => cli::start_foreground(cgroup_driver),
-        Action::Stop => cli::stop_other(),
-        Action::Status => cli::status(),
+        Action::Start {
+            cgroup_driver,
+            version,
+        } => cli::start_foreground(cgroup_driver, version),
+        Action::Stop { version } => cli::stop_other(version),
+        Action::Status { version } => cli::status(version),
     }
 }
 
@@ -179,13 +206,15 @@ impl Containerd {
     /// Clears leftovers, starts containerd, waits until it answers and imports the images.
     /// Gives up early when `interrupts` sees Ctrl-C.
     pub fn start(interrupts: &mut Interrupts) -> anyhow::Result<Containerd> {
-        Containerd::start_with(interrupts, CgroupDriver::Cgroupfs)
+        Containerd::start_with(interrupts, CgroupDriver::Cgroupfs, Version::default())
     }
 
-    /// [`Containerd::start`] with runc on `cgroup_driver`.
+    /// [`Containerd::start`] of `version` (fetched first if need be) with runc on
+    /// `cgroup_driver`.
     pub fn start_with(
         interrupts: &mut Interrupts,
         cgroup_driver: CgroupDriver,
+        version: Version,
     ) -> anyhow::Result<Containerd> {
         if !sh::is_root() {
             bail!(
@@ -194,17 +223,27 @@ impl Containerd {
             );
         }
         let images = images::ensure()?;
-        let paths = Paths::new()?;
+        fetch::ensure(version)?;
+        let started = Instant::now();
+        let paths = Paths::of(version)?;
         let lock = lock(&paths)?;
         leftovers::clear(&paths)?;
-        config::write(&paths, cgroup_driver)?;
+        config::write(&paths, cgroup_driver, version)?;
         let log_path = paths.log();
         if log_path.exists() {
             // The previous run's log stays readable (a crash is often explained there).
             let _ = fs::rename(&log_path, paths.state.join("containerd.previous.log"));
         }
         let log = File::create(&log_path)?;
-        let mut command = Command::new("containerd");
+        let mut command = Command::new(version.program("containerd"));
+        if let Some(bin) = version.bin_dir() {
+            // Its own shim (containerd-shim-runc-v2) first; runc is the system's.
+            let mut dirs = vec![bin];
+            if let Some(path) = std::env::var_os("PATH") {
+                dirs.extend(std::env::split_paths(&path));
+            }
+            command.env("PATH", std::env::join_paths(dirs)?);
+        }
         command
             .arg("--config")
             .arg(paths.config())
@@ -232,9 +271,11 @@ impl Containerd {
             containerd.import(image)?;
         }
         println!(
-            "xtask: containerd: ready at {} (pid {})",
+            "xtask: containerd: {} ready at {} (pid {}) in {:.1} s",
+            version.label(),
             containerd.paths.endpoint(),
-            containerd.child.id()
+            containerd.child.id(),
+            started.elapsed().as_secs_f64()
         );
         Ok(containerd)
     }
@@ -369,7 +410,7 @@ impl Drop for Containerd {
 }
 
 fn ctr(paths: &Paths) -> Command {
-    let mut command = Command::new("ctr");
+    let mut command = Command::new(paths.version.program("ctr"));
     command.arg("--address").arg(paths.socket());
     command
 }

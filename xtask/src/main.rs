@@ -45,6 +45,10 @@ enum Task {
     Run {
         #[arg(long)]
         release: bool,
+        /// The private containerd's release (1.6, 1.7 or 2.1; see `cargo xtask containerd
+        /// start --help`).
+        #[arg(long, value_enum, value_name = "VERSION", default_value_t = containerd::Version::V1_6)]
+        containerd: containerd::Version,
         #[arg(last = true)]
         args: Vec<String>,
     },
@@ -52,7 +56,11 @@ enum Task {
     /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), the kernel matrix
     /// (`vm-test`), then a short run of every fuzz target (`fuzz --seconds 20`, built in the
     /// background while the tests run).
-    Test,
+    Test {
+        /// The private containerd's release the system tests run against (1.6, 1.7 or 2.1).
+        #[arg(long, value_enum, value_name = "VERSION", default_value_t = containerd::Version::V1_6)]
+        containerd: containerd::Version,
+    },
     /// The fuzz targets of tests/fuzz (cargo-fuzz, libFuzzer, AddressSanitizer, the nightly
     /// toolchain): one build, then each target for N seconds from its seeds and the corpus grown
     /// so far; prints executions and findings per target and fails on any crash, hang or OOM.
@@ -93,8 +101,12 @@ fn main() {
     let result = match cli.task {
         Task::Setup => setup::ensure().and_then(|()| setup::fuzz_tools()),
         Task::Build { release } => tasks::build(release),
-        Task::Run { release, args } => tasks::run(release, &args),
-        Task::Test => tasks::test(),
+        Task::Run {
+            release,
+            containerd,
+            args,
+        } => tasks::run(release, containerd, &args),
+        Task::Test { containerd } => tasks::test(containerd),
         Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),
         Task::VmTest { kernels } => vm::parse_kernels(&kernels).and_then(|k| vm::run(&k)),
         Task::Containerd { action } => containerd::command(action),

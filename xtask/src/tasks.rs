@@ -6,7 +6,7 @@ use std::{os::unix::process::CommandExt as _, path::PathBuf, process::Command};
 use anyhow::{Context as _, anyhow, bail};
 
 use crate::{
-    containerd::{CgroupDriver, Containerd},
+    containerd::{CgroupDriver, Containerd, Version},
     setup, sh,
     supervise::{self, Interrupts, OnContainerdDeath},
 };
@@ -34,7 +34,7 @@ const DEV_EVICTION_HARD: &str =
 /// Runs `swiftlet` as root (it loads eBPF programs). `swiftlet run` without a runtime endpoint
 /// gets the private containerd and runs as xtask's child, so that containerd stops after it;
 /// anything else replaces this process, so that signals from the terminal reach swiftlet directly.
-pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
+pub fn run(release: bool, version: Version, args: &[String]) -> anyhow::Result<()> {
     build(release)?;
     let binary = profile_dir(release).join("swiftlet");
     let mut args: Vec<String> = if args.is_empty() {
@@ -76,15 +76,15 @@ pub fn run(release: bool, args: &[String]) -> anyhow::Result<()> {
         );
     }
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver, version)?;
     args.push("--runtime-endpoint".to_owned());
     args.push(containerd.paths().endpoint());
     if !args
         .iter()
         .any(|a| a.starts_with("--pod-infra-container-image"))
     {
-        // The private containerd (1.6) does not pin its sandbox image: named here, image GC
-        // never takes it, and no registry could bring it back.
+        // containerd 1.6 does not pin its sandbox image (1.7 and 2.1 do): named here, image GC
+        // never takes it on any version, and no registry could bring it back.
         args.push("--pod-infra-container-image".to_owned());
         args.push(crate::images::PAUSE.to_owned());
     }
@@ -167,7 +167,7 @@ pub fn exec_as_root(binary: &std::path::Path, args: &[String]) -> anyhow::Result
 }
 
 /// The whole suite, as CI runs it.
-pub fn test() -> anyhow::Result<()> {
+pub fn test(version: Version) -> anyhow::Result<()> {
     setup::ensure()?;
     sh::run(sh::cmd("cargo").args(["fmt", "--all", "--", "--check"]))?;
     // The fuzz targets are a workspace of their own.
@@ -214,7 +214,7 @@ pub fn test() -> anyhow::Result<()> {
         return Ok(());
     }
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start(&mut interrupts)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, CgroupDriver::Cgroupfs, version)?;
     cargo_test
         .env(
             "SWIFTLET_TEST_RUNTIME_ENDPOINT",

@@ -13,13 +13,18 @@ use nix::{
     unistd::Pid,
 };
 
-use super::{CgroupDriver, Containerd, NAMESPACE, Paths, STOP_TIMEOUT, ctr, leftovers, try_lock};
+use super::{
+    CgroupDriver, Containerd, NAMESPACE, Paths, STOP_TIMEOUT, Version, ctr, leftovers, try_lock,
+};
 use crate::{sh, supervise::Interrupts};
 
 /// `containerd start`: runs until Ctrl-C, SIGTERM (what `containerd stop` sends) or its death.
-pub(super) fn start_foreground(cgroup_driver: CgroupDriver) -> anyhow::Result<()> {
+pub(super) fn start_foreground(
+    cgroup_driver: CgroupDriver,
+    version: Version,
+) -> anyhow::Result<()> {
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, cgroup_driver, version)?;
     let paths = containerd.paths().clone();
     println!(
         "xtask: containerd: running until Ctrl-C (or `cargo xtask containerd stop`). Use it with:\n  \
@@ -47,8 +52,8 @@ pub(super) fn start_foreground(cgroup_driver: CgroupDriver) -> anyhow::Result<()
 
 /// `containerd stop`: asks the owning xtask to stop (it stops containerd in order), then clears
 /// leftovers.
-pub(super) fn stop_other() -> anyhow::Result<()> {
-    let paths = Paths::new()?;
+pub(super) fn stop_other(version: Version) -> anyhow::Result<()> {
+    let paths = Paths::of(version)?;
     if !sh::is_root() {
         bail!("stopping the private containerd needs root: `sudo -E cargo xtask containerd stop`");
     }
@@ -83,8 +88,8 @@ pub(super) fn stop_other() -> anyhow::Result<()> {
 }
 
 /// `containerd status`.
-pub(super) fn status() -> anyhow::Result<()> {
-    let paths = Paths::new()?;
+pub(super) fn status(version: Version) -> anyhow::Result<()> {
+    let paths = Paths::of(version)?;
     println!("state:    {}", paths.state.display());
     println!("endpoint: {}", paths.endpoint());
     println!("log:      {}", paths.log().display());

@@ -9,7 +9,10 @@ use std::{fs, path::PathBuf};
 use anyhow::Context as _;
 use serde_json::json;
 
-use super::{CgroupDriver, Paths};
+use super::{
+    CgroupDriver, Paths,
+    version::{ConfigFormat, Version},
+};
 use crate::images;
 
 /// The CNI network the sandboxes join when they do not use the host's network.
@@ -17,7 +20,11 @@ const BRIDGE: &str = "swiftlet0";
 const POD_SUBNET: &str = "10.88.0.0/16";
 
 /// Writes config.toml and the CNI network for this instance.
-pub(super) fn write(paths: &Paths, cgroup_driver: CgroupDriver) -> anyhow::Result<()> {
+pub(super) fn write(
+    paths: &Paths,
+    cgroup_driver: CgroupDriver,
+    version: Version,
+) -> anyhow::Result<()> {
     for dir in [
         paths.root(),
         paths.run(),
@@ -35,7 +42,68 @@ pub(super) fn write(paths: &Paths, cgroup_driver: CgroupDriver) -> anyhow::Resul
     }
     // TOML basic strings accept JSON's string escapes.
     let quoted = |path: PathBuf| serde_json::to_string(&path.display().to_string());
-    let config = format!(
+    let settings = Settings {
+        root: quoted(paths.root())?,
+        state: quoted(paths.run())?,
+        socket: quoted(paths.socket())?,
+        ttrpc: quoted(paths.ttrpc_socket())?,
+        opt: quoted(paths.state.join("opt"))?,
+        cni_conf_dir: quoted(paths.cni_conf_dir())?,
+        runc_root: quoted(paths.runc_root())?,
+        restrict_oom_score_adj,
+        systemd_cgroup: cgroup_driver == CgroupDriver::Systemd,
+    };
+    let config = match version.config_format() {
+        ConfigFormat::V2 => version2(&settings),
+        ConfigFormat::V3 => version3(&settings),
+    };
+    fs::write(paths.config(), config)?;
+    // The CRI plugin adds the loopback interface itself (with /usr/lib/cni/loopback). The address
+    // reservations stay in host-local's default /var/lib/cni/networks/swiftlet, shared (and
+    // locked) by every checkout's instance on this one bridge, so they never hand out one
+    // address twice. No masquerading: pods have nowhere outside to go.
+    let network = json!({
+        "cniVersion": "1.0.0",
+        "name": "swiftlet",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": true,
+                "ipMasq": false,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": POD_SUBNET }]],
+                    "routes": [{ "dst": "0.0.0.0/0" }],
+                },
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true } },
+        ],
+    });
+    fs::write(
+        paths.cni_conf_dir().join("10-swiftlet.conflist"),
+        serde_json::to_string_pretty(&network)?,
+    )?;
+    Ok(())
+}
+
+/// What both formats say, each path already a quoted TOML string.
+struct Settings {
+    root: String,
+    state: String,
+    socket: String,
+    ttrpc: String,
+    opt: String,
+    cni_conf_dir: String,
+    runc_root: String,
+    restrict_oom_score_adj: bool,
+    systemd_cgroup: bool,
+}
+
+/// containerd 1.6 and 1.7: config version 2, one CRI plugin `io.containerd.grpc.v1.cri`.
+fn version2(s: &Settings) -> String {
+    format!(
         r#"# Written by `cargo xtask` (xtask/src/containerd/config.rs) at every start; edits are lost.
 version = 2
 root = {root}
@@ -80,45 +148,88 @@ disabled_plugins = [
           # below the pods' slices, or directories below the pods' cgroups.
           SystemdCgroup = {systemd_cgroup}
 "#,
-        root = quoted(paths.root())?,
-        state = quoted(paths.run())?,
-        socket = quoted(paths.socket())?,
-        ttrpc = quoted(paths.ttrpc_socket())?,
-        opt = quoted(paths.state.join("opt"))?,
+        root = s.root,
+        state = s.state,
+        socket = s.socket,
+        ttrpc = s.ttrpc,
+        opt = s.opt,
         pause = images::PAUSE,
-        cni_conf_dir = quoted(paths.cni_conf_dir())?,
-        runc_root = quoted(paths.runc_root())?,
-        systemd_cgroup = cgroup_driver == CgroupDriver::Systemd,
-    );
-    fs::write(paths.config(), config)?;
-    // The CRI plugin adds the loopback interface itself (with /usr/lib/cni/loopback). The address
-    // reservations stay in host-local's default /var/lib/cni/networks/swiftlet, shared (and
-    // locked) by every checkout's instance on this one bridge, so they never hand out one
-    // address twice. No masquerading: pods have nowhere outside to go.
-    let network = json!({
-        "cniVersion": "1.0.0",
-        "name": "swiftlet",
-        "plugins": [
-            {
-                "type": "bridge",
-                "bridge": BRIDGE,
-                "isGateway": true,
-                "ipMasq": false,
-                "hairpinMode": true,
-                "ipam": {
-                    "type": "host-local",
-                    "ranges": [[{ "subnet": POD_SUBNET }]],
-                    "routes": [{ "dst": "0.0.0.0/0" }],
-                },
-            },
-            { "type": "portmap", "capabilities": { "portMappings": true } },
-        ],
-    });
-    fs::write(
-        paths.cni_conf_dir().join("10-swiftlet.conflist"),
-        serde_json::to_string_pretty(&network)?,
-    )?;
-    Ok(())
+        restrict_oom_score_adj = s.restrict_oom_score_adj,
+        cni_conf_dir = s.cni_conf_dir,
+        runc_root = s.runc_root,
+        systemd_cgroup = s.systemd_cgroup,
+    )
+}
+
+/// containerd 2.x: config version 3 (containerd 2.1's `containerd config default` and
+/// docs/cri/config.md): the CRI plugin split into `io.containerd.cri.v1.images` (snapshotter,
+/// the sandbox image as a pinned image) and `io.containerd.cri.v1.runtime` (runtimes, CNI with
+/// `bin_dirs`), `io.containerd.grpc.v1.cri` keeping only the streaming server.
+fn version3(s: &Settings) -> String {
+    format!(
+        r#"# Written by `cargo xtask` (xtask/src/containerd/config.rs) at every start; edits are lost.
+version = 3
+root = {root}
+state = {state}
+# Snapshotters this instance never uses; the CRI plugin uses overlayfs.
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs",
+]
+
+[grpc]
+  address = {socket}
+
+[ttrpc]
+  address = {ttrpc}
+
+[plugins]
+  [plugins."io.containerd.internal.v1.opt"]
+    path = {opt}
+  # NRI is on by default in 2.x with a socket at /var/run/nri/nri.sock, which every instance on
+  # the machine would share.
+  [plugins."io.containerd.nri.v1.nri"]
+    disable = true
+  [plugins."io.containerd.cri.v1.images"]
+    snapshotter = "overlayfs"
+    [plugins."io.containerd.cri.v1.images".pinned_images]
+      # No registry is reachable: the sandbox image is the local one xtask imports; pinned, so
+      # image GC (containerd's or the kubelet's) never takes it.
+      sandbox = "{pause}"
+  [plugins."io.containerd.cri.v1.runtime"]
+    restrict_oom_score_adj = {restrict_oom_score_adj}
+    # Network namespaces under our state folder, where leftovers are ours to unmount.
+    netns_mounts_under_state_dir = true
+    # No CDI devices on these nodes: no spec folders to watch outside the state folder.
+    enable_cdi = false
+    [plugins."io.containerd.cri.v1.runtime".cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = {cni_conf_dir}
+    [plugins."io.containerd.cri.v1.runtime".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+          # runc's state apart from any system containerd's, to find our leftovers.
+          Root = {runc_root}
+          # The driver swiftlet's cgroupDriver names: containers' cgroups as systemd scopes
+          # below the pods' slices, or directories below the pods' cgroups.
+          SystemdCgroup = {systemd_cgroup}
+"#,
+        root = s.root,
+        state = s.state,
+        socket = s.socket,
+        ttrpc = s.ttrpc,
+        opt = s.opt,
+        pause = images::PAUSE,
+        restrict_oom_score_adj = s.restrict_oom_score_adj,
+        cni_conf_dir = s.cni_conf_dir,
+        runc_root = s.runc_root,
+        systemd_cgroup = s.systemd_cgroup,
+    )
 }
 
 /// CapEff bit 24. Without it (this project's VMs) a negative oom_score_adj cannot be written.
@@ -154,5 +265,124 @@ mod tests {
             assert_eq!(cap_sys_resource_in(&status).unwrap(), has, "{cap_eff}");
         }
         assert!(cap_sys_resource_in("Name:\tx\n").is_err());
+    }
+
+    fn settings(systemd_cgroup: bool) -> Settings {
+        let q = |p: &str| serde_json::to_string(p).unwrap();
+        Settings {
+            root: q("/s/root"),
+            state: q("/s/run"),
+            socket: q("/s/containerd.sock"),
+            ttrpc: q("/s/containerd.sock.ttrpc"),
+            opt: q("/s/opt"),
+            cni_conf_dir: q("/s/cni/net.d"),
+            runc_root: q("/s/runc"),
+            restrict_oom_score_adj: true,
+            systemd_cgroup,
+        }
+    }
+
+    /// The value at `path` (table names, then the key) in the parsed document, as TOML text.
+    fn at(doc: &toml_edit::DocumentMut, path: &[&str]) -> String {
+        let (key, tables) = path.split_last().unwrap();
+        let mut table = doc.as_table();
+        for name in tables {
+            table = table
+                .get(name)
+                .and_then(toml_edit::Item::as_table)
+                .unwrap_or_else(|| panic!("no table {name} on the way to {path:?}"));
+        }
+        let value = table
+            .get(key)
+            .and_then(toml_edit::Item::as_value)
+            .unwrap_or_else(|| panic!("no key {path:?}"));
+        match value {
+            toml_edit::Value::String(s) => s.value().clone(),
+            toml_edit::Value::Integer(i) => i.value().to_string(),
+            toml_edit::Value::Boolean(b) => b.value().to_string(),
+            toml_edit::Value::Array(a) => a
+                .iter()
+                .filter_map(|v| v.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+            other => panic!("unexpected {other:?} at {path:?}"),
+        }
+    }
+
+    #[test]
+    fn version_2_config_parses_and_names_the_cri_plugins_keys() {
+        for systemd in [false, true] {
+            let doc: toml_edit::DocumentMut = version2(&settings(systemd)).parse().unwrap();
+            let cri = "io.containerd.grpc.v1.cri";
+            assert_eq!(at(&doc, &["version"]), "2");
+            assert_eq!(at(&doc, &["root"]), "/s/root");
+            assert_eq!(at(&doc, &["grpc", "address"]), "/s/containerd.sock");
+            assert_eq!(at(&doc, &["plugins", cri, "sandbox_image"]), images::PAUSE);
+            assert_eq!(
+                at(&doc, &["plugins", cri, "restrict_oom_score_adj"]),
+                "true"
+            );
+            assert_eq!(
+                at(&doc, &["plugins", cri, "cni", "conf_dir"]),
+                "/s/cni/net.d"
+            );
+            let runc = ["plugins", cri, "containerd", "runtimes", "runc", "options"];
+            assert_eq!(at(&doc, &[&runc[..], &["Root"]].concat()), "/s/runc");
+            assert_eq!(
+                at(&doc, &[&runc[..], &["SystemdCgroup"]].concat()),
+                systemd.to_string()
+            );
+        }
+    }
+
+    #[test]
+    fn version_3_config_parses_and_names_the_split_cri_plugins_keys() {
+        for systemd in [false, true] {
+            let doc: toml_edit::DocumentMut = version3(&settings(systemd)).parse().unwrap();
+            let images_plugin = "io.containerd.cri.v1.images";
+            let runtime = "io.containerd.cri.v1.runtime";
+            assert_eq!(at(&doc, &["version"]), "3");
+            assert_eq!(at(&doc, &["state"]), "/s/run");
+            assert_eq!(at(&doc, &["ttrpc", "address"]), "/s/containerd.sock.ttrpc");
+            assert_eq!(
+                at(
+                    &doc,
+                    &["plugins", images_plugin, "pinned_images", "sandbox"]
+                ),
+                images::PAUSE
+            );
+            assert_eq!(
+                at(&doc, &["plugins", images_plugin, "snapshotter"]),
+                "overlayfs"
+            );
+            assert_eq!(
+                at(&doc, &["plugins", runtime, "restrict_oom_score_adj"]),
+                "true"
+            );
+            assert_eq!(
+                at(&doc, &["plugins", runtime, "cni", "bin_dirs"]),
+                "/usr/lib/cni"
+            );
+            assert_eq!(
+                at(&doc, &["plugins", "io.containerd.nri.v1.nri", "disable"]),
+                "true"
+            );
+            let runc = [
+                "plugins",
+                runtime,
+                "containerd",
+                "runtimes",
+                "runc",
+                "options",
+            ];
+            assert_eq!(at(&doc, &[&runc[..], &["Root"]].concat()), "/s/runc");
+            assert_eq!(
+                at(&doc, &[&runc[..], &["SystemdCgroup"]].concat()),
+                systemd.to_string()
+            );
+            // 1.x's single plugin's keys would be ignored by 2.x: none may be left.
+            let plugins = doc["plugins"].as_table().unwrap();
+            assert!(plugins.get("io.containerd.grpc.v1.cri").is_none());
+        }
     }
 }
