@@ -23,9 +23,12 @@ use swiftlet_tests::{EVENT_WAIT, privileged, systemd::SystemdNamespace};
 
 const MIB: i64 = 1024 * 1024;
 
-#[test]
-fn pod_slices_are_made_limited_and_stopped_by_a_real_systemd() {
-    let test = "pod_slices_are_made_limited_and_stopped_by_a_real_systemd";
+/// Runs `body` on a runtime of the test's own thread (systemd's parent-death signal is tied to
+/// the thread that starts it), unless the test may skip.
+fn privileged_async<F: std::future::Future<Output = ()>>(
+    test: &'static str,
+    body: impl FnOnce(&'static str) -> F,
+) {
     if !privileged(test) {
         return;
     }
@@ -33,7 +36,15 @@ fn pod_slices_are_made_limited_and_stopped_by_a_real_systemd() {
         .enable_all()
         .build()
         .expect("a tokio runtime")
-        .block_on(slices(test));
+        .block_on(body(test));
+}
+
+#[test]
+fn pod_slices_are_made_limited_and_stopped_by_a_real_systemd() {
+    privileged_async(
+        "pod_slices_are_made_limited_and_stopped_by_a_real_systemd",
+        slices,
+    );
 }
 
 async fn slices(test: &str) {
@@ -274,15 +285,10 @@ async fn until(what: &str, want: impl Fn() -> bool) {
 /// once), and gone from every hierarchy as soon as `remove_pod` returns.
 #[test]
 fn the_agents_pod_cgroups_are_slices_of_a_real_systemd() {
-    let test = "the_agents_pod_cgroups_are_slices_of_a_real_systemd";
-    if !privileged(test) {
-        return;
-    }
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-        .block_on(pod_cgroups(test));
+    privileged_async(
+        "the_agents_pod_cgroups_are_slices_of_a_real_systemd",
+        pod_cgroups,
+    );
 }
 
 async fn pod_cgroups(test: &str) {
