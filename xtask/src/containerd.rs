@@ -176,6 +176,17 @@ impl Paths {
         self.state.join("runc")
     }
 
+    /// The registries' hosts folder (`<registry host:port>/hosts.toml`, containerd's
+    /// `config_path`), where tests put the CA of a local registry.
+    pub fn certs_d(&self) -> PathBuf {
+        self.state.join("certs.d")
+    }
+
+    /// crun's state for the containers of the `crun` handler, laid out as runc's.
+    fn crun_root(&self) -> PathBuf {
+        self.state.join("crun")
+    }
+
     fn cni_conf_dir(&self) -> PathBuf {
         self.state.join("cni").join("net.d")
     }
@@ -200,6 +211,7 @@ pub struct Containerd {
     /// leftovers.
     _lock: Flock<File>,
     stopped: bool,
+    version: Version,
 }
 
 impl Containerd {
@@ -265,6 +277,7 @@ impl Containerd {
             child,
             _lock: lock,
             stopped: false,
+            version,
         };
         containerd.wait_ready(interrupts)?;
         for image in &images {
@@ -282,6 +295,13 @@ impl Containerd {
 
     pub fn paths(&self) -> &Paths {
         &self.paths
+    }
+
+    /// The release `containerd --version` names (e.g. `2.1.9+unknown`), or what it printed.
+    pub fn release(&self) -> String {
+        let out = sh::output(Command::new(self.version.program("containerd")).arg("--version"))
+            .unwrap_or_default();
+        version::release_of(&out).map_or_else(|| out.trim().to_owned(), str::to_owned)
     }
 
     /// `Some(report)` once containerd has exited while it should run: its status and the tail of

@@ -10,6 +10,7 @@ mod bench;
 mod containerd;
 mod fuzz;
 mod images;
+mod runtimes;
 mod setup;
 mod sh;
 mod supervise;
@@ -53,13 +54,26 @@ enum Task {
         args: Vec<String>,
     },
     /// The whole suite: formatting, clippy, unit tests and the privileged system tests, the
-    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), the kernel matrix
+    /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), the runtime matrix's
+    /// selection on the other containerd releases (`runtime-test`), the kernel matrix
     /// (`vm-test`), then a short run of every fuzz target (`fuzz --seconds 20`, built in the
     /// background while the tests run).
     Test {
         /// The private containerd's release the system tests run against (1.6, 1.7 or 2.1).
         #[arg(long, value_enum, value_name = "VERSION", default_value_t = containerd::Version::V1_6)]
         containerd: containerd::Version,
+    },
+    /// The runtime matrix: the system tests of every area the runtime shapes (pods, PLEG,
+    /// eviction, CPU manager, probes, volumes, logs, CRI, runtime handlers) on each private
+    /// containerd release, one after another, with a report per release. `cargo xtask test` runs
+    /// a selection of them on the releases other than its own.
+    RuntimeTest {
+        /// 1.6, 1.7 or 2.1; repeatable; all three when none is given.
+        #[arg(long = "containerd", value_enum, value_name = "VERSION")]
+        versions: Vec<containerd::Version>,
+        /// Every test of those areas' files, not only the selection `cargo xtask test` runs.
+        #[arg(long)]
+        all: bool,
     },
     /// The fuzz targets of tests/fuzz (cargo-fuzz, libFuzzer, AddressSanitizer, the nightly
     /// toolchain): one build, then each target for N seconds from its seeds and the corpus grown
@@ -107,6 +121,14 @@ fn main() {
             args,
         } => tasks::run(release, containerd, &args),
         Task::Test { containerd } => tasks::test(containerd),
+        Task::RuntimeTest { versions, all } => runtimes::run(
+            &versions,
+            if all {
+                runtimes::Scope::All
+            } else {
+                runtimes::Scope::Selection
+            },
+        ),
         Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),
         Task::VmTest { kernels } => vm::parse_kernels(&kernels).and_then(|k| vm::run(&k)),
         Task::Containerd { action } => containerd::command(action),

@@ -31,6 +31,11 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
         "the OCI runtime that containerd's shim starts containers with",
     ),
     (
+        "crun",
+        "crun",
+        "the second OCI runtime, the private containerd's `crun` handler",
+    ),
+    (
         "containernetworking-plugins",
         "/usr/lib/cni/bridge",
         "the CNI plugins (bridge, host-local, portmap, loopback) of the pods' network",

@@ -11,7 +11,7 @@ use crate::{
     supervise::{self, Interrupts, OnContainerdDeath},
 };
 
-fn profile_dir(release: bool) -> PathBuf {
+pub fn profile_dir(release: bool) -> PathBuf {
     sh::root()
         .join("target")
         .join(if release { "release" } else { "debug" })
@@ -241,6 +241,20 @@ pub fn test(version: Version) -> anyhow::Result<()> {
         Ok(())
     };
     both(tested, stopped)?;
+    drop(interrupts);
+    // Every area on the other releases too (a selection: the whole suite on each would double
+    // CI's time).
+    let others: Vec<Version> = Version::ALL
+        .into_iter()
+        .filter(|&v| v != version)
+        .collect();
+    println!(
+        "xtask: the whole suite passed on containerd {}; now the runtime matrix's selection on {}",
+        version.label(),
+        others.iter().map(|v| v.label()).collect::<Vec<_>>().join(", ")
+    );
+    let outcomes = crate::runtimes::matrix(&others, crate::runtimes::Scope::Selection)?;
+    crate::runtimes::conclude(&outcomes)?;
     // The host's own kernel-event tests ran above; the matrix adds the LTS kernels (and reports
     // the host beside them).
     crate::vm::run(&crate::vm::parse_kernels(&[])?)?;

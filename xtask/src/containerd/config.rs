@@ -19,6 +19,9 @@ use crate::images;
 const BRIDGE: &str = "swiftlet0";
 const POD_SUBNET: &str = "10.88.0.0/16";
 
+/// The OCI runtime of the `crun` handler (Debian's crun package, which `setup.rs` installs).
+pub(super) const CRUN: &str = "/usr/bin/crun";
+
 /// Writes config.toml and the CNI network for this instance.
 pub(super) fn write(
     paths: &Paths,
@@ -29,6 +32,8 @@ pub(super) fn write(
         paths.root(),
         paths.run(),
         paths.runc_root(),
+        paths.crun_root(),
+        paths.certs_d(),
         paths.cni_conf_dir(),
     ] {
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -50,6 +55,9 @@ pub(super) fn write(
         opt: quoted(paths.state.join("opt"))?,
         cni_conf_dir: quoted(paths.cni_conf_dir())?,
         runc_root: quoted(paths.runc_root())?,
+        crun: quoted(PathBuf::from(CRUN))?,
+        crun_root: quoted(paths.crun_root())?,
+        certs_d: quoted(paths.certs_d())?,
         restrict_oom_score_adj,
         systemd_cgroup: cgroup_driver == CgroupDriver::Systemd,
     };
@@ -97,6 +105,11 @@ struct Settings {
     opt: String,
     cni_conf_dir: String,
     runc_root: String,
+    /// The crun binary and its state folder, for the `crun` handler.
+    crun: String,
+    crun_root: String,
+    /// The registries' hosts folder (`<state>/certs.d`).
+    certs_d: String,
     restrict_oom_score_adj: bool,
     systemd_cgroup: bool,
 }
@@ -133,6 +146,10 @@ disabled_plugins = [
     netns_mounts_under_state_dir = true
     # AppArmor stays on: containerd applies its default profile only where the host supports
     # AppArmor, and works without it (this project's VMs have none).
+    # Registries' hosts.toml (trusted CAs, mirrors), read at every pull: a test's local
+    # registry puts its CA there.
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = {certs_d}
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "/usr/lib/cni"
       conf_dir = {cni_conf_dir}
@@ -147,6 +164,14 @@ disabled_plugins = [
           # The driver swiftlet's cgroupDriver names: containers' cgroups as systemd scopes
           # below the pods' slices, or directories below the pods' cgroups.
           SystemdCgroup = {systemd_cgroup}
+      # The second OCI runtime, for pods whose RuntimeClass names the handler `crun`: the same
+      # shim, told to run crun instead of runc, with its own state folder.
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.crun.options]
+          BinaryName = {crun}
+          Root = {crun_root}
+          SystemdCgroup = {systemd_cgroup}
 "#,
         root = s.root,
         state = s.state,
@@ -157,6 +182,9 @@ disabled_plugins = [
         restrict_oom_score_adj = s.restrict_oom_score_adj,
         cni_conf_dir = s.cni_conf_dir,
         runc_root = s.runc_root,
+        crun = s.crun,
+        crun_root = s.crun_root,
+        certs_d = s.certs_d,
         systemd_cgroup = s.systemd_cgroup,
     )
 }
@@ -199,6 +227,10 @@ disabled_plugins = [
       # No registry is reachable: the sandbox image is the local one xtask imports; pinned, so
       # image GC (containerd's or the kubelet's) never takes it.
       sandbox = "{pause}"
+    # Registries' hosts.toml (trusted CAs, mirrors), read at every pull: a test's local
+    # registry puts its CA there.
+    [plugins."io.containerd.cri.v1.images".registry]
+      config_path = {certs_d}
   [plugins."io.containerd.cri.v1.runtime"]
     restrict_oom_score_adj = {restrict_oom_score_adj}
     # Network namespaces under our state folder, where leftovers are ours to unmount.
@@ -218,6 +250,14 @@ disabled_plugins = [
           # The driver swiftlet's cgroupDriver names: containers' cgroups as systemd scopes
           # below the pods' slices, or directories below the pods' cgroups.
           SystemdCgroup = {systemd_cgroup}
+      # The second OCI runtime, for pods whose RuntimeClass names the handler `crun`: the same
+      # shim, told to run crun instead of runc, with its own state folder.
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.crun.options]
+          BinaryName = {crun}
+          Root = {crun_root}
+          SystemdCgroup = {systemd_cgroup}
 "#,
         root = s.root,
         state = s.state,
@@ -228,6 +268,9 @@ disabled_plugins = [
         restrict_oom_score_adj = s.restrict_oom_score_adj,
         cni_conf_dir = s.cni_conf_dir,
         runc_root = s.runc_root,
+        crun = s.crun,
+        crun_root = s.crun_root,
+        certs_d = s.certs_d,
         systemd_cgroup = s.systemd_cgroup,
     )
 }
@@ -277,6 +320,9 @@ mod tests {
             opt: q("/s/opt"),
             cni_conf_dir: q("/s/cni/net.d"),
             runc_root: q("/s/runc"),
+            crun: q("/usr/bin/crun"),
+            crun_root: q("/s/crun"),
+            certs_d: q("/s/certs.d"),
             restrict_oom_score_adj: true,
             systemd_cgroup,
         }
@@ -326,10 +372,31 @@ mod tests {
                 at(&doc, &["plugins", cri, "cni", "conf_dir"]),
                 "/s/cni/net.d"
             );
+            assert_eq!(
+                at(&doc, &["plugins", cri, "registry", "config_path"]),
+                "/s/certs.d"
+            );
             let runc = ["plugins", cri, "containerd", "runtimes", "runc", "options"];
             assert_eq!(at(&doc, &[&runc[..], &["Root"]].concat()), "/s/runc");
             assert_eq!(
                 at(&doc, &[&runc[..], &["SystemdCgroup"]].concat()),
+                systemd.to_string()
+            );
+            let crun = [
+                "plugins",
+                cri,
+                "containerd",
+                "runtimes",
+                "crun",
+                "options",
+            ];
+            assert_eq!(
+                at(&doc, &[&crun[..], &["BinaryName"]].concat()),
+                "/usr/bin/crun"
+            );
+            assert_eq!(at(&doc, &[&crun[..], &["Root"]].concat()), "/s/crun");
+            assert_eq!(
+                at(&doc, &[&crun[..], &["SystemdCgroup"]].concat()),
                 systemd.to_string()
             );
         }
@@ -356,6 +423,10 @@ mod tests {
                 "overlayfs"
             );
             assert_eq!(
+                at(&doc, &["plugins", images_plugin, "registry", "config_path"]),
+                "/s/certs.d"
+            );
+            assert_eq!(
                 at(&doc, &["plugins", runtime, "restrict_oom_score_adj"]),
                 "true"
             );
@@ -378,6 +449,23 @@ mod tests {
             assert_eq!(at(&doc, &[&runc[..], &["Root"]].concat()), "/s/runc");
             assert_eq!(
                 at(&doc, &[&runc[..], &["SystemdCgroup"]].concat()),
+                systemd.to_string()
+            );
+            let crun = [
+                "plugins",
+                runtime,
+                "containerd",
+                "runtimes",
+                "crun",
+                "options",
+            ];
+            assert_eq!(
+                at(&doc, &[&crun[..], &["BinaryName"]].concat()),
+                "/usr/bin/crun"
+            );
+            assert_eq!(at(&doc, &[&crun[..], &["Root"]].concat()), "/s/crun");
+            assert_eq!(
+                at(&doc, &[&crun[..], &["SystemdCgroup"]].concat()),
                 systemd.to_string()
             );
             // 1.x's single plugin's keys would be ignored by 2.x: none may be left.

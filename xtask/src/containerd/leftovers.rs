@@ -46,11 +46,11 @@ pub(super) fn clear(paths: &Paths) -> anyhow::Result<()> {
         terminate(&daemons, STOP_TIMEOUT);
     }
 
-    for (root, id) in containers(paths) {
-        println!("xtask: containerd: removing leftover container {id}");
+    for (runtime, root, id) in containers(paths) {
+        println!("xtask: containerd: removing leftover container {id} ({runtime})");
         // Kills its processes and removes its cgroups.
         let _ = sh::output(
-            Command::new("runc")
+            Command::new(runtime)
                 .arg("--root")
                 .arg(&root)
                 .args(["delete", "--force", &id]),
@@ -139,18 +139,22 @@ fn release_addresses(paths: &Paths) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Containers (runc root, id) of this instance: all of those in our runc root, and those in the
-/// default root whose bundle is under our state folder.
-fn containers(paths: &Paths) -> Vec<(PathBuf, String)> {
+/// Containers (OCI runtime, its root, id) of this instance: all of those in our runc and crun
+/// roots, and those in runc's default root whose bundle is under our state folder.
+fn containers(paths: &Paths) -> Vec<(&'static str, PathBuf, String)> {
     let inside = format!("{}/", paths.state.display());
-    let roots = [paths.runc_root(), PathBuf::from(DEFAULT_RUNC_ROOT)]
-        .into_iter()
-        .filter_map(|dir| fs::read_dir(dir).ok())
-        .flat_map(|namespaces| namespaces.flatten().map(|n| n.path()));
+    let roots = [
+        ("runc", paths.runc_root()),
+        ("runc", PathBuf::from(DEFAULT_RUNC_ROOT)),
+        (super::config::CRUN, paths.crun_root()),
+    ]
+    .into_iter()
+    .filter_map(|(runtime, dir)| fs::read_dir(dir).ok().map(|n| (runtime, n)))
+    .flat_map(|(runtime, namespaces)| namespaces.flatten().map(move |n| (runtime, n.path())));
     let mut found = Vec::new();
-    for root in roots {
+    for (runtime, root) in roots {
         let Some(listed) = sh::output(
-            Command::new("runc")
+            Command::new(runtime)
                 .arg("--root")
                 .arg(&root)
                 .args(["list", "--format", "json"]),
@@ -159,13 +163,13 @@ fn containers(paths: &Paths) -> Vec<(PathBuf, String)> {
         };
         // `null` when there are none.
         let listed: Vec<serde_json::Value> = serde_json::from_str(&listed).unwrap_or_default();
-        let ours = root.starts_with(paths.runc_root());
+        let ours = root.starts_with(&paths.state);
         for container in listed {
             let bundle = container["bundle"].as_str().unwrap_or_default();
             if let Some(id) = container["id"].as_str()
                 && (ours || bundle.starts_with(&inside))
             {
-                found.push((root.clone(), id.to_owned()));
+                found.push((runtime, root.clone(), id.to_owned()));
             }
         }
     }

@@ -35,6 +35,9 @@ pub enum ConfigFormat {
 }
 
 impl Version {
+    /// Every release the private containerd runs, oldest first.
+    pub const ALL: [Version; 3] = [Version::V1_6, Version::V1_7, Version::V2_1];
+
     /// `1.6`, `1.7`, `2.1`: what `--version`/`--containerd` take.
     pub fn label(self) -> &'static str {
         match self {
@@ -129,7 +132,7 @@ pub fn reusable(version: Version, containerd: &Path) -> bool {
 mod tests {
     use super::*;
 
-    const ALL: [Version; 3] = [Version::V1_6, Version::V1_7, Version::V2_1];
+    const ALL: [Version; 3] = Version::ALL;
 
     #[test]
     fn the_release_is_read_from_each_packages_version_line() {
