@@ -40,6 +40,7 @@ use crate::{
 
 mod cli;
 mod config;
+mod crun;
 mod fetch;
 mod leftovers;
 mod version;
@@ -240,7 +241,8 @@ impl Containerd {
         let paths = Paths::of(version)?;
         let lock = lock(&paths)?;
         leftovers::clear(&paths)?;
-        config::write(&paths, cgroup_driver, version)?;
+        let crun = crun::ensure()?;
+        config::write(&paths, cgroup_driver, version, &crun)?;
         let log_path = paths.log();
         if log_path.exists() {
             // The previous run's log stays readable (a crash is often explained there).

@@ -176,7 +176,10 @@ pub fn conclude(outcomes: &[Outcome]) -> anyhow::Result<()> {
         .map(|o| o.version.label())
         .collect();
     if !failed.is_empty() {
-        bail!("the runtime matrix failed on containerd {}", failed.join(", "));
+        bail!(
+            "the runtime matrix failed on containerd {}",
+            failed.join(", ")
+        );
     }
     let passed: Vec<&str> = outcomes.iter().map(|o| o.version.label()).collect();
     println!(
@@ -316,7 +319,12 @@ fn print_report(outcomes: &[Outcome]) {
     }
     println!("\nareas, and the tests each release runs in `cargo xtask test`:");
     for area in SELECTION {
-        println!("  {} ({}.rs): {}", area.name, area.file, area.tests.join(", "));
+        println!(
+            "  {} ({}.rs): {}",
+            area.name,
+            area.file,
+            area.tests.join(", ")
+        );
     }
     println!();
 }
@@ -329,13 +337,19 @@ mod tests {
     fn libtest_verdict_lines_are_read_and_others_ignored() {
         assert_eq!(
             verdict("test exit_codes_and_restart_policies ... ok"),
-            Some(("exit_codes_and_restart_policies".to_owned(), Verdict::Passed))
+            Some((
+                "exit_codes_and_restart_policies".to_owned(),
+                Verdict::Passed
+            ))
         );
         assert_eq!(
             verdict("test a_b ... FAILED"),
             Some(("a_b".to_owned(), Verdict::Failed))
         );
-        assert_eq!(verdict("test a_b has been running for over 60 seconds"), None);
+        assert_eq!(
+            verdict("test a_b has been running for over 60 seconds"),
+            None
+        );
         assert_eq!(verdict("test result: ok. 3 passed; 0 failed"), None);
         assert_eq!(verdict("running 3 tests"), None);
     }

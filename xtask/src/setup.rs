@@ -31,10 +31,31 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
         "the OCI runtime that containerd's shim starts containers with",
     ),
     (
-        "crun",
-        "crun",
-        "the second OCI runtime, the private containerd's `crun` handler",
+        "libyajl-dev",
+        "/usr/include/yajl/yajl_tree.h",
+        "building crun (the private containerd's `crun` handler) from Debian trixie's source",
     ),
+    (
+        "libseccomp-dev",
+        "/usr/include/seccomp.h",
+        "building crun: seccomp filters",
+    ),
+    (
+        "libcap-dev",
+        "/usr/include/sys/capability.h",
+        "building crun: capabilities",
+    ),
+    (
+        "libsystemd-dev",
+        "/usr/include/systemd/sd-bus.h",
+        "building crun: its systemd cgroup driver",
+    ),
+    (
+        "pkg-config",
+        "pkg-config",
+        "building crun: finding its libraries",
+    ),
+    ("make", "make", "building crun"),
     (
         "containernetworking-plugins",
         "/usr/lib/cni/bridge",

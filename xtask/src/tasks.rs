@@ -244,14 +244,15 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     drop(interrupts);
     // Every area on the other releases too (a selection: the whole suite on each would double
     // CI's time).
-    let others: Vec<Version> = Version::ALL
-        .into_iter()
-        .filter(|&v| v != version)
-        .collect();
+    let others: Vec<Version> = Version::ALL.into_iter().filter(|&v| v != version).collect();
     println!(
         "xtask: the whole suite passed on containerd {}; now the runtime matrix's selection on {}",
         version.label(),
-        others.iter().map(|v| v.label()).collect::<Vec<_>>().join(", ")
+        others
+            .iter()
+            .map(|v| v.label())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let outcomes = crate::runtimes::matrix(&others, crate::runtimes::Scope::Selection)?;
     crate::runtimes::conclude(&outcomes)?;

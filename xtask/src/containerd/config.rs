@@ -19,14 +19,12 @@ use crate::images;
 const BRIDGE: &str = "swiftlet0";
 const POD_SUBNET: &str = "10.88.0.0/16";
 
-/// The OCI runtime of the `crun` handler (Debian's crun package, which `setup.rs` installs).
-pub(super) const CRUN: &str = "/usr/bin/crun";
-
 /// Writes config.toml and the CNI network for this instance.
 pub(super) fn write(
     paths: &Paths,
     cgroup_driver: CgroupDriver,
     version: Version,
+    crun: &std::path::Path,
 ) -> anyhow::Result<()> {
     for dir in [
         paths.root(),
@@ -55,7 +53,7 @@ pub(super) fn write(
         opt: quoted(paths.state.join("opt"))?,
         cni_conf_dir: quoted(paths.cni_conf_dir())?,
         runc_root: quoted(paths.runc_root())?,
-        crun: quoted(PathBuf::from(CRUN))?,
+        crun: quoted(crun.to_path_buf())?,
         crun_root: quoted(paths.crun_root())?,
         certs_d: quoted(paths.certs_d())?,
         restrict_oom_score_adj,
@@ -382,14 +380,7 @@ mod tests {
                 at(&doc, &[&runc[..], &["SystemdCgroup"]].concat()),
                 systemd.to_string()
             );
-            let crun = [
-                "plugins",
-                cri,
-                "containerd",
-                "runtimes",
-                "crun",
-                "options",
-            ];
+            let crun = ["plugins", cri, "containerd", "runtimes", "crun", "options"];
             assert_eq!(
                 at(&doc, &[&crun[..], &["BinaryName"]].concat()),
                 "/usr/bin/crun"

@@ -175,7 +175,7 @@ pub fn source_line(mirror: &Mirror, suite: &str) -> String {
 }
 
 /// The mirror the system's apt sources name for its own release (`VERSION_CODENAME`).
-fn system_mirror() -> anyhow::Result<Mirror> {
+pub(super) fn system_mirror() -> anyhow::Result<Mirror> {
     let os_release = fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
     let codename = os_release
         .lines()
@@ -258,7 +258,7 @@ fn deb822_mirror(text: &str, codename: &str) -> Option<Mirror> {
     })
 }
 
-fn remove_dir_if_there(dir: &Path) -> anyhow::Result<()> {
+pub(super) fn remove_dir_if_there(dir: &Path) -> anyhow::Result<()> {
     match fs::remove_dir_all(dir) {
         Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
             Err(error).context(format!("removing {}", dir.display()))

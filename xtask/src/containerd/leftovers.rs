@@ -47,7 +47,10 @@ pub(super) fn clear(paths: &Paths) -> anyhow::Result<()> {
     }
 
     for (runtime, root, id) in containers(paths) {
-        println!("xtask: containerd: removing leftover container {id} ({runtime})");
+        println!(
+            "xtask: containerd: removing leftover container {id} ({})",
+            runtime.display()
+        );
         // Kills its processes and removes its cgroups.
         let _ = sh::output(
             Command::new(runtime)
@@ -141,20 +144,24 @@ fn release_addresses(paths: &Paths) -> anyhow::Result<()> {
 
 /// Containers (OCI runtime, its root, id) of this instance: all of those in our runc and crun
 /// roots, and those in runc's default root whose bundle is under our state folder.
-fn containers(paths: &Paths) -> Vec<(&'static str, PathBuf, String)> {
+fn containers(paths: &Paths) -> Vec<(PathBuf, PathBuf, String)> {
     let inside = format!("{}/", paths.state.display());
     let roots = [
-        ("runc", paths.runc_root()),
-        ("runc", PathBuf::from(DEFAULT_RUNC_ROOT)),
-        (super::config::CRUN, paths.crun_root()),
+        (PathBuf::from("runc"), paths.runc_root()),
+        (PathBuf::from("runc"), PathBuf::from(DEFAULT_RUNC_ROOT)),
+        (super::crun::binary(), paths.crun_root()),
     ]
     .into_iter()
     .filter_map(|(runtime, dir)| fs::read_dir(dir).ok().map(|n| (runtime, n)))
-    .flat_map(|(runtime, namespaces)| namespaces.flatten().map(move |n| (runtime, n.path())));
+    .flat_map(|(runtime, namespaces)| {
+        namespaces
+            .flatten()
+            .map(move |n| (runtime.clone(), n.path()))
+    });
     let mut found = Vec::new();
     for (runtime, root) in roots {
         let Some(listed) = sh::output(
-            Command::new(runtime)
+            Command::new(&runtime)
                 .arg("--root")
                 .arg(&root)
                 .args(["list", "--format", "json"]),
@@ -169,7 +176,7 @@ fn containers(paths: &Paths) -> Vec<(&'static str, PathBuf, String)> {
             if let Some(id) = container["id"].as_str()
                 && (ours || bundle.starts_with(&inside))
             {
-                found.push((runtime, root.clone(), id.to_owned()));
+                found.push((runtime.clone(), root.clone(), id.to_owned()));
             }
         }
     }
