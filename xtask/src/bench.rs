@@ -13,7 +13,7 @@ use anyhow::anyhow;
 use clap::Subcommand;
 
 use crate::{
-    containerd::{self, Containerd, Paths},
+    containerd::{self, CgroupDriver, Containerd, Paths, Version},
     sh,
     supervise::{self, Interrupts, OnContainerdDeath},
     tasks,
@@ -109,6 +109,10 @@ pub enum Which {
         rounds: Option<usize>,
     },
 }
+
+/// The containerd the benchmarks run on: 1.6, the release every table so far was measured on,
+/// until the PLEG benchmark compares the three PLEGs on 1.7 and 2.1 (issue 18's part 3).
+const BENCH_RUNTIME: Version = Version::V1_6;
 
 pub fn run(which: Which) -> anyhow::Result<()> {
     tasks::build(true)?;
@@ -252,7 +256,7 @@ fn agent_bench_args(
 /// When `cargo xtask containerd start` already keeps it running, the driver uses that instance
 /// as it is (exec'd in xtask's place: Ctrl-C reaches it directly), and leaves it running.
 fn with_containerd(driver: &Path, args: impl FnOnce(&Paths) -> Vec<String>) -> anyhow::Result<()> {
-    if let Some((paths, holder)) = containerd::started_for_people()? {
+    if let Some((paths, holder)) = containerd::started_for_people(BENCH_RUNTIME)? {
         println!(
             "xtask: containerd: using the private containerd that `cargo xtask containerd start` \
              (pid {holder}) keeps running at {}",
@@ -261,7 +265,8 @@ fn with_containerd(driver: &Path, args: impl FnOnce(&Paths) -> Vec<String>) -> a
         return tasks::exec_as_root(driver, &args(&paths));
     }
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd = Containerd::start(&mut interrupts)?;
+    let mut containerd =
+        Containerd::start_with(&mut interrupts, CgroupDriver::Cgroupfs, BENCH_RUNTIME)?;
     let args = args(containerd.paths());
     // Containerd::start made sure this is root.
     let mut child = supervise::spawn(Command::new(driver).args(&args))?;

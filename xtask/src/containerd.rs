@@ -69,23 +69,23 @@ pub enum Action {
         /// `cgroupDriver` names; `systemd` needs systemd as the init system.
         #[arg(long, value_enum, default_value_t = CgroupDriver::Cgroupfs)]
         cgroup_driver: CgroupDriver,
-        /// The containerd release: the system's 1.6, or 1.7 (Debian trixie) or 2.1 (Debian sid),
-        /// fetched into target/containerd-versions/ on first use. Each has its own state folder,
+        /// The containerd release: 2.1 (Debian sid), 1.7 (Debian trixie), both fetched into
+        /// target/containerd-versions/ on first use, or the system's 1.6. Each has its own state folder,
         /// target/swiftlet-state/containerd (1.6) or containerd-<version>.
-        #[arg(long, value_enum, default_value_t = Version::V1_6)]
+        #[arg(long, value_enum, default_value_t = Version::default())]
         version: Version,
     },
     /// Stop the instance another xtask runs, and clear what a crashed run left behind
     /// (containers, shims, mounts under the state folder).
     Stop {
         /// Whose instance (each version has its own).
-        #[arg(long, value_enum, default_value_t = Version::V1_6)]
+        #[arg(long, value_enum, default_value_t = Version::default())]
         version: Version,
     },
     /// Whether it runs, who owns it, its images and containers, and any leftovers.
     Status {
         /// Whose instance (each version has its own).
-        #[arg(long, value_enum, default_value_t = Version::V1_6)]
+        #[arg(long, value_enum, default_value_t = Version::default())]
         version: Version,
     },
 }
@@ -109,11 +109,6 @@ pub struct Paths {
 }
 
 impl Paths {
-    /// The default release's (1.6) paths: [`Paths::of`].
-    pub fn new() -> anyhow::Result<Paths> {
-        Paths::of(Version::default())
-    }
-
     /// `<workspace>/target/swiftlet-state/<the version's folder>`, created and canonical (mount
     /// points and command lines are compared against it as text).
     pub fn of(version: Version) -> anyhow::Result<Paths> {
@@ -216,14 +211,9 @@ pub struct Containerd {
 }
 
 impl Containerd {
-    /// Clears leftovers, starts containerd, waits until it answers and imports the images.
+    /// Clears leftovers, starts containerd `version` (fetched first if need be, with crun built)
+    /// with runc and crun on `cgroup_driver`, waits until it answers and imports the images.
     /// Gives up early when `interrupts` sees Ctrl-C.
-    pub fn start(interrupts: &mut Interrupts) -> anyhow::Result<Containerd> {
-        Containerd::start_with(interrupts, CgroupDriver::Cgroupfs, Version::default())
-    }
-
-    /// [`Containerd::start`] of `version` (fetched first if need be) with runc on
-    /// `cgroup_driver`.
     pub fn start_with(
         interrupts: &mut Interrupts,
         cgroup_driver: CgroupDriver,
@@ -453,8 +443,8 @@ fn lock(paths: &Paths) -> anyhow::Result<Flock<File>> {
 /// and that xtask's pid. Another task may use it as it is (a benchmark, say) instead of failing
 /// on the lock; an instance owned by any other xtask (a test run, another benchmark) is not
 /// offered, as that xtask clears and stops it when it is done.
-pub fn started_for_people() -> anyhow::Result<Option<(Paths, String)>> {
-    let paths = Paths::new()?;
+pub fn started_for_people(version: Version) -> anyhow::Result<Option<(Paths, String)>> {
+    let paths = Paths::of(version)?;
     let holder = match try_lock(&paths)? {
         Ok(_released_on_drop) => return Ok(None),
         Err(holder) => holder,

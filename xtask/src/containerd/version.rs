@@ -14,13 +14,14 @@ use crate::sh;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Version {
     /// The system's package (bookworm's 1.6.20), found on PATH.
-    #[default]
     #[value(name = "1.6")]
     V1_6,
     /// Debian trixie's package (1.7.24).
     #[value(name = "1.7")]
     V1_7,
-    /// Debian sid's package (2.1.9).
+    /// Debian sid's package (2.1.9): the default, what nodes run now (Kubernetes 1.35 is the
+    /// last release to support containerd 1.x).
+    #[default]
     #[value(name = "2.1")]
     V2_1,
 }
@@ -190,6 +191,6 @@ mod tests {
         assert_eq!(states.len(), ALL.len());
         // 1.6 keeps the folder the tests' SWIFTLET_TEST_CONTAINERD_STATE always named.
         assert_eq!(Version::V1_6.state_dir_name(), "containerd");
-        assert_eq!(Version::default(), Version::V1_6);
+        assert_eq!(Version::default(), Version::V2_1);
     }
 }
