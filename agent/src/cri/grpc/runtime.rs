@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use k8s_cri::v1 as cri;
 
+use futures::StreamExt as _;
+
 use super::{GrpcRuntime, request, whole_seconds};
-use crate::cri::{Operation, Result, RuntimeService};
+use crate::cri::{ContainerEventStream, Error, Operation, Result, RuntimeService};
 
 /// The CRI API version the kubelet announces in `Version` (`kubeRuntimeAPIVersion`).
 const KUBE_RUNTIME_API_VERSION: &str = "0.1.0";
@@ -308,6 +310,20 @@ impl RuntimeService for GrpcRuntime {
         let operation = Operation::ReopenContainerLog;
         self.call(operation, container_id, timeout, exchange, drop_ok)
             .await
+    }
+
+    async fn get_container_events(&self) -> Result<ContainerEventStream> {
+        // No deadline, as upstream (`context.Background()`): the stream is meant to last. The
+        // call ends when the runtime answered with its headers (Unimplemented comes here); each
+        // message is bounded by the client's maximum message size.
+        let mut client = self.runtime.clone();
+        let exchange = client.get_container_events(request(cri::GetEventsRequest {}, None));
+        let operation = Operation::GetContainerEvents;
+        let stream = self.call(operation, "", None, exchange, Ok).await?;
+        let endpoint = self.endpoint.clone();
+        Ok(Box::pin(stream.map(move |item| {
+            item.map_err(|status| Error::from_status(operation, "", &endpoint, None, status))
+        })))
     }
 }
 
