@@ -106,6 +106,10 @@ fn assert_refused(endpoint: &str, runtime: &str) {
 
 /// The endpoint of the test's runtime when it streams container events; `None` (after checking
 /// the refusal) when it does not, or when the test cannot run here.
+#[expect(
+    clippy::print_stderr,
+    reason = "the test log says which behaviour was checked"
+)]
 fn evented_runtime(test: &str) -> Option<String> {
     if !privileged(test) {
         return None;
