@@ -320,7 +320,7 @@ impl RuntimeService for GrpcRuntime {
             Box::pin(async move { client.get_container_events(message).await });
         let start = Instant::now();
         let opening = match tokio::time::timeout(EVENTS_ANSWER_WAIT, &mut exchange).await {
-            Ok(Ok(response)) => Opening::Open(response.into_inner()),
+            Ok(Ok(response)) => Opening::Open(Box::new(response.into_inner())),
             Ok(Err(status)) => {
                 self.metrics.observe(operation, start.elapsed(), true);
                 let error = Error::from_status(operation, "", &self.endpoint, None, status);
@@ -337,7 +337,7 @@ impl RuntimeService for GrpcRuntime {
             async move {
                 let mut events = match opening {
                     Opening::Waiting(exchange) => match exchange.await {
-                        Ok(response) => response.into_inner(),
+                        Ok(response) => Box::new(response.into_inner()),
                         Err(status) => return Some((Err(to_error(status)), Opening::Done)),
                     },
                     Opening::Open(events) => events,
@@ -375,7 +375,7 @@ type Exchange = std::pin::Pin<
 enum Opening {
     /// The runtime has not answered the call yet.
     Waiting(Exchange),
-    Open(tonic::Streaming<cri::ContainerEventResponse>),
+    Open(Box<tonic::Streaming<cri::ContainerEventResponse>>),
     /// Broken: the error was the last item.
     Done,
 }
