@@ -50,6 +50,8 @@ pub enum Error {
     #[error("cgroups: {0}")]
     Cgroups(String),
     #[error(transparent)]
+    EventedPleg(#[from] crate::pleg::evented::Error),
+    #[error(transparent)]
     CgroupDriver(#[from] crate::cm::systemd::preflight::PreflightError),
     #[error(transparent)]
     RuntimeCgroupDriver(#[from] runtime_driver::Error),
@@ -158,6 +160,11 @@ impl Error {
                  --bootstrap-kubeconfig"
                     .into(),
             ),
+            Error::EventedPleg(_) => Some(
+                "point --runtime-endpoint at containerd 1.7 or later (`cargo xtask run \
+                 --containerd 2.1` starts one), or leave --pleg out for the kernel-event PLEG"
+                    .into(),
+            ),
             Error::Metrics(_) | Error::Stopped { .. } => None,
         }
     }
@@ -194,15 +201,25 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
     let certificates::Certificates { api, serving } =
         certificates::start(&config, &node, &metrics, &mut tasks, &shutdown).await?;
     let runtime = pods::connect_cri(&config, &metrics).await?;
+    if config.pleg == PlegMode::Evented {
+        crate::pleg::evented::check_runtime(&runtime).await?;
+    }
     let systemd = runtime_driver::resolve(&mut config, &metrics, &runtime, systemd).await?;
     let cgroups = pods::cgroups(&config, systemd).await?;
     let (source, kernel_bus) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);
     let (kube_events, _) = broadcast::channel(BUS_CAPACITY);
+    let source = match config.pleg {
+        PlegMode::Evented => pods::PlegSource::Evented {
+            period: config.pleg_relist_period,
+        },
+        _ => source,
+    };
     let mode = match &source {
         pods::PlegSource::Kernel { .. } => "ebpf",
         pods::PlegSource::Relist { .. } => "relist",
+        pods::PlegSource::Evented { .. } => "evented",
     };
     metrics.pleg_mode(mode)?;
     tracing::info!(pleg = mode, "pod lifecycle events from the {mode} PLEG");

@@ -57,6 +57,7 @@ use crate::{
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PodLifecycleEvent, PublishedEvent,
         ebpf::{self, EbpfPleg, EbpfPlegMetrics},
+        evented::{self, EventedPleg, EventedPlegMetrics},
         facts::KernelFacts,
         records::{Outputs, PodRecords},
         relist::{PlegMetrics, RelistPleg},
@@ -104,6 +105,8 @@ pub enum PlegSource {
         cgroup2_root: PathBuf,
         period: Duration,
     },
+    /// The runtime's CRI container events, with a relist every `period` as the safety net.
+    Evented { period: Duration },
 }
 
 /// The `kubepods` cgroup hierarchy, made before anything else needs it (the kernel programs
@@ -244,7 +247,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             events: events.clone(),
         },
     )?;
-    let pleg = start_pleg(app, &manager, &runtime.name, input.source, input.published)?;
+    let pleg = start_pleg(app, &manager, &runtime, input.source, input.published)?;
     let status = Arc::new(StatusManager::default());
     super::psi::register_psi_metrics(
         &app.metrics.registry,
@@ -523,17 +526,24 @@ fn runtime_classes(api: Option<&ApiClients>) -> Arc<dyn RuntimeClasses> {
 fn start_pleg(
     app: &mut App<'_>,
     manager: &Arc<KubeRuntimeManager>,
-    runtime_name: &str,
+    runtime: &Runtime,
     source: PlegSource,
     published: broadcast::Sender<Arc<PublishedEvent>>,
 ) -> Result<PlegParts, Error> {
+    let runtime_name = runtime.name.as_str();
     let period = match &source {
-        PlegSource::Relist { period } | PlegSource::Kernel { period, .. } => *period,
+        PlegSource::Relist { period }
+        | PlegSource::Kernel { period, .. }
+        | PlegSource::Evented { period } => *period,
     };
     let pleg_metrics = PlegMetrics::register(&app.metrics.registry)?;
     let kernel_metrics = match source {
         PlegSource::Kernel { .. } => Some(EbpfPlegMetrics::register(&app.metrics.registry)?),
-        PlegSource::Relist { .. } => None,
+        PlegSource::Relist { .. } | PlegSource::Evented { .. } => None,
+    };
+    let evented_metrics = match source {
+        PlegSource::Evented { .. } => Some(EventedPlegMetrics::register(&app.metrics.registry)?),
+        PlegSource::Relist { .. } | PlegSource::Kernel { .. } => None,
     };
     let gc_events = published.subscribe();
     let (records, events) = PodRecords::new(
@@ -553,6 +563,7 @@ fn start_pleg(
             relist_threshold: match source {
                 PlegSource::Relist { .. } => PlegConfig::default().relist_threshold,
                 PlegSource::Kernel { .. } => ebpf::RELIST_THRESHOLD,
+                PlegSource::Evented { .. } => evented::RELIST_THRESHOLD,
             },
         },
         pleg_metrics,
@@ -560,6 +571,13 @@ fn start_pleg(
     let runner = relist.clone();
     let shutdown = app.shutdown.clone();
     app.spawn(async move { runner.run(shutdown).await });
+    if let Some(metrics) = evented_metrics {
+        let evented = EventedPleg::new(runtime.client.clone(), relist, records, metrics);
+        let runner = evented.clone();
+        let shutdown = app.shutdown.clone();
+        app.spawn(async move { runner.run(shutdown).await });
+        return Ok(finish_pleg(app, evented, events, gc_events));
+    }
     let pleg: Arc<dyn Pleg> = match (source, kernel_metrics) {
         (
             PlegSource::Kernel {
@@ -585,6 +603,16 @@ fn start_pleg(
         }
         _ => relist,
     };
+    Ok(finish_pleg(app, pleg, events, gc_events))
+}
+
+/// The PLEG in the health checks, with its outputs.
+fn finish_pleg(
+    app: &App<'_>,
+    pleg: Arc<dyn Pleg>,
+    events: mpsc::Receiver<PodLifecycleEvent>,
+    gc_events: broadcast::Receiver<Arc<PublishedEvent>>,
+) -> PlegParts {
     let checked = pleg.clone();
     app.health.add_check(
         "pleg",
@@ -593,11 +621,11 @@ fn start_pleg(
             PlegHealth::Unhealthy(why) => Some(why),
         }),
     );
-    Ok(PlegParts {
+    PlegParts {
         pleg,
         events,
         gc_events,
-    })
+    }
 }
 
 /// What the pod workers' sync functions act through, besides the pod manager and metrics.

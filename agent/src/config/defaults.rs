@@ -34,6 +34,8 @@ pub const EVENT_BURST: u32 = 100;
 pub const PLEG_RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// The relist under the kernel-event PLEG: only a safety net (upstream's evented PLEG: 300 s).
 pub const EBPF_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);
+/// The relist under the Evented PLEG (upstream `eventedPlegRelistPeriod`).
+pub const EVENTED_PLEG_RELIST_PERIOD: Duration = Duration::from_secs(300);
 pub const ROOT_DIR: &str = "/var/lib/swiftlet";
 pub const EVICTION_MAX_POD_GRACE_PERIOD_SECS: i64 = 0;
 pub const EVICTION_PRESSURE_TRANSITION_PERIOD: Duration = Duration::from_secs(300);

@@ -23,6 +23,9 @@ enum Implemented {
     Switchable,
     /// swiftlet always behaves as the gate at this value.
     Always(bool),
+    /// swiftlet has the gate's behaviour, chosen by another setting (named here): the gate
+    /// switched on alone has no effect.
+    ChosenBy(&'static str),
 }
 
 /// The gates swiftlet implements, with upstream's default (v1.35).
@@ -44,6 +47,14 @@ const GATES: &[(&str, bool, Implemented)] = &[
     ("SidecarContainers", true, Implemented::Always(true)),
     // `hostUsers: false` pods (`kuberuntime/userns`).
     ("UserNamespacesSupport", true, Implemented::Always(true)),
+    // Upstream's Evented PLEG (`pleg/evented`), alpha and off upstream.
+    (
+        "EventedPLEG",
+        false,
+        Implemented::ChosenBy(
+            "swiftlet's Evented PLEG is chosen with pleg: evented (--pleg evented)",
+        ),
+    ),
 ];
 
 /// The feature gates as configured: the file's values over upstream's defaults.
@@ -95,6 +106,10 @@ pub(super) fn resolve(
                     "swiftlet never has this feature"
                 },
             }),
+            Some((_, _, Implemented::ChosenBy(how))) if *on => no_effect.push(NoEffect {
+                field: format!("featureGates.{name}"),
+                why: how,
+            }),
             Some(_) => {}
         }
         gates.set.insert(name.clone(), *on);
@@ -139,6 +154,21 @@ mod tests {
                 "featureGates.UserNamespacesSupport",
             ]
         );
+    }
+
+    #[test]
+    fn the_evented_pleg_gate_points_at_the_pleg_setting() {
+        let (gates, no_effect) = parse("EventedPLEG: true\n").expect("parses");
+        assert!(gates.enabled("EventedPLEG"));
+        assert_eq!(no_effect.len(), 1);
+        assert_eq!(no_effect[0].field, "featureGates.EventedPLEG");
+        assert!(
+            no_effect[0].why.contains("--pleg evented"),
+            "{}",
+            no_effect[0].why
+        );
+        let (_, no_effect) = parse("EventedPLEG: false\n").expect("parses");
+        assert!(no_effect.is_empty());
     }
 
     #[test]

@@ -213,6 +213,7 @@ impl Config {
         let pleg_relist_period = settings.pleg_relist_period.unwrap_or(match pleg {
             PlegMode::Relist => defaults::PLEG_RELIST_PERIOD,
             PlegMode::Ebpf => defaults::EBPF_PLEG_RELIST_PERIOD,
+            PlegMode::Evented => defaults::EVENTED_PLEG_RELIST_PERIOD,
         });
         let mut reserved = reserved::resolve(&settings)?;
         let cpu_manager = cpumanager::resolve(&settings)?;

@@ -183,6 +183,15 @@ fn an_empty_resolv_conf_is_none() {
 }
 
 #[test]
+fn the_evented_pleg_relists_at_upstreams_evented_period() {
+    let (_dir, result) = load("pleg: evented\n", &[]);
+    let config = result.expect("loads");
+    assert_eq!(config.pleg, PlegMode::Evented);
+    assert!(config.pleg_explicit);
+    assert_eq!(config.pleg_relist_period, Duration::from_secs(300));
+}
+
+#[test]
 fn flags_override_the_file() {
     let (_dir, result) = load(
         FULL,
@@ -318,8 +327,8 @@ fn bad_values_name_field_and_value() {
             "config file DIR/swiftlet.yaml: field `clusterDNS`: invalid IP address \"10.96.0\": expected e.g. 10.96.0.10",
         ),
         (
-            "pleg: evented",
-            "config file DIR/swiftlet.yaml: field `pleg`: invalid value \"evented\": expected \"relist\" or \"ebpf\"",
+            "pleg: generic",
+            "config file DIR/swiftlet.yaml: field `pleg`: invalid value \"generic\": expected \"relist\", \"ebpf\" or \"evented\"",
         ),
         (
             "containerRuntimeEndpoint: tcp://1.2.3.4:5",

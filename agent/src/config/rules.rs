@@ -38,7 +38,7 @@ pub(super) fn pleg_mode(input: Input<Option<PlegMode>, String>) -> Resolved<Pleg
                     input.field,
                     "value",
                     s,
-                    "expected \"relist\" or \"ebpf\"",
+                    "expected \"relist\", \"ebpf\" or \"evented\"",
                 )
             })
         })

@@ -19,6 +19,9 @@ pub enum PlegMode {
     /// default whenever the programs load.
     #[default]
     Ebpf,
+    /// The runtime's CRI container events (`GetContainerEvents`, containerd >= 1.7) with a slow
+    /// relist as the safety net: upstream's Evented PLEG.
+    Evented,
 }
 
 impl PlegMode {
@@ -26,6 +29,7 @@ impl PlegMode {
         match self {
             PlegMode::Relist => "relist",
             PlegMode::Ebpf => "ebpf",
+            PlegMode::Evented => "evented",
         }
     }
 }
@@ -37,6 +41,7 @@ impl FromStr for PlegMode {
         match s {
             "relist" => Ok(PlegMode::Relist),
             "ebpf" => Ok(PlegMode::Ebpf),
+            "evented" => Ok(PlegMode::Evented),
             _ => Err(()),
         }
     }
@@ -189,7 +194,9 @@ mod tests {
     fn pleg_modes() {
         assert_eq!("ebpf".parse(), Ok(PlegMode::Ebpf));
         assert_eq!("relist".parse(), Ok(PlegMode::Relist));
-        assert_eq!("evented".parse::<PlegMode>(), Err(()));
+        assert_eq!("evented".parse(), Ok(PlegMode::Evented));
+        assert_eq!(PlegMode::Evented.to_string(), "evented");
+        assert_eq!("generic".parse::<PlegMode>(), Err(()));
     }
 }
 

@@ -201,6 +201,36 @@ pub async fn get_pod_status(
     })
 }
 
+/// A pod's status as one container event carries it (upstream `GeneratePodStatus`): the event's
+/// sandbox and every container in it, newest first, observed when the runtime made the event.
+/// `None` for an event without a sandbox status, or one that does not name its pod (upstream
+/// ignores those: the runtime could not find the sandbox, e.g. it was just removed).
+pub fn pod_status_of_event(
+    event: &cri::ContainerEventResponse,
+    runtime_name: &str,
+) -> Option<PodStatus> {
+    let sandbox = event.pod_sandbox_status.as_ref()?;
+    let meta = sandbox.metadata.as_ref()?;
+    if sandbox.id.is_empty() || meta.uid.is_empty() {
+        return None;
+    }
+    let mut containers: Vec<ContainerStatus> = event
+        .containers_statuses
+        .iter()
+        .filter(|c| !c.id.is_empty())
+        .map(|c| to_container_status(c.clone(), &sandbox.id, runtime_name))
+        .collect();
+    containers.sort_by_key(|c| Reverse(c.created_at));
+    Some(PodStatus {
+        uid: PodUid::from(meta.uid.as_str()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        sandboxes: vec![to_sandbox_status(sandbox.clone())],
+        containers,
+        observed_at: time_from_nanos(event.created_at).unwrap_or(SystemTime::UNIX_EPOCH),
+    })
+}
+
 /// One sandbox's status. Pod IPs are reported only for a ready sandbox (upstream takes them
 /// from the newest sandbox when it is ready; [`PodStatus::ips`] reads the newest).
 pub fn to_sandbox_status(status: cri::PodSandboxStatus) -> SandboxStatus {

@@ -14,7 +14,10 @@
 //! 1 ms per change, so creation order is strict and tests are deterministic. Images are
 //! matched by the exact name used (`ImageStatus` also by id, as containerd resolves it); an image
 //! runs as root unless `set_image_user` says otherwise. `Status` reports no runtime handlers or
-//! features (as containerd 1.6) unless `set_features` sets them.
+//! features (as containerd 1.6) unless `set_features` sets them. `GetContainerEvents` answers
+//! Unimplemented (as containerd 1.6) until `enable_container_events`; then each stream carries the
+//! events a test sends (`send_container_event`, built as containerd builds them: the sandbox's
+//! status and all its containers') until `break_container_events`.
 //! Not modelled: processes, networking beyond one IP per pod-network sandbox, logs (except that
 //! `ReopenContainerLog` creates the log file, as the runtime would).
 
@@ -39,6 +42,9 @@ pub use call::Call;
 use objects::{Container, Sandbox};
 
 use super::{Error, Operation, Result};
+
+/// One open `GetContainerEvents` stream of the fake.
+type EventSender = tokio::sync::mpsc::UnboundedSender<Result<cri::ContainerEventResponse>>;
 
 /// Shown as the endpoint of a scripted `Unavailable`.
 const FAKE_ENDPOINT: &str = "fake://runtime";
@@ -83,6 +89,10 @@ struct State {
     features: Option<cri::RuntimeFeatures>,
     /// What `RuntimeConfig` answers; `None` answers Unimplemented, as containerd 1.6 does.
     runtime_config: Option<cri::RuntimeConfigResponse>,
+    /// Whether `GetContainerEvents` is implemented (not in containerd 1.6, the default).
+    container_events: bool,
+    /// The open `GetContainerEvents` streams.
+    event_subscribers: Vec<EventSender>,
     failures: Vec<ScriptedFailure>,
     calls: Vec<Call>,
 }
@@ -161,6 +171,8 @@ impl FakeRuntime {
                 runtime_handlers: Vec::new(),
                 features: None,
                 runtime_config: None,
+                container_events: false,
+                event_subscribers: Vec::new(),
                 failures: Vec::new(),
                 calls: Vec::new(),
             }),
@@ -261,6 +273,61 @@ impl FakeRuntime {
     /// The running container's main process exits with `exit_code`. False if it is not running.
     pub fn exit_container(&self, id: &str, exit_code: i32) -> bool {
         self.lock().exit(id, exit_code, None)
+    }
+
+    /// From now on `GetContainerEvents` answers with a stream, as containerd 1.7 and later do
+    /// (the fake starts as 1.6, which answers Unimplemented).
+    pub fn enable_container_events(&self) {
+        self.lock().container_events = true;
+    }
+
+    /// Sends a container event to every open `GetContainerEvents` stream, as containerd's
+    /// `generateAndSendContainerEvent` makes it: the status of sandbox `sandbox_id` (none once it
+    /// is removed) and of every container in it, stamped now. Returns how many streams took it.
+    pub fn send_container_event(
+        &self,
+        container_id: &str,
+        sandbox_id: &str,
+        kind: cri::ContainerEventType,
+    ) -> usize {
+        let mut state = self.lock();
+        let created_at = state.tick();
+        let sandbox = state.sandboxes.get(sandbox_id);
+        let log_dir = sandbox
+            .map(|s| s.config.log_directory.clone())
+            .unwrap_or_default();
+        let event = cri::ContainerEventResponse {
+            container_id: container_id.to_owned(),
+            container_event_type: kind.into(),
+            created_at,
+            pod_sandbox_status: sandbox.map(|s| s.to_status(sandbox_id)),
+            containers_statuses: state
+                .containers
+                .iter()
+                .filter(|(_, c)| c.sandbox_id == sandbox_id)
+                .map(|(id, c)| c.to_status(id, &log_dir))
+                .collect(),
+        };
+        state
+            .event_subscribers
+            .retain(|tx| tx.send(Ok(event.clone())).is_ok());
+        state.event_subscribers.len()
+    }
+
+    /// Breaks every open `GetContainerEvents` stream with `code` (the runtime restarted, the
+    /// connection dropped).
+    pub fn break_container_events(&self, code: tonic::Code) {
+        let error = || fail(Operation::GetContainerEvents, "", code, "stream broken");
+        for tx in self.lock().event_subscribers.drain(..) {
+            let _ = tx.send(Err(error()));
+        }
+    }
+
+    /// The `GetContainerEvents` streams open now (a dropped one no longer counts).
+    pub fn container_event_subscribers(&self) -> usize {
+        let mut state = self.lock();
+        state.event_subscribers.retain(|tx| !tx.is_closed());
+        state.event_subscribers.len()
     }
 
     /// The running container is killed by the OOM killer (137, reason "OOMKilled").

@@ -26,7 +26,7 @@ pub mod grpc;
 mod metrics;
 mod streaming;
 
-use std::{fmt, time::Duration};
+use std::{fmt, pin::Pin, time::Duration};
 
 pub use error::{EndpointProblem, Error, Result};
 pub use grpc::{GrpcRuntime, GrpcRuntimeConfig};
@@ -34,6 +34,11 @@ pub use metrics::RuntimeMetrics;
 pub use streaming::StreamingService;
 
 use k8s_cri::v1 as cri;
+
+/// The runtime's container events (CRI `GetContainerEvents`), as long as the runtime keeps the
+/// stream open: an item per event, an error when the stream broke, the end when it closed.
+pub type ContainerEventStream =
+    Pin<Box<dyn futures::Stream<Item = Result<cri::ContainerEventResponse>> + Send>>;
 
 /// The runtime half of CRI (upstream `internalapi.RuntimeService`, without streaming, stats and
 /// checkpointing, which swiftlet does not use yet).
@@ -104,6 +109,11 @@ pub trait RuntimeService: Send + Sync {
     /// away): new output goes to a fresh file at the container's log path. Only for a running
     /// container.
     async fn reopen_container_log(&self, container_id: &str) -> Result<()>;
+    /// Subscribes to the runtime's container events (CRI v1 `GetContainerEvents`, containerd
+    /// 1.7 and later). Runtimes without it (containerd 1.6) answer Unimplemented, which
+    /// callers tell by [`Error::code`]. The subscription has no deadline: it lasts until the
+    /// runtime ends it, the connection breaks or the stream is dropped.
+    async fn get_container_events(&self) -> Result<ContainerEventStream>;
 }
 
 /// The image half of CRI (upstream `internalapi.ImageManagerService`).
@@ -148,6 +158,7 @@ pub enum Operation {
     Attach,
     PortForward,
     ReopenContainerLog,
+    GetContainerEvents,
     ListImages,
     ImageStatus,
     PullImage,
@@ -156,7 +167,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 25] = [
+    pub const ALL: [Operation; 26] = [
         Operation::Version,
         Operation::Status,
         Operation::RuntimeConfig,
@@ -177,6 +188,7 @@ impl Operation {
         Operation::Attach,
         Operation::PortForward,
         Operation::ReopenContainerLog,
+        Operation::GetContainerEvents,
         Operation::ListImages,
         Operation::ImageStatus,
         Operation::PullImage,
@@ -207,6 +219,7 @@ impl Operation {
             Operation::Attach => "attach",
             Operation::PortForward => "port_forward",
             Operation::ReopenContainerLog => "reopen_container_log",
+            Operation::GetContainerEvents => "get_container_events",
             Operation::ListImages => "list_images",
             Operation::ImageStatus => "image_status",
             Operation::PullImage => "pull_image",
@@ -238,6 +251,7 @@ impl Operation {
             Operation::Attach => "Attach",
             Operation::PortForward => "PortForward",
             Operation::ReopenContainerLog => "ReopenContainerLog",
+            Operation::GetContainerEvents => "GetContainerEvents",
             Operation::ListImages => "ListImages",
             Operation::ImageStatus => "ImageStatus",
             Operation::PullImage => "PullImage",

@@ -35,7 +35,7 @@ impl Metrics {
         let gauge = prometheus::IntGaugeVec::new(
             prometheus::Opts::new(
                 "swiftlet_pleg_mode",
-                "The PLEG in use (1): ebpf, or relist (chosen, or fallen back to).",
+                "The PLEG in use (1): ebpf, evented, or relist (chosen, or fallen back to).",
             ),
             &["mode"],
         )?;

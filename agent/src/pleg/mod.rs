@@ -1,10 +1,12 @@
 //! The pod lifecycle event generator: it tells the sync loop which pods changed in the runtime,
 //! and keeps the pod status cache that pod workers read (upstream `pkg/kubelet/pleg`).
 //!
-//! Two implementations share this seam: [`relist::RelistPleg`] (upstream GenericPLEG: diff the
-//! runtime's list every second) and the kernel-event PLEG ([`ebpf`], the default), which reports
+//! Three implementations share this seam: [`relist::RelistPleg`] (upstream GenericPLEG: diff the
+//! runtime's list every second), the kernel-event PLEG ([`ebpf`], the default), which reports
 //! what the eBPF programs see at once and keeps the relist underneath as its safety net, at a
-//! 300 s period, calling it through plain methods as upstream's `evented.go` calls `generic.go`.
+//! 300 s period, calling it through plain methods as upstream's `evented.go` calls `generic.go`,
+//! and upstream's Evented PLEG itself ([`evented`]: the runtime's CRI container events, the
+//! relist underneath the same way).
 //! Every observation of a pod, by either, is recorded in one place, [`records::PodRecords`]: it
 //! merges in what the kernel said and the runtime does not ([`facts`]), decides how fresh the
 //! status is, fills the [`PodCache`] and sends [`PodLifecycleEvent`]s on a bounded channel;
@@ -14,6 +16,7 @@
 
 pub mod cache;
 pub mod ebpf;
+pub mod evented;
 pub mod facts;
 pub mod index;
 pub mod records;

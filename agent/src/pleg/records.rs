@@ -113,6 +113,23 @@ impl PodRecords {
             .is_some_and(|p| p.sandboxes.iter().any(|(s, _)| s == id))
     }
 
+    /// The pod whose last record holds sandbox or container `id` (an event that names only an
+    /// id, such as the runtime's for a removed sandbox, is traced back to its pod this way).
+    pub fn pod_of(&self, id: &str) -> Option<PodUid> {
+        lock(&self.pods)
+            .values()
+            .find(|p| {
+                p.sandboxes.iter().any(|(s, _)| s == id)
+                    || p.containers.iter().any(|(c, _, _)| c.id == id)
+            })
+            .map(|p| p.uid.clone())
+    }
+
+    /// Whether the event channel is full (upstream's Evented PLEG is unhealthy then).
+    pub fn channel_full(&self) -> bool {
+        self.events.capacity() == 0
+    }
+
     /// Makes a full list of the runtime the record of every pod, and says what changed. Pods
     /// gone from the runtime are forgotten with their kernel facts.
     pub fn replace_all(

@@ -63,6 +63,7 @@ pub enum Call {
     ReopenContainerLog {
         id: String,
     },
+    GetContainerEvents,
     ListImages,
     ImageStatus {
         image: String,
@@ -96,6 +97,7 @@ impl Call {
             Call::UpdateContainerResources { .. } => Operation::UpdateContainerResources,
             Call::ExecSync { .. } => Operation::ExecSync,
             Call::ReopenContainerLog { .. } => Operation::ReopenContainerLog,
+            Call::GetContainerEvents => Operation::GetContainerEvents,
             Call::ListImages => Operation::ListImages,
             Call::ImageStatus { .. } => Operation::ImageStatus,
             Call::PullImage { .. } => Operation::PullImage,
@@ -125,6 +127,7 @@ impl Call {
             | Call::Version
             | Call::Status
             | Call::RuntimeConfig
+            | Call::GetContainerEvents
             | Call::ListPodSandbox { .. }
             | Call::ListContainers { .. }
             | Call::ListImages

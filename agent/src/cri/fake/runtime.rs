@@ -8,7 +8,7 @@ use k8s_cri::v1 as cri;
 use tonic::Code;
 
 use super::{Call, Container, FakeRuntime, Sandbox, State, fail, objects::namespace_options};
-use crate::cri::{Operation, Result, RuntimeService};
+use crate::cri::{ContainerEventStream, Operation, Result, RuntimeService};
 
 /// Exit code of a process killed by SIGKILL (128 + 9), as containerd reports it.
 const EXIT_SIGKILL: i32 = 137;
@@ -449,6 +449,25 @@ impl RuntimeService for FakeRuntime {
                 let message = format!("failed to create and open log file {}: {e}", path.display());
                 fail(op, container_id, Code::Unknown, &message)
             })
+    }
+
+    async fn get_container_events(&self) -> Result<ContainerEventStream> {
+        let op = Operation::GetContainerEvents;
+        let mut state = self.begin(Call::GetContainerEvents)?;
+        if !state.container_events {
+            // containerd 1.6's answer.
+            return Err(fail(
+                op,
+                "",
+                Code::Unimplemented,
+                "unknown method GetContainerEvents for service runtime.v1.RuntimeService",
+            ));
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        state.event_subscribers.push(tx);
+        Ok(Box::pin(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        })))
     }
 }
 

@@ -284,6 +284,52 @@ async fn runtime_config_is_unimplemented_or_the_runtimes_driver() {
 }
 
 #[tokio::test]
+async fn container_events_stream_or_are_unimplemented() {
+    use futures::StreamExt as _;
+    let fake = Arc::new(FakeRuntime::new());
+    let served = server::serve(fake.clone(), true);
+    let (client, metrics) = connect(&served.endpoint, Duration::from_secs(5)).await;
+    let client = client.unwrap();
+    // As containerd 1.6.
+    let err = client.get_container_events().await.err().unwrap();
+    assert_eq!(
+        (err.code(), err.operation()),
+        (Code::Unimplemented, Some(Operation::GetContainerEvents))
+    );
+    assert_eq!(metrics.errors(Operation::GetContainerEvents), 1);
+
+    fake.enable_container_events();
+    let mut events = client.get_container_events().await.unwrap();
+    let (sandbox, ids) = fake
+        .start_pod("u1", "web", "default", &["main"])
+        .await
+        .unwrap();
+    while fake.container_event_subscribers() == 0 {
+        tokio::task::yield_now().await;
+    }
+    fake.send_container_event(
+        &ids[0],
+        &sandbox,
+        cri::ContainerEventType::ContainerStartedEvent,
+    );
+    let event = events.next().await.unwrap().unwrap();
+    assert_eq!(event.container_id, ids[0]);
+    assert_eq!(
+        event
+            .pod_sandbox_status
+            .and_then(|s| s.metadata)
+            .map(|m| m.uid),
+        Some("u1".to_owned())
+    );
+    assert_eq!(event.containers_statuses.len(), 1);
+    // A broken stream is an error item with the runtime's code.
+    fake.break_container_events(Code::Unavailable);
+    let broken = events.next().await.unwrap().unwrap_err();
+    assert_eq!(broken.code(), Code::Unavailable);
+    assert_eq!(metrics.operations(Operation::GetContainerEvents), 2);
+}
+
+#[tokio::test]
 async fn every_call_carries_the_upstream_deadline() {
     let fake = Arc::new(FakeRuntime::new());
     let served = server::serve(fake.clone(), true);

@@ -173,7 +173,9 @@ struct Timing {
 pub struct RelistPleg {
     runtime: Arc<dyn RuntimeView>,
     records: Arc<PodRecords>,
-    config: PlegConfig,
+    /// Period and threshold; the Evented PLEG changes them when it falls back (upstream
+    /// `GenericPLEG.Update`).
+    config: Mutex<PlegConfig>,
     metrics: PlegMetrics,
     timing: Mutex<Timing>,
     on_demand: Mutex<HashSet<PodUid>>,
@@ -255,7 +257,7 @@ impl RelistPleg {
         Arc::new(RelistPleg {
             runtime,
             records,
-            config,
+            config: Mutex::new(config),
             metrics,
             timing: Mutex::new(Timing::default()),
             on_demand: Mutex::new(HashSet::new()),
@@ -272,12 +274,12 @@ impl RelistPleg {
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {
                     self.relist().await;
-                    next = tokio::time::Instant::now() + self.config.relist_period;
+                    next = tokio::time::Instant::now() + self.config().relist_period;
                 }
                 () = self.wake.notified() => {
                     if self.full_requested.swap(false, std::sync::atomic::Ordering::AcqRel) {
                         self.relist().await;
-                        next = tokio::time::Instant::now() + self.config.relist_period;
+                        next = tokio::time::Instant::now() + self.config().relist_period;
                     }
                     let pods: Vec<PodUid> = lock(&self.on_demand).drain().collect();
                     for uid in pods {
@@ -432,6 +434,19 @@ impl RelistPleg {
         }
     }
 
+    /// The period and threshold in force.
+    pub fn config(&self) -> PlegConfig {
+        lock(&self.config).clone()
+    }
+
+    /// Runs at `config`'s period and judges health by its threshold from now on, starting with
+    /// a relist at once (upstream `GenericPLEG.Update` between `Stop` and `Start`, whose start
+    /// relists at once).
+    pub fn update(&self, config: PlegConfig) {
+        *lock(&self.config) = config;
+        self.request_full_relist();
+    }
+
     /// Asks for a full relist at once (kernel events were lost).
     pub fn request_full_relist(&self) {
         self.full_requested
@@ -476,10 +491,10 @@ impl Pleg for RelistPleg {
     fn health(&self) -> Health {
         let last = lock(&self.timing).last_relist_end.unwrap_or(self.started);
         let age = last.elapsed();
-        if age > self.config.relist_threshold {
+        let threshold = self.config().relist_threshold;
+        if age > threshold {
             return Health::Unhealthy(format!(
-                "pleg was last seen active {age:?} ago; threshold is {:?}",
-                self.config.relist_threshold
+                "pleg was last seen active {age:?} ago; threshold is {threshold:?}"
             ));
         }
         Health::Healthy

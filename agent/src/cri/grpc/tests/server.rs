@@ -20,12 +20,14 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{
     Status,
     body::Body,
-    server::{Grpc, NamedService, UnaryService},
+    server::{Grpc, NamedService, ServerStreamingService, UnaryService},
 };
 
 use crate::cri::{Error, ImageService as _, RuntimeService as _, fake::FakeRuntime};
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type EventStream =
+    Pin<Box<dyn futures::Stream<Item = Result<cri::ContainerEventResponse, Status>> + Send>>;
 /// (method, grpc-timeout header) of every request.
 type Deadlines = Arc<Mutex<Vec<(String, Option<String>)>>>;
 
@@ -140,6 +142,26 @@ where
     }
 }
 
+/// `GetContainerEvents`: the fake's event stream, served as a server stream.
+struct Events(Arc<FakeRuntime>);
+
+impl ServerStreamingService<cri::GetEventsRequest> for Events {
+    type Response = cri::ContainerEventResponse;
+    type ResponseStream = EventStream;
+    type Future = BoxFuture<Result<tonic::Response<EventStream>, Status>>;
+
+    fn call(&mut self, _: tonic::Request<cri::GetEventsRequest>) -> Self::Future {
+        let fake = self.0.clone();
+        Box::pin(async move {
+            use futures::StreamExt as _;
+            let status = |e: Error| Status::new(e.code(), e.to_string());
+            let events = fake.get_container_events().await.map_err(status)?;
+            let events: EventStream = Box::pin(events.map(move |item| item.map_err(status)));
+            Ok(tonic::Response::new(events))
+        })
+    }
+}
+
 async fn unary<Req, Resp, F, Fut>(req: http::Request<Body>, handler: F) -> http::Response<Body>
 where
     Req: tonic_prost::prost::Message + Default + Send + 'static,
@@ -168,6 +190,14 @@ async fn route(k: Knobs, req: http::Request<Body>) -> http::Response<Body> {
     }
     let blank = k.blank.load(Ordering::SeqCst);
     let f = &k.fake;
+    if method == "GetContainerEvents" {
+        let codec =
+            tonic_prost::ProstCodec::<cri::ContainerEventResponse, cri::GetEventsRequest>::default(
+            );
+        return Grpc::new(codec)
+            .server_streaming(Events(f.clone()), req)
+            .await;
+    }
     let req = match sandbox_rpc(&method, f.clone(), blank, req).await {
         Ok(response) => return response,
         Err(req) => req,
