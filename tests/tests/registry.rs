@@ -7,13 +7,48 @@
     reason = "helpers of tests: a failed step fails the test"
 )]
 
+use base64::Engine as _;
 use k8s_cri::v1::{AuthConfig, ImageSpec};
+use k8s_openapi::api::{
+    core::v1::{Pod, Secret},
+    events::v1::Event as ApiEvent,
+};
+use kube::{
+    Api,
+    api::{DeleteParams, ListParams, PostParams},
+};
+use serde_json::json;
 use swiftlet::cri::ImageService as _;
 use swiftlet_tests::{
-    node::BUSYBOX,
+    EVENT_WAIT,
+    cluster::{self, runtime},
+    node::{
+        BUSYBOX, Node,
+        status::{container, init_container, running, terminated},
+    },
     registry::{TestRegistry, USER, header},
-    runtime_endpoint, with_cri,
+    runtime_endpoint,
+    test_apiserver::TestApiServer,
+    with_cri,
 };
+
+/// The agent's count of CRI `PullImage` calls.
+const PULLS: &str = r#"kubelet_runtime_operations_total{operation_type="pull_image"}"#;
+
+/// Removes the images a test pulled when it ends, also on a panic: the private containerd is
+/// shared, and a pulled name is a new name only for this registry's port.
+struct PulledImages(Vec<String>);
+
+impl Drop for PulledImages {
+    fn drop(&mut self) {
+        let images = std::mem::take(&mut self.0);
+        with_cri("PulledImages", |runtime| async move {
+            for image in images {
+                let _ = runtime.remove_image(spec(&image)).await;
+            }
+        });
+    }
+}
 
 fn spec(image: &str) -> ImageSpec {
     ImageSpec {
@@ -164,5 +199,308 @@ fn the_test_registry_serves_pushed_images_to_its_user_over_tls() {
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "the registry still listens"
+    );
+}
+
+/// A `kubernetes.io/dockerconfigjson` secret for the registry.
+fn pull_secret(registry: &TestRegistry, name: &str, password: &str) -> Secret {
+    let config = registry.docker_config_json(USER, password);
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {
+            ".dockerconfigjson":
+                base64::engine::general_purpose::STANDARD.encode(config.as_bytes()),
+        },
+    }))
+    .expect("a secret")
+}
+
+/// A pod on `node` whose `main` (and, with `init`, an init container first) runs `image` under
+/// `policy`, with the pull secrets named.
+fn pull_pod(
+    name: &str,
+    node: &str,
+    image: &str,
+    policy: &str,
+    init: bool,
+    secrets: &[&str],
+) -> Pod {
+    let init_containers = if init {
+        json!([{"name": "init", "image": image, "imagePullPolicy": policy, "command": ["true"]}])
+    } else {
+        json!([])
+    };
+    let secrets: Vec<serde_json::Value> = secrets.iter().map(|n| json!({"name": n})).collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 0,
+            "imagePullSecrets": secrets,
+            "initContainers": init_containers,
+            "containers": [{
+                "name": "main",
+                "image": image,
+                "imagePullPolicy": policy,
+                "command": ["sleep", "3600"],
+            }],
+        },
+    }))
+    .expect("a pod")
+}
+
+/// (reason, note, first time) of each Event about pod `name`.
+fn events_of(
+    rt: &tokio::runtime::Runtime,
+    events: &Api<ApiEvent>,
+    name: &str,
+) -> Vec<(String, String, Option<k8s_openapi::jiff::Timestamp>)> {
+    rt.block_on(events.list(&ListParams::default()))
+        .expect("the events are listed")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+                e.event_time.map(|t| t.0),
+            )
+        })
+        .collect()
+}
+
+fn waiting(pod: &Pod) -> Option<(String, String)> {
+    let state = container(pod, "main")?.state.as_ref()?.waiting.as_ref()?;
+    Some((
+        state.reason.clone().unwrap_or_default(),
+        state.message.clone().unwrap_or_default(),
+    ))
+}
+
+/// Pods pulling from the registry through the agent, their credentials from `imagePullSecrets`
+/// read from the API server process: `Always` pulls for every container start (the init
+/// container's and main's), `IfNotPresent` once, `Never` refuses an absent image
+/// (`ErrImageNeverPull`); a wrong password is `ErrImagePull` with the runtime's error, then
+/// `ImagePullBackOff` carrying it, with no pull during the back-off and one after it.
+#[test]
+fn pods_pull_from_the_registry_with_their_pull_secrets_under_each_policy() {
+    let test = "pods_pull_from_the_registry_with_their_pull_secrets_under_each_policy";
+    let Some(registry) = TestRegistry::for_test(test) else {
+        return;
+    };
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let tags = ["always", "if-not-present", "never", "wrong"];
+    let references: Vec<String> = tags
+        .iter()
+        .map(|tag| {
+            registry
+                .push_local("busybox", "swiftlet/busybox", tag)
+                .reference
+        })
+        .collect();
+    let _cleanup = PulledImages(references.clone());
+    let [always, if_not_present, never, wrong] = [0, 1, 2, 3].map(|i| references[i].as_str());
+
+    let server = TestApiServer::start("registry");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    // A failed start waits for the next sync: a short period keeps the test short.
+    let node = Node::start_with(
+        "registry",
+        &endpoint,
+        &["--kubeconfig", &kubeconfig, "--sync-frequency", "2s"],
+    );
+    let rt = runtime();
+    let client = rt.block_on(server.client());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let events: Api<ApiEvent> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    for (name, password) in [
+        ("right", registry.password.as_str()),
+        ("wrong", "not-the-password"),
+    ] {
+        rt.block_on(secrets.create(
+            &PostParams::default(),
+            &pull_secret(&registry, name, password),
+        ))
+        .expect("the secret");
+    }
+    let create = |pod: Pod| {
+        rt.block_on(pods.create(&PostParams::default(), &pod))
+            .expect("the pod");
+    };
+    let wait = |name: &str, what: &str, want: &dyn Fn(&Pod) -> bool| -> Pod {
+        cluster::wait_for(
+            &format!("pod {name} never {what}"),
+            EVENT_WAIT * 2,
+            || {
+                node.pods()
+                    .into_iter()
+                    .find(|p| p.metadata.name.as_deref() == Some(name))
+            },
+            |p| p.as_ref().is_some_and(want),
+        )
+        .expect("the pod")
+    };
+    // Whole numbers, exact in an f64.
+    let pulls = || node.metric(PULLS).round() as i64;
+
+    // Always: a pull for the init container's start and one for main's.
+    let before = pulls();
+    create(pull_pod(
+        "pull-always",
+        &node.name,
+        always,
+        "Always",
+        true,
+        &["right"],
+    ));
+    wait("pull-always", "ran main", &|p: &Pod| {
+        terminated(init_container(p, "init")).is_some_and(|(_, code)| code == 0)
+            && running(container(p, "main"))
+    });
+    assert_eq!(pulls() - before, 2, "Always pulls at every container start");
+
+    // IfNotPresent: the init container's pull serves main too.
+    let before = pulls();
+    create(pull_pod(
+        "pull-if-present",
+        &node.name,
+        if_not_present,
+        "IfNotPresent",
+        true,
+        &["right"],
+    ));
+    wait("pull-if-present", "ran main", &|p: &Pod| {
+        running(container(p, "main"))
+    });
+    assert_eq!(pulls() - before, 1, "IfNotPresent pulls once");
+
+    // Never: the image is in the registry, not on the node.
+    let before = pulls();
+    create(pull_pod(
+        "pull-never",
+        &node.name,
+        never,
+        "Never",
+        false,
+        &["right"],
+    ));
+    let refused = wait("pull-never", "was refused", &|p: &Pod| {
+        waiting(p).is_some_and(|(reason, _)| reason == "ErrImageNeverPull")
+    });
+    assert_eq!(
+        waiting(&refused).map(|(_, message)| message),
+        Some(format!(
+            "Container image {never:?} is not present with pull policy of Never"
+        ))
+    );
+    assert_eq!(pulls() - before, 0, "Never never pulls");
+
+    // The wrong password: ErrImagePull with the runtime's error, then the back-off with it.
+    let before = pulls();
+    create(pull_pod(
+        "pull-wrong",
+        &node.name,
+        wrong,
+        "Always",
+        false,
+        &["wrong"],
+    ));
+    let backing_off = wait("pull-wrong", "backed off", &|p: &Pod| {
+        waiting(p).is_some_and(|(reason, _)| reason == "ImagePullBackOff")
+    });
+    let (_, message) = waiting(&backing_off).expect("waiting");
+    let prefix = format!("Back-off pulling image {wrong:?}: ErrImagePull: rpc error: code = ");
+    assert!(
+        message.starts_with(&prefix) && message.to_lowercase().contains("unauthorized"),
+        "{message}"
+    );
+    assert_eq!(pulls() - before, 1, "no pull during the back-off");
+    // After the first back-off (10 s as upstream) it pulls again, and fails again.
+    cluster::wait_for(
+        "a second pull after the back-off",
+        EVENT_WAIT,
+        &pulls,
+        |n| *n - before >= 2,
+    );
+    wait("pull-wrong", "backed off again", &|p: &Pod| {
+        waiting(p).is_some_and(|(reason, _)| reason == "ImagePullBackOff")
+    });
+    assert_eq!(
+        pulls() - before,
+        2,
+        "the back-off doubled: no third pull yet"
+    );
+
+    // The Events say the same, in upstream's words: the pulls and their durations, the failed
+    // pull with the runtime's error, ErrImagePull before ImagePullBackOff.
+    let seen = cluster::wait_for(
+        "the pull events",
+        EVENT_WAIT,
+        || {
+            [
+                events_of(&rt, &events, "pull-always"),
+                events_of(&rt, &events, "pull-wrong"),
+            ]
+        },
+        |[always_events, wrong_events]| {
+            always_events
+                .iter()
+                .any(|(reason, _, _)| reason == "Pulled")
+                && wrong_events
+                    .iter()
+                    .any(|(_, note, _)| note == "Error: ImagePullBackOff")
+        },
+    );
+    let [always_events, wrong_events] = &seen;
+    let pulled = format!("Successfully pulled image {always:?} in ");
+    assert!(
+        always_events
+            .iter()
+            .any(|(reason, note, _)| reason == "Pulled"
+                && note.starts_with(&pulled)
+                && note.contains(" including waiting). Image size: ")),
+        "{always_events:#?}"
+    );
+    let failed = format!("Failed to pull image {wrong:?}: rpc error: code = ");
+    assert!(
+        wrong_events
+            .iter()
+            .any(|(reason, note, _)| reason == "Failed" && note.starts_with(&failed)),
+        "{wrong_events:#?}"
+    );
+    let first = |wanted: &str| {
+        wrong_events
+            .iter()
+            .find(|(_, note, _)| note == wanted)
+            .map(|(_, _, time)| *time)
+            .unwrap_or_else(|| panic!("no event {wanted:?}: {wrong_events:#?}"))
+    };
+    assert!(
+        first("Error: ErrImagePull") <= first("Error: ImagePullBackOff"),
+        "{wrong_events:#?}"
+    );
+    assert!(
+        wrong_events
+            .iter()
+            .any(|(reason, note, _)| reason == "BackOff"
+                && *note == format!("Back-off pulling image {wrong:?}")),
+        "{wrong_events:#?}"
+    );
+
+    for name in ["pull-always", "pull-if-present", "pull-never", "pull-wrong"] {
+        rt.block_on(pods.delete(name, &DeleteParams::default()))
+            .expect("the pod deleted");
+    }
+    cluster::wait_for(
+        "the pods gone from the node",
+        EVENT_WAIT * 2,
+        || node.pods().len(),
+        |n| *n == 0,
     );
 }
