@@ -183,6 +183,14 @@ fn the_test_registry_serves_pushed_images_to_its_user_over_tls() {
             .await
             .expect("the pulled image removed");
         assert!(runtime.image_status(image).await.expect("status").is_none());
+        // With every name of it, including its ID: nothing of the pull is left.
+        assert!(
+            runtime
+                .image_status(spec(&pulled.id))
+                .await
+                .expect("status")
+                .is_none()
+        );
         assert!(
             runtime
                 .image_status(spec(BUSYBOX))
@@ -295,15 +303,16 @@ fn pods_pull_from_the_registry_with_their_pull_secrets_under_each_policy() {
         return;
     };
     let tags = ["always", "if-not-present", "never", "wrong"];
-    let references: Vec<String> = tags
+    let pushed: Vec<_> = tags
         .iter()
-        .map(|tag| {
-            registry
-                .push_local("busybox", "swiftlet/busybox", tag)
-                .reference
-        })
+        .map(|tag| registry.push_local("busybox", "swiftlet/busybox", tag))
         .collect();
-    let _cleanup = PulledImages(references.clone());
+    let references: Vec<String> = pushed.iter().map(|p| p.reference.clone()).collect();
+    // The tags are one image (one config), whose ID goes with its last name; removing it by
+    // ID too is for a test that failed between pulls.
+    let mut pulled = references.clone();
+    pulled.push(pushed[0].config_digest.clone());
+    let _cleanup = PulledImages(pulled);
     let [always, if_not_present, never, wrong] = [0, 1, 2, 3].map(|i| references[i].as_str());
 
     let server = TestApiServer::start("registry");
