@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod manifest;
 pub mod node;
 pub mod process;
+pub mod registry;
 pub mod systemd;
 pub mod test_apiserver;
 pub mod tls;

@@ -160,16 +160,36 @@ pub fn request(
     path: &str,
     headers: &[(&str, &str)],
 ) -> Result<Answer, String> {
+    request_with_body(port, server_name, config, method, path, headers, None)
+}
+
+/// One HTTPS request with a body (sent with its `Content-Length`) when `body` is given; as
+/// [`request`] otherwise.
+pub fn request_with_body(
+    port: u16,
+    server_name: &str,
+    config: Arc<ClientConfig>,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Result<Answer, String> {
     let mut stream = connect(port, server_name, config)?;
     let mut text =
         format!("{method} {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n");
     for (k, v) in headers {
         text.push_str(&format!("{k}: {v}\r\n"));
     }
+    if let Some(body) = body {
+        text.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
     text.push_str("\r\n");
     stream
         .write_all(text.as_bytes())
         .map_err(|e| format!("write: {e}"))?;
+    if let Some(body) = body {
+        stream.write_all(body).map_err(|e| format!("write: {e}"))?;
+    }
     let mut raw = Vec::new();
     match stream.read_to_end(&mut raw) {
         Ok(_) => {}

@@ -87,6 +87,11 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
         "/usr/include/signal.h",
         "the C headers and static libc that `gcc -static` links the pause program with",
     ),
+    (
+        "docker-registry",
+        "/usr/bin/docker-registry",
+        "the image registry (distribution 2.8) on loopback that the tests pull images from",
+    ),
 ];
 
 pub const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -505,6 +505,7 @@ fn runtime_manager(
         .with_mounts(volumes)
         .with_env(env)
         .with_runtime_classes(classes)
+        .with_pull_secrets(pull_secrets(app.api))
         .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
@@ -518,6 +519,16 @@ fn runtime_classes(api: Option<&ApiClients>) -> Arc<dyn RuntimeClasses> {
     match api {
         Some(clients) => Arc::new(ApiRuntimeClasses(clients.main.clone())),
         None => Arc::new(DefaultHandler),
+    }
+}
+
+/// Where pods' `imagePullSecrets` are read: the API server with `--kubeconfig` (the main,
+/// rate-limited client), else nowhere, and pulls go without them.
+fn pull_secrets(api: Option<&ApiClients>) -> Arc<dyn crate::kuberuntime::credentials::PullSecrets> {
+    use crate::kuberuntime::credentials::{ApiPullSecrets, NoPullSecrets};
+    match api {
+        Some(clients) => Arc::new(ApiPullSecrets(clients.main.clone())),
+        None => Arc::new(NoPullSecrets),
     }
 }
 

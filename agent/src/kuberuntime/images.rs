@@ -4,9 +4,17 @@
 //! missing image is `ErrImageNeverPull`. Everything goes through the CRI ImageService. Each
 //! outcome is also an event about the container, with upstream's reasons and messages
 //! (`Pulling`, `Pulled`, `Failed`, `BackOff`, `InspectFailed`, `ErrImageNeverPull`).
+//!
+//! A pull presents the credentials of the pod's `imagePullSecrets` that match the image
+//! (`credentials/`), each in turn until one works (upstream `PullImage` in
+//! `kuberuntime_image.go`); without any it pulls anonymously. A failed pull's message is the
+//! runtime's error as upstream words a gRPC error (`rpc error: code = … desc = …`), and the
+//! back-off that follows carries it (`Back-off pulling image "…": ErrImagePull: …`, upstream's
+//! `prevPullErrMsg`).
 
 use crate::lock::MutexExt as _;
 use std::{
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::SystemTime,
 };
@@ -16,11 +24,12 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
+    credentials::{Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod, repository_of},
     security_context::ImageUser,
 };
 use crate::{
     cri::ImageService,
-    events::{Action, Event, EventRecorder, container_ref, go_duration_millis, reasons},
+    events::{Action, Event, EventRecorder, container_ref, go_duration_millis, pod_ref, reasons},
     pod::pod_uid,
     status::{StartFailure, StartFailureReason},
 };
@@ -65,9 +74,16 @@ fn tag_of(image: &str) -> Option<&str> {
     name.split_once(':').map(|(_, tag)| tag)
 }
 
+/// Upstream's event reason when some of a pod's pull secrets cannot be read.
+pub const FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET: &str = "FailedToRetrieveImagePullSecret";
+
 pub struct ImagePuller {
     images: Arc<dyn ImageService>,
     backoff: Mutex<ImagePullBackoff>,
+    secrets: Arc<dyn PullSecrets>,
+    /// The last failed pull's message per back-off entry (upstream `prevPullErrMsg`); an entry
+    /// goes with its back-off entry, so this is bounded as the back-off is.
+    last_errors: Mutex<HashMap<ImageBackoffKey, String>>,
 }
 
 impl ImagePuller {
@@ -75,7 +91,19 @@ impl ImagePuller {
         ImagePuller {
             images,
             backoff: Mutex::new(ImagePullBackoff::image_pull()),
+            secrets: Arc::new(NoPullSecrets),
+            last_errors: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Reads pods' `imagePullSecrets` from `secrets`.
+    pub fn with_pull_secrets(mut self, secrets: Arc<dyn PullSecrets>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    fn last_errors(&self) -> std::sync::MutexGuard<'_, HashMap<ImageBackoffKey, String>> {
+        self.last_errors.lock_unpoisoned()
     }
 
     fn backoff(&self) -> std::sync::MutexGuard<'_, ImagePullBackoff> {
@@ -168,18 +196,32 @@ impl ImagePuller {
             let message = format!("Back-off pulling image {image:?}");
             // Upstream reports it as Normal.
             normal(reasons::BACK_OFF_START_CONTAINER, message.clone());
+            let message = match self.last_errors().get(&key) {
+                Some(last) => format!("{message}: {last}"),
+                None => message,
+            };
             return Err(StartFailure::new(
                 StartFailureReason::ImagePullBackOff,
                 message,
             ));
         }
+        self.last_errors().remove(&key);
+        let (secrets, unreadable) = pull_secrets_for_pod(self.secrets.as_ref(), pod).await;
+        if !unreadable.is_empty() {
+            events.record(Event::warning(
+                pod_ref(pod),
+                FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET,
+                Action::PullImage,
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the \
+                     image may not succeed.",
+                    unreadable.join(", ")
+                ),
+            ));
+        }
         normal(reasons::PULLING_IMAGE, format!("Pulling image {image:?}"));
         let started = std::time::Instant::now();
-        match self
-            .images
-            .pull_image(spec.clone(), None, Some(sandbox.clone()))
-            .await
-        {
+        match self.pull(&spec, &secrets, sandbox).await {
             Ok(reference) => {
                 // Upstream asks the size with best effort too (0 when unknown).
                 let size = match self.images.image_status(spec).await {
@@ -198,17 +240,71 @@ impl ImagePuller {
                 self.backoff().reset(&key);
                 Ok(reference)
             }
-            Err(e) => {
-                self.backoff().record_failure(&key, now, now);
-                Err(warning(
+            Err(message) => {
+                events.record(Event::warning(
+                    regarding.clone(),
                     reasons::FAILED_TO_CREATE_CONTAINER,
-                    StartFailure::new(
-                        StartFailureReason::ErrImagePull,
-                        format!("Failed to pull image {image:?}: {e}"),
-                    ),
-                ))
+                    Action::PullImage,
+                    format!("Failed to pull image {image:?}: {message}"),
+                ));
+                self.backoff().record_failure(&key, now, now);
+                let reason = StartFailureReason::ErrImagePull;
+                self.last_errors()
+                    .insert(key, format!("{}: {message}", reason.as_str()));
+                Err(StartFailure::new(reason, message))
             }
         }
+    }
+
+    /// Pulls `spec` with each credential of the pod's secrets that matches it, in turn, until
+    /// one works; anonymously when none matches. The error: the one failure's message, or all
+    /// of them as upstream's error aggregate words them (`[a, b]`, repeats once).
+    async fn pull(
+        &self,
+        spec: &cri::ImageSpec,
+        secrets: &[k8s_openapi::api::core::v1::Secret],
+        sandbox: &cri::PodSandboxConfig,
+    ) -> Result<String, String> {
+        let keyring = Keyring::from_secrets(secrets).map_err(|e| e.to_string())?;
+        let credentials = keyring.lookup(&repository_of(&spec.image));
+        if credentials.is_empty() {
+            return self
+                .images
+                .pull_image(spec.clone(), None, Some(sandbox.clone()))
+                .await
+                .map_err(|e| go_error_text(&e));
+        }
+        let mut failures: Vec<String> = Vec::new();
+        for credential in credentials {
+            let auth = cri::AuthConfig {
+                username: credential.username.clone(),
+                password: credential.password.clone(),
+                ..Default::default()
+            };
+            match self
+                .images
+                .pull_image(spec.clone(), Some(auth), Some(sandbox.clone()))
+                .await
+            {
+                Ok(reference) => return Ok(reference),
+                Err(e) => {
+                    tracing::debug!(
+                        image = %spec.image,
+                        secret = %credential.source,
+                        error = %e,
+                        "pull with a pull secret's credentials failed"
+                    );
+                    let text = go_error_text(&e);
+                    if !failures.contains(&text) {
+                        failures.push(text);
+                    }
+                }
+            }
+        }
+        Err(match failures.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        })
     }
 
     /// The user the image runs as (upstream `getImageUser`), asked of the runtime by the
@@ -224,15 +320,310 @@ impl ImagePuller {
         Ok(ImageUser::of(status.as_ref()))
     }
 
-    /// Drops back-off entries nobody needs any more.
+    /// Drops back-off entries nobody needs any more, and their last errors.
     pub fn gc(&self, now: SystemTime) {
-        self.backoff().gc(now);
+        let mut backoff = self.backoff();
+        backoff.gc(now);
+        self.last_errors()
+            .retain(|key, _| backoff.window(key).is_some());
+    }
+}
+
+/// A CRI error as upstream's kubelet prints the gRPC error it got (`status.Error`'s text), so
+/// that messages read as they do on a kubelet.
+fn go_error_text(error: &crate::cri::Error) -> String {
+    match error {
+        crate::cri::Error::Runtime { code, message, .. } => {
+            format!("rpc error: code = {} desc = {message}", go_code_name(*code))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// grpc-go's name of a status code (`codes.Code.String`); tonic's differ in two spellings.
+fn go_code_name(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Ok => "OK".to_owned(),
+        tonic::Code::Cancelled => "Canceled".to_owned(),
+        other => format!("{other:?}"),
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::{
+        ByteString,
+        api::core::v1::{LocalObjectReference, Secret},
+    };
+
     use super::*;
+    use crate::{
+        cri::Operation,
+        events::fake::FakeRecorder,
+        kuberuntime::credentials::{PullSecretError, keyring},
+    };
+
+    const IMAGE: &str = "127.0.0.1:5000/swiftlet/busybox:latest";
+
+    /// A registry that lets one user in (none: nobody), recording who each pull came as.
+    struct Registry {
+        accepts: Option<&'static str>,
+        pulls: Mutex<Vec<Option<String>>>,
+    }
+
+    impl Registry {
+        fn new(accepts: Option<&'static str>) -> Arc<Registry> {
+            Arc::new(Registry {
+                accepts,
+                pulls: Mutex::new(Vec::new()),
+            })
+        }
+
+        fn pulls(&self) -> Vec<Option<String>> {
+            self.pulls.lock_unpoisoned().clone()
+        }
+    }
+
+    #[tonic::async_trait]
+    impl ImageService for Registry {
+        async fn list_images(
+            &self,
+            _filter: Option<cri::ImageFilter>,
+        ) -> crate::cri::Result<Vec<cri::Image>> {
+            Ok(Vec::new())
+        }
+
+        async fn image_status(
+            &self,
+            _image: cri::ImageSpec,
+        ) -> crate::cri::Result<Option<cri::Image>> {
+            Ok(None)
+        }
+
+        async fn pull_image(
+            &self,
+            image: cri::ImageSpec,
+            auth: Option<cri::AuthConfig>,
+            _sandbox_config: Option<cri::PodSandboxConfig>,
+        ) -> crate::cri::Result<String> {
+            let user = auth.map(|a| a.username);
+            self.pulls.lock_unpoisoned().push(user.clone());
+            if user.is_some() && user.as_deref() == self.accepts {
+                return Ok("sha256:pulled".to_owned());
+            }
+            Err(crate::cri::Error::Runtime {
+                operation: Operation::PullImage,
+                id: image.image,
+                code: tonic::Code::Unknown,
+                message: format!("401 Unauthorized as {}", user.unwrap_or_default()),
+            })
+        }
+
+        async fn remove_image(&self, _image: cri::ImageSpec) -> crate::cri::Result<()> {
+            Ok(())
+        }
+
+        async fn image_fs_info(&self) -> crate::cri::Result<cri::ImageFsInfoResponse> {
+            Ok(cri::ImageFsInfoResponse::default())
+        }
+    }
+
+    /// Secrets named after their user, each a `.dockerconfigjson` for `host`.
+    struct Secrets {
+        host: &'static str,
+    }
+
+    #[tonic::async_trait]
+    impl PullSecrets for Secrets {
+        async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, PullSecretError> {
+            if name.starts_with("missing") {
+                return Err(PullSecretError::NotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                });
+            }
+            let config = format!(
+                r#"{{"auths": {{"{}": {{"username": "{name}", "password": "pw"}}}}}}"#,
+                self.host
+            );
+            Ok(Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(name.to_owned()),
+                    namespace: Some(namespace.to_owned()),
+                    ..Default::default()
+                },
+                type_: Some(keyring::DOCKER_CONFIG_JSON_TYPE.to_owned()),
+                data: Some(BTreeMap::from([(
+                    keyring::DOCKER_CONFIG_JSON_KEY.to_owned(),
+                    ByteString(config.into_bytes()),
+                )])),
+                ..Default::default()
+            })
+        }
+    }
+
+    fn pod_with_secrets(secrets: &[&str]) -> Pod {
+        crate::testing::pod()
+            .name("p")
+            .namespace("ns")
+            .uid("uid-1")
+            .spec(|s| {
+                s.image_pull_secrets = Some(
+                    secrets
+                        .iter()
+                        .map(|n| LocalObjectReference {
+                            name: (*n).to_owned(),
+                        })
+                        .collect(),
+                );
+                s.containers = vec![container(IMAGE, Some("Always"))];
+            })
+            .build()
+    }
+
+    async fn ensure(
+        puller: &ImagePuller,
+        pod: &Pod,
+        now: SystemTime,
+        events: &FakeRecorder,
+    ) -> Result<String, StartFailure> {
+        let container = container(IMAGE, Some("Always"));
+        puller
+            .ensure_image(
+                pod,
+                &container,
+                &cri::PodSandboxConfig::default(),
+                now,
+                events,
+            )
+            .await
+    }
+
+    #[tokio::test]
+    async fn each_matching_credential_is_tried_in_turn_until_one_works() {
+        let registry = Registry::new(Some("right"));
+        let puller = ImagePuller::new(registry.clone()).with_pull_secrets(Arc::new(Secrets {
+            host: "127.0.0.1:5000",
+        }));
+        let events = FakeRecorder::new();
+        let pod = pod_with_secrets(&["wrong", "right", "never-needed"]);
+        let pulled = ensure(&puller, &pod, SystemTime::UNIX_EPOCH, &events).await;
+        assert_eq!(pulled.ok().as_deref(), Some("sha256:pulled"));
+        assert_eq!(
+            registry.pulls(),
+            [Some("wrong".to_owned()), Some("right".to_owned())]
+        );
+        assert_eq!(events.reasons(), ["Pulling", "Pulled"]);
+    }
+
+    #[tokio::test]
+    async fn credentials_for_another_registry_are_not_presented() {
+        let registry = Registry::new(None);
+        let puller = ImagePuller::new(registry.clone()).with_pull_secrets(Arc::new(Secrets {
+            host: "127.0.0.1:5001",
+        }));
+        let events = FakeRecorder::new();
+        let failed = ensure(
+            &puller,
+            &pod_with_secrets(&["other"]),
+            SystemTime::UNIX_EPOCH,
+            &events,
+        )
+        .await
+        .expect_err("an anonymous pull fails here");
+        assert_eq!(registry.pulls(), [None]);
+        assert_eq!(failed.reason, StartFailureReason::ErrImagePull);
+    }
+
+    #[tokio::test]
+    async fn wrong_credentials_fail_with_upstreams_messages_then_back_off() {
+        let registry = Registry::new(Some("nobody-has-this"));
+        let puller = ImagePuller::new(registry.clone()).with_pull_secrets(Arc::new(Secrets {
+            host: "127.0.0.1:5000",
+        }));
+        let events = FakeRecorder::new();
+        let pod = pod_with_secrets(&["first", "missing-one", "second"]);
+        let start = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let failed = ensure(&puller, &pod, start, &events)
+            .await
+            .expect_err("no credential works");
+        assert_eq!(failed.reason, StartFailureReason::ErrImagePull);
+        assert_eq!(
+            failed.message,
+            "[rpc error: code = Unknown desc = 401 Unauthorized as first, rpc error: code = \
+             Unknown desc = 401 Unauthorized as second]"
+        );
+        let summary = events.summary();
+        assert_eq!(
+            summary[0],
+            (
+                "Warning",
+                FAILED_TO_RETRIEVE_IMAGE_PULL_SECRET.to_owned(),
+                "Unable to retrieve some image pull secrets (missing-one); attempting to pull \
+                 the image may not succeed."
+                    .to_owned()
+            )
+        );
+        assert_eq!(summary[1].1, "Pulling");
+        assert_eq!((summary[2].0, summary[2].1.as_str()), ("Warning", "Failed"));
+        assert_eq!(
+            summary[2].2,
+            format!("Failed to pull image {IMAGE:?}: {}", failed.message)
+        );
+
+        // Within the back-off: no pull, the last error in the message.
+        let pulls = registry.pulls().len();
+        let waiting = ensure(
+            &puller,
+            &pod,
+            start + std::time::Duration::from_secs(1),
+            &events,
+        )
+        .await
+        .expect_err("backing off");
+        assert_eq!(waiting.reason, StartFailureReason::ImagePullBackOff);
+        assert_eq!(
+            waiting.message,
+            format!(
+                "Back-off pulling image {IMAGE:?}: ErrImagePull: {}",
+                failed.message
+            )
+        );
+        assert_eq!(registry.pulls().len(), pulls);
+        // After it, a pull again; the back-off entry and its error stay until collected.
+        let again = ensure(
+            &puller,
+            &pod,
+            start + std::time::Duration::from_secs(11),
+            &events,
+        )
+        .await
+        .expect_err("still no credential works");
+        assert_eq!(again.reason, StartFailureReason::ErrImagePull);
+        assert_eq!(registry.pulls().len(), pulls * 2);
+        puller.gc(start + std::time::Duration::from_secs(24 * 3600));
+        assert!(puller.last_errors().is_empty());
+    }
+
+    #[test]
+    fn grpc_errors_read_as_upstream_prints_them() {
+        let error = crate::cri::Error::Runtime {
+            operation: Operation::PullImage,
+            id: IMAGE.to_owned(),
+            code: tonic::Code::Cancelled,
+            message: "context canceled".to_owned(),
+        };
+        assert_eq!(
+            go_error_text(&error),
+            "rpc error: code = Canceled desc = context canceled"
+        );
+        assert_eq!(
+            go_code_name(tonic::Code::Unauthenticated),
+            "Unauthenticated"
+        );
+    }
 
     fn container(image: &str, policy: Option<&str>) -> Container {
         Container {

@@ -211,6 +211,12 @@ impl KubeRuntimeManager {
         self
     }
 
+    /// Reads pods' `imagePullSecrets` from `secrets` for image pulls.
+    pub fn with_pull_secrets(mut self, secrets: Arc<dyn super::credentials::PullSecrets>) -> Self {
+        self.images = self.images.with_pull_secrets(secrets);
+        self
+    }
+
     /// Reports what it does to the runtime as events to `events`.
     pub fn with_events(mut self, events: Events) -> Self {
         self.events = events;

@@ -7,7 +7,8 @@
 //! Also the translation of a pod into CRI configs (`sandbox_config` with the pod's resolver from
 //! `dns`, `container_config`, `env` with what it reads of the cluster, `security_context`, with
 //! the pods' user namespaces from `userns`)
-//! and, over the CRI, carrying a plan out (`manager`, `images`, the pod's runtime handler from its
+//! and, over the CRI, carrying a plan out (`manager`, `images` with the registry credentials of
+//! `credentials`, the pod's runtime handler from its
 //! RuntimeClass in `runtime_class`), and collecting what the runtime
 //! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
 //! At start, the runtime's own cgroup driver over the configuration's (`cgroup_driver`).
@@ -19,6 +20,7 @@ mod actions;
 mod backoff;
 pub mod cgroup_driver;
 pub mod container_config;
+pub mod credentials;
 pub mod dns;
 pub mod env;
 pub mod gc;

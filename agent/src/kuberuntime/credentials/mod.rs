@@ -1,0 +1,165 @@
+//! The credentials an image pull presents to its registry (upstream `pkg/credentialprovider`
+//! and the kubelet's `getPullSecretsForPod`): the pod's `imagePullSecrets` read from the API
+//! server ([`PullSecrets`]), made into a keyring (`keyring.rs`), and the keyring's matches for
+//! the image tried in turn by the image puller (`images.rs`, as upstream's `PullImage` in
+//! `kuberuntime_image.go`).
+//!
+//! Not here: the pull itself, its back-off and events (`images.rs`); credential provider
+//! plugins (upstream's `pkg/credentialprovider/plugin`), which swiftlet does not run yet.
+
+pub mod keyring;
+
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::{Api, Client};
+
+pub use keyring::{Credential, Keyring, KeyringError, repository_of};
+
+/// Why a pull secret could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PullSecretError {
+    #[error("secret {namespace}/{name} not found")]
+    NotFound { namespace: String, name: String },
+    #[error("reading secret {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("no API server to read secret {namespace}/{name} from")]
+    NoApiServer { namespace: String, name: String },
+}
+
+/// Where pull secrets are read from.
+#[tonic::async_trait]
+pub trait PullSecrets: Send + Sync {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, PullSecretError>;
+}
+
+/// No API server (static pods only): a pod naming pull secrets pulls without them, as
+/// upstream's kubelet without a client, whose secret manager fails every read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoPullSecrets;
+
+#[tonic::async_trait]
+impl PullSecrets for NoPullSecrets {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, PullSecretError> {
+        Err(PullSecretError::NoApiServer {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// The API server's secrets, read at each pull through kube's client (upstream's default
+/// secret manager watches the pods' secrets; a read per pull sees the same objects, with
+/// nothing cached to bound).
+pub struct ApiPullSecrets(pub Client);
+
+#[tonic::async_trait]
+impl PullSecrets for ApiPullSecrets {
+    async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, PullSecretError> {
+        let api: Api<Secret> = Api::namespaced(self.0.clone(), namespace);
+        match api.get(name).await {
+            Ok(secret) => Ok(secret),
+            Err(kube::Error::Api(status)) if status.code == 404 || status.reason == "NotFound" => {
+                Err(PullSecretError::NotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                })
+            }
+            Err(source) => Err(PullSecretError::Read {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                source,
+            }),
+        }
+    }
+}
+
+/// The pod's pull secrets that could be read, and the names of those that could not (upstream
+/// `getPullSecretsForPod`: an empty name is skipped, a failed read is reported, not fatal).
+pub async fn pull_secrets_for_pod(
+    source: &dyn PullSecrets,
+    pod: &Pod,
+) -> (Vec<Secret>, Vec<String>) {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let names = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.image_pull_secrets.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|r| r.name.as_str())
+        .filter(|name| !name.is_empty());
+    let mut secrets = Vec::new();
+    let mut failed = Vec::new();
+    for name in names {
+        match source.secret(namespace, name).await {
+            Ok(secret) => secrets.push(secret),
+            Err(e) => {
+                tracing::info!(
+                    pod = %format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or_default()),
+                    error = %e,
+                    "Unable to retrieve pull secret, the image pull may not succeed."
+                );
+                failed.push(name.to_owned());
+            }
+        }
+    }
+    (secrets, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::api::core::v1::LocalObjectReference;
+
+    use super::*;
+
+    struct Fixed(BTreeMap<(String, String), Secret>);
+
+    #[tonic::async_trait]
+    impl PullSecrets for Fixed {
+        async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, PullSecretError> {
+            self.0
+                .get(&(namespace.to_owned(), name.to_owned()))
+                .cloned()
+                .ok_or_else(|| PullSecretError::NotFound {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                })
+        }
+    }
+
+    #[tokio::test]
+    async fn readable_secrets_are_used_and_the_others_named() {
+        let known = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some("there".into()),
+                namespace: Some("team".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let source = Fixed([(("team".to_owned(), "there".to_owned()), known)].into());
+        let pod = crate::testing::pod()
+            .namespace("team")
+            .spec(|s| {
+                s.image_pull_secrets = Some(
+                    ["there", "", "missing"]
+                        .into_iter()
+                        .map(|n| LocalObjectReference { name: n.into() })
+                        .collect(),
+                );
+            })
+            .build();
+        let (secrets, failed) = pull_secrets_for_pod(&source, &pod).await;
+        assert_eq!(secrets.len(), 1);
+        assert_eq!(secrets[0].metadata.name.as_deref(), Some("there"));
+        assert_eq!(failed, ["missing"]);
+        let (none, failed) = pull_secrets_for_pod(&NoPullSecrets, &pod).await;
+        assert!(none.is_empty());
+        assert_eq!(failed, ["there", "missing"]);
+    }
+}
