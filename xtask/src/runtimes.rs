@@ -41,7 +41,6 @@ const SELECTION: &[Area] = &[
         name: "pods",
         file: "pods",
         tests: &[
-            "init_containers_then_main_with_upstream_statuses",
             "exit_codes_and_restart_policies",
             "a_container_over_its_memory_limit_is_oom_killed",
         ],
@@ -67,10 +66,7 @@ const SELECTION: &[Area] = &[
     Area {
         name: "probes",
         file: "probes",
-        tests: &[
-            "each_probe_kind_passes_and_fails",
-            "liveness_failure_restarts_the_container_with_back_off",
-        ],
+        tests: &["each_probe_kind_passes_and_fails"],
     },
     Area {
         name: "volumes",
