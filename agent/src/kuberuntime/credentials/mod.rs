@@ -76,8 +76,15 @@ impl PullSecrets for ApiPullSecrets {
     }
 }
 
+/// How many distinct pull secrets one pull reads at most. A pod's author controls the list, and
+/// each name costs an API request on the node's shared, rate-limited client: thousands of names
+/// would starve every other pod's API calls. Upstream reads them all; no real pod needs more.
+pub const MAX_PULL_SECRETS: usize = 32;
+
 /// The pod's pull secrets that could be read, and the names of those that could not (upstream
-/// `getPullSecretsForPod`: an empty name is skipped, a failed read is reported, not fatal).
+/// `getPullSecretsForPod`: an empty name is skipped, a failed read is reported, not fatal). A
+/// name listed twice is read once, and at most [`MAX_PULL_SECRETS`] names are read; the rest
+/// are left out with a warning.
 pub async fn pull_secrets_for_pod(
     source: &dyn PullSecrets,
     pod: &Pod,
@@ -91,9 +98,30 @@ pub async fn pull_secrets_for_pod(
         .flatten()
         .map(|r| r.name.as_str())
         .filter(|name| !name.is_empty());
+    let mut seen = std::collections::HashSet::new();
+    let mut unique = Vec::new();
+    let mut left_out = 0_usize;
+    for name in names {
+        if !seen.contains(name) {
+            if unique.len() < MAX_PULL_SECRETS {
+                seen.insert(name);
+                unique.push(name);
+            } else {
+                left_out += 1;
+            }
+        }
+    }
+    if left_out > 0 {
+        tracing::warn!(
+            pod = %format!("{namespace}/{}", pod.metadata.name.as_deref().unwrap_or_default()),
+            read = MAX_PULL_SECRETS,
+            left_out,
+            "the pod names more image pull secrets than are read for one pull"
+        );
+    }
     let mut secrets = Vec::new();
     let mut failed = Vec::new();
-    for name in names {
+    for name in unique {
         match source.secret(namespace, name).await {
             Ok(secret) => secrets.push(secret),
             Err(e) => {
@@ -130,6 +158,50 @@ mod tests {
                     name: name.to_owned(),
                 })
         }
+    }
+
+    /// Counts the reads a pull makes; every secret is missing.
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    #[tonic::async_trait]
+    impl PullSecrets for Counting {
+        async fn secret(&self, namespace: &str, name: &str) -> Result<Secret, PullSecretError> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Err(PullSecretError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            })
+        }
+    }
+
+    /// A pod naming thousands of pull secrets (and one name again and again) costs a bounded
+    /// number of API reads, and the warning event names a bounded list.
+    #[tokio::test]
+    async fn a_pod_naming_thousands_of_pull_secrets_costs_a_bounded_number_of_reads() {
+        let names: Vec<String> = (0..5000)
+            .map(|i| format!("secret-{i}"))
+            .chain(std::iter::repeat_n("secret-0".to_owned(), 5000))
+            .collect();
+        let pod = crate::testing::pod()
+            .namespace("team")
+            .spec(|s| {
+                s.image_pull_secrets = Some(
+                    names
+                        .iter()
+                        .map(|n| LocalObjectReference { name: n.clone() })
+                        .collect(),
+                );
+            })
+            .build();
+        let source = Counting(std::sync::atomic::AtomicUsize::new(0));
+        let (secrets, failed) = pull_secrets_for_pod(&source, &pod).await;
+        assert!(secrets.is_empty());
+        assert_eq!(
+            source.0.load(std::sync::atomic::Ordering::Relaxed),
+            MAX_PULL_SECRETS
+        );
+        assert_eq!(failed.len(), MAX_PULL_SECRETS);
+        assert_eq!(failed[0], "secret-0");
     }
 
     #[tokio::test]
