@@ -135,14 +135,7 @@ pub fn run(versions: &[Version], scope: Scope) -> anyhow::Result<()> {
         versions.to_vec()
     };
     crate::setup::ensure()?;
-    sh::run(sh::cmd("cargo").args([
-        "build",
-        "--workspace",
-        "--exclude",
-        "swiftlet-ebpf",
-        "--bins",
-        "--tests",
-    ]))?;
+    tasks::build_suite()?;
     let outcomes = matrix(&versions, scope)?;
     conclude(&outcomes)
 }

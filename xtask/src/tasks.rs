@@ -166,6 +166,18 @@ pub fn exec_as_root(binary: &std::path::Path, args: &[String]) -> anyhow::Result
     bail!("cannot exec {}: {error}", binary.display())
 }
 
+/// The binaries the system tests start and the tests themselves, in one build.
+pub fn build_suite() -> anyhow::Result<()> {
+    sh::run(sh::cmd("cargo").args([
+        "build",
+        "--workspace",
+        "--exclude",
+        "swiftlet-ebpf",
+        "--bins",
+        "--tests",
+    ]))
+}
+
 /// The whole suite, as CI runs it.
 pub fn test(version: Version) -> anyhow::Result<()> {
     setup::ensure()?;
@@ -183,14 +195,7 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     // and everything above it would be compiled twice (the tests' dev-dependencies turn on more
     // of tokio's features, and cargo unifies features per build). The tests are compiled first;
     // the lints and the fuzz build then take only what running them leaves of the CPUs.
-    sh::run(sh::cmd("cargo").args([
-        "build",
-        "--workspace",
-        "--exclude",
-        "swiftlet-ebpf",
-        "--bins",
-        "--tests",
-    ]))?;
+    build_suite()?;
     let fuzz_build = crate::fuzz::Prebuild::start(vec![
         ("clippy of the workspace".to_owned(), clippy_workspace()),
         ("clippy of the eBPF programs".to_owned(), clippy_ebpf()),

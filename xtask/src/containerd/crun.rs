@@ -130,31 +130,19 @@ fn download() -> anyhow::Result<PathBuf> {
     let line = fetch::source_line(&fetch::system_mirror()?, SUITE);
     fs::write(&sources, line.replacen("deb ", "deb-src ", 1))
         .with_context(|| format!("writing {}", sources.display()))?;
-    let private = |command: &mut Command| {
-        command
-            .arg("-o")
-            .arg(format!("Dir::Etc::sourcelist={}", sources.display()))
-            .args(["-o", "Dir::Etc::sourceparts=-"])
-            .arg("-o")
-            .arg(format!("Dir::State::Lists={}", lists.display()))
-            .arg("-o")
-            .arg(format!("Dir::Cache={}", cache.display()))
-            .args(["-o", "Acquire::Languages=none"])
-            .args(["-o", "APT::Sandbox::User=root"]);
-    };
     let mut update = Command::new("apt-get");
     update.arg("-q");
-    private(&mut update);
+    fetch::private_apt(&mut update, &apt);
     sh::run(update.arg("update"))?;
     let mut showsrc = Command::new("apt-cache");
-    private(&mut showsrc);
+    fetch::private_apt(&mut showsrc, &apt);
     let record = sh::output(showsrc.args(["showsrc", "crun"]))
         .context("apt-cache showsrc crun gave nothing")?;
     let (name, sha256) = orig_tarball(&record)
         .with_context(|| format!("no upstream tarball in Debian {SUITE}'s crun source record"))?;
     let mut get = Command::new("apt-get");
     get.arg("-q").current_dir(&downloads);
-    private(&mut get);
+    fetch::private_apt(&mut get, &apt);
     // Judged by the tarball's hash below, not the exit status (see the module's docs).
     let _ = get.args(["source", "--download-only", "crun"]).status();
     let tarball = downloads.join(&name);

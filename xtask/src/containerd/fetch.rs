@@ -127,31 +127,13 @@ fn download(suite: &str, mirror: &Mirror) -> anyhow::Result<PathBuf> {
     let sources = apt.join("sources.list");
     fs::write(&sources, source_line(mirror, suite))
         .with_context(|| format!("writing {}", sources.display()))?;
-    let private = |command: &mut Command| {
-        command
-            .arg("-o")
-            .arg(format!("Dir::Etc::sourcelist={}", sources.display()))
-            .args(["-o", "Dir::Etc::sourceparts=-"])
-            .arg("-o")
-            .arg(format!("Dir::State::Lists={}", lists.display()))
-            .arg("-o")
-            .arg(format!("Dir::Cache={}", cache.display()))
-            // The package index is all this needs; no AppStream metadata or translations.
-            .args([
-                "-o",
-                "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false",
-            ])
-            .args(["-o", "Acquire::Languages=none"])
-            // The private folders are root's; apt's `_apt` user could not write them.
-            .args(["-o", "APT::Sandbox::User=root"]);
-    };
     let mut update = Command::new("apt-get");
     update.arg("-q");
-    private(&mut update);
+    private_apt(&mut update, &apt);
     sh::run(update.arg("update"))?;
     let mut get = Command::new("apt-get");
     get.arg("-q").current_dir(&debs);
-    private(&mut get);
+    private_apt(&mut get, &apt);
     sh::run(get.args(["download", "containerd"]))?;
     let mut found: Vec<PathBuf> = fs::read_dir(&debs)
         .with_context(|| format!("reading {}", debs.display()))?
@@ -166,6 +148,30 @@ fn download(suite: &str, mirror: &Mirror) -> anyhow::Result<PathBuf> {
             debs.display()
         ),
     }
+}
+
+/// Points `command` (apt-get, apt-cache) at the private sources file, lists and cache in `apt`
+/// (`sources.list`, `lists/`, `cache/`), never at the system's.
+pub(super) fn private_apt(command: &mut Command, apt: &Path) {
+    command
+        .arg("-o")
+        .arg(format!(
+            "Dir::Etc::sourcelist={}",
+            apt.join("sources.list").display()
+        ))
+        .args(["-o", "Dir::Etc::sourceparts=-"])
+        .arg("-o")
+        .arg(format!("Dir::State::Lists={}", apt.join("lists").display()))
+        .arg("-o")
+        .arg(format!("Dir::Cache={}", apt.join("cache").display()))
+        // The package index is all this needs; no AppStream metadata or translations.
+        .args([
+            "-o",
+            "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false",
+        ])
+        .args(["-o", "Acquire::Languages=none"])
+        // The private folders are root's; apt's `_apt` user could not write them.
+        .args(["-o", "APT::Sandbox::User=root"]);
 }
 
 /// The private sources file's one line.
