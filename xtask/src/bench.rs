@@ -40,9 +40,11 @@ pub enum Which {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
-    /// Exit detection latency (kill of a container's init → ContainerDied on the gRPC stream)
-    /// and idle cost with 10, 50 and 100 containers, `--pleg relist` (1 s) against `--pleg
-    /// ebpf`, on the private containerd.
+    /// Exit detection latency (kill of a container's init → ContainerDied on the gRPC stream),
+    /// where it comes from, and idle cost with 10, 50 and 100 containers, `--pleg relist` (1 s),
+    /// `--pleg evented` (CRI container events) and `--pleg ebpf` side by side, on the private
+    /// containerd (2.1 unless --containerd says otherwise; 1.6 has no container events, so
+    /// relist and ebpf only).
     Pleg {
         /// Where to write the JSON results (default target/bench/pleg.json).
         #[arg(long)]
@@ -56,6 +58,13 @@ pub enum Which {
         /// Exits measured per PLEG and size (default 200; 20 with --quick).
         #[arg(long)]
         exits: Option<usize>,
+        /// The PLEGs to compare, in order (repeatable: relist, evented, ebpf; default all
+        /// three, or relist and ebpf on containerd 1.6).
+        #[arg(long = "pleg", value_name = "PLEG")]
+        plegs: Vec<String>,
+        /// The private containerd's release (2.1, 1.7 or 1.6).
+        #[arg(long, value_enum, value_name = "VERSION", default_value_t = Version::default())]
+        containerd: Version,
     },
     /// Memory pressure → eviction latency (the pods' working set past
     /// `allocatableMemory.available<400Mi` → the eviction decided, and the pod's container
@@ -110,8 +119,8 @@ pub enum Which {
     },
 }
 
-/// The containerd the benchmarks run on: 1.6, the release every table so far was measured on,
-/// until the PLEG benchmark compares the three PLEGs on 1.7 and 2.1 (issue 18's part 3).
+/// The containerd the benchmarks other than `pleg` run on: 1.6, the release their README tables
+/// were measured on; each moves to the default release when its table is rerun on it.
 const BENCH_RUNTIME: Version = Version::V1_6;
 
 pub fn run(which: Which) -> anyhow::Result<()> {
@@ -137,7 +146,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
         Which::Startup { json, rounds } => {
             let json = json.unwrap_or_else(|| out_dir.join("startup.json"));
             let swiftlet = release.join("swiftlet");
-            with_containerd(&driver, |containerd| {
+            with_containerd(&driver, BENCH_RUNTIME, |containerd| {
                 let mut args = agent_bench_args("startup", containerd, &swiftlet, &json, &out_dir);
                 args.extend(["--rounds".to_owned(), rounds.to_string()]);
                 args
@@ -148,10 +157,17 @@ pub fn run(which: Which) -> anyhow::Result<()> {
             quick,
             sizes,
             exits,
+            plegs,
+            containerd: version,
         } => {
             let json = json.unwrap_or_else(|| out_dir.join("pleg.json"));
             let swiftlet = release.join("swiftlet");
-            with_containerd(&driver, |containerd| {
+            let plegs = if plegs.is_empty() && version == Version::V1_6 {
+                vec!["relist".to_owned(), "ebpf".to_owned()]
+            } else {
+                plegs
+            };
+            with_containerd(&driver, version, |containerd| {
                 let mut args = agent_bench_args("pleg", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
@@ -161,6 +177,9 @@ pub fn run(which: Which) -> anyhow::Result<()> {
                 }
                 if let Some(exits) = exits {
                     args.extend(["--exits".to_owned(), exits.to_string()]);
+                }
+                for pleg in plegs {
+                    args.extend(["--pleg".to_owned(), pleg]);
                 }
                 args
             })
@@ -173,7 +192,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
         } => {
             let json = json.unwrap_or_else(|| out_dir.join("eviction.json"));
             let swiftlet = release.join("swiftlet");
-            with_containerd(&driver, |containerd| {
+            with_containerd(&driver, BENCH_RUNTIME, |containerd| {
                 let mut args = agent_bench_args("eviction", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
@@ -195,7 +214,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
         } => {
             let json = json.unwrap_or_else(|| out_dir.join("cluster.json"));
             let swiftlet = release.join("swiftlet");
-            with_containerd(&driver, |containerd| {
+            with_containerd(&driver, BENCH_RUNTIME, |containerd| {
                 let mut args = agent_bench_args("cluster", containerd, &swiftlet, &json, &out_dir);
                 if quick {
                     args.push("--quick".to_owned());
@@ -212,7 +231,7 @@ pub fn run(which: Which) -> anyhow::Result<()> {
         Which::Cpumanager { json, quick, runs } => {
             let json = json.unwrap_or_else(|| out_dir.join("cpumanager.json"));
             let swiftlet = release.join("swiftlet");
-            with_containerd(&driver, |containerd| {
+            with_containerd(&driver, BENCH_RUNTIME, |containerd| {
                 let mut args =
                     agent_bench_args("cpumanager", containerd, &swiftlet, &json, &out_dir);
                 if quick {
@@ -255,8 +274,12 @@ fn agent_bench_args(
 ///
 /// When `cargo xtask containerd start` already keeps it running, the driver uses that instance
 /// as it is (exec'd in xtask's place: Ctrl-C reaches it directly), and leaves it running.
-fn with_containerd(driver: &Path, args: impl FnOnce(&Paths) -> Vec<String>) -> anyhow::Result<()> {
-    if let Some((paths, holder)) = containerd::started_for_people(BENCH_RUNTIME)? {
+fn with_containerd(
+    driver: &Path,
+    version: Version,
+    args: impl FnOnce(&Paths) -> Vec<String>,
+) -> anyhow::Result<()> {
+    if let Some((paths, holder)) = containerd::started_for_people(version)? {
         println!(
             "xtask: containerd: using the private containerd that `cargo xtask containerd start` \
              (pid {holder}) keeps running at {}",
@@ -266,7 +289,7 @@ fn with_containerd(driver: &Path, args: impl FnOnce(&Paths) -> Vec<String>) -> a
     }
     let mut interrupts = Interrupts::catch()?;
     let mut containerd =
-        Containerd::start_with(&mut interrupts, CgroupDriver::Cgroupfs, BENCH_RUNTIME)?;
+        Containerd::start_with(&mut interrupts, CgroupDriver::Cgroupfs, version)?;
     let args = args(containerd.paths());
     // Containerd::start made sure this is root.
     let mut child = supervise::spawn(Command::new(driver).args(&args))?;

@@ -22,7 +22,10 @@ pub mod index;
 pub mod records;
 pub mod relist;
 
-use std::{sync::Arc, time::Duration};
+use std::{
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
 pub use cache::PodCache;
 
@@ -63,6 +66,10 @@ pub struct PodLifecycleEvent {
     pub container: Option<ContainerId>,
     /// When the kernel saw what caused it (CLOCK_MONOTONIC ns), for kernel-triggered events.
     pub kernel_ts_ns: Option<u64>,
+    /// When the status it was computed from was observed: the moment a refresh asked the
+    /// runtime, or the runtime's own timestamp of the event it came in (Evented PLEG). Benchmarks
+    /// split an event's latency at it.
+    pub observed_at: Option<SystemTime>,
     /// The container's status as the runtime reported it in the refresh that produced the event.
     pub status: Option<ContainerStatus>,
 }

@@ -220,6 +220,7 @@ impl PodRecords {
         }
         for event in &mut events {
             event.kernel_ts_ns = kernel_ts_ns;
+            event.observed_at = Some(observed);
             event.status = event
                 .container
                 .as_ref()

@@ -226,6 +226,12 @@ pub fn to_proto(event: &KernelEvent) -> v1::Event {
     }
 }
 
+/// Nanoseconds since the Unix epoch; 0 for an instant before it (a runtime's zero time).
+fn unix_ns(at: std::time::SystemTime) -> u64 {
+    at.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// A pod lifecycle event on the wire.
 pub fn pod_to_proto(published: &PublishedEvent) -> v1::Event {
     let event = &published.event;
@@ -255,6 +261,8 @@ pub fn pod_to_proto(published: &PublishedEvent) -> v1::Event {
             exit_code: status.and_then(|s| s.exit_code),
             reason: status.map(|s| s.reason.clone()).unwrap_or_default(),
             sent_ns: published.sent_ns,
+            observed_unix_ns: event.observed_at.map_or(0, unix_ns),
+            finished_unix_ns: status.and_then(|s| s.finished_at).map_or(0, unix_ns),
         })),
     }
 }

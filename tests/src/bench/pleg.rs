@@ -1,7 +1,15 @@
 //! The PLEG benchmark (`swiftlet-bench pleg`): how soon each PLEG tells that a container died, and
 //! what it costs while nothing happens, with the same workload against `--pleg relist` (1 s, the
-//! kubelet's default) and `--pleg ebpf`, one after the other in one run, for each number of
+//! kubelet's default), `--pleg evented` (upstream's Evented PLEG, on the runtime's CRI
+//! `GetContainerEvents`) and `--pleg ebpf`, one after the other in one run, for each number of
 //! containers.
+//!
+//! Where each latency comes from is measured too, per exit, from the instants the event itself
+//! carries: when the kernel saw the exit (kernel-event PLEG), when the runtime reaped it (the
+//! status's `finished_at`, from containerd's shim), and when the status the event carries was
+//! observed (the moment a relist or a kernel-triggered refresh asked the runtime, or the
+//! runtime's own timestamp of its container event — for containerd, taken after its exit handling,
+//! `runc delete` included, is done).
 //!
 //! One configuration (a PLEG and N) has its own swiftlet. It runs generations of N static pods
 //! (one busybox `sleep` container each, `restartPolicy: Never`):
@@ -43,8 +51,8 @@ use super::harness::{
 };
 use super::{driver::Benchmark, machine::Machine, report::rfc3339};
 
-/// The two PLEGs, in the order each N runs them.
-pub const PLEGS: [&str; 2] = ["relist", "ebpf"];
+/// Every PLEG, in the order each N runs them.
+pub const PLEGS: [&str; 3] = ["relist", "evented", "ebpf"];
 
 /// The relist PLEG's period: the kubelet's default (`relistPeriod`).
 const RELIST_PERIOD: &str = "1s";
@@ -82,8 +90,10 @@ const SEED: u64 = 0x5EED_F1E7;
 pub struct Settings {
     pub swiftlet: PathBuf,
     pub runtime_endpoint: String,
-    /// Running containers (one per pod), each run with both PLEGs.
+    /// Running containers (one per pod), each run with every PLEG of `plegs`.
     pub sizes: Vec<usize>,
+    /// The PLEGs to compare, in order (of [`PLEGS`]).
+    pub plegs: Vec<String>,
     /// Exits to measure per configuration, at least.
     pub exits: usize,
     /// The idle window over which the steady-state cost is taken.
@@ -96,6 +106,8 @@ pub struct Settings {
 #[derive(Clone, Debug, Serialize)]
 pub struct ConfigOutcome {
     pub pleg: String,
+    /// The container runtime, as CRI `Version` names it.
+    pub runtime: String,
     pub containers: usize,
     /// Kill → `ContainerDied` received, per exit measured, ascending.
     pub latencies_ns: Vec<u64>,
@@ -107,6 +119,33 @@ pub struct ConfigOutcome {
     pub kernel_caused: usize,
     pub generations: usize,
     pub idle: IdleCost,
+    /// Where the latencies come from, per exit measured.
+    pub phases: Phases,
+    /// Container events the runtime streamed to the Evented PLEG over the whole configuration
+    /// (`swiftlet_evented_pleg_events_total`), and the seconds it ran.
+    pub stream_events: f64,
+    pub run_seconds: f64,
+}
+
+/// The instants an exit's event carries, each as the time since the kill, ascending; an exit whose
+/// event lacks one (or carries one from before the kill: a status observed earlier and amended by
+/// the kernel's account) adds no sample to it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Phases {
+    /// Kill → the kernel saw the init exit (kernel-event PLEG only).
+    pub kernel_ns: Vec<u64>,
+    /// Kill → the runtime reaped it (the status's `finished_at`).
+    pub reaped_ns: Vec<u64>,
+    /// Kill → the status the event carries was observed.
+    pub observed_ns: Vec<u64>,
+}
+
+impl Phases {
+    fn sort(&mut self) {
+        self.kernel_ns.sort_unstable();
+        self.reaped_ns.sort_unstable();
+        self.observed_ns.sort_unstable();
+    }
 }
 
 /// The steady-state cost over the idle window.
@@ -123,6 +162,8 @@ pub struct IdleCost {
     pub rss_bytes: u64,
     /// Full relists during the window.
     pub relists: f64,
+    /// Container events the runtime streamed to the Evented PLEG during the window.
+    pub stream_events: f64,
 }
 
 impl IdleCost {
@@ -153,6 +194,9 @@ pub async fn run(settings: &Settings) -> Result<Vec<ConfigOutcome>> {
     if settings.sizes.contains(&0) || settings.exits == 0 {
         bail!("container counts and exits must not be zero");
     }
+    if let Some(unknown) = settings.plegs.iter().find(|p| !PLEGS.contains(&p.as_str())) {
+        bail!("--pleg {unknown}: expected one of {}", PLEGS.join(", "));
+    }
     let _ = std::fs::remove_dir_all(&settings.log_dir);
     std::fs::create_dir_all(&settings.log_dir)
         .with_context(|| format!("creating {}", settings.log_dir.display()))?;
@@ -160,6 +204,7 @@ pub async fn run(settings: &Settings) -> Result<Vec<ConfigOutcome>> {
     clear(&mut cri)
         .await
         .context("clearing an earlier run's pods")?;
+    let runtime = cri.runtime_version().await?;
     let containerd = runtime_pid(&settings.runtime_endpoint);
     if containerd.is_none() {
         eprintln!(
@@ -170,10 +215,11 @@ pub async fn run(settings: &Settings) -> Result<Vec<ConfigOutcome>> {
     let mut rng = fastrand::Rng::with_seed(SEED);
     let mut outcomes = Vec::new();
     for &size in &settings.sizes {
-        for pleg in PLEGS {
+        for pleg in &settings.plegs {
             let config = Config {
                 settings,
                 pleg,
+                runtime: &runtime,
                 size,
                 containerd,
             };
@@ -222,7 +268,8 @@ fn progress_line(o: &ConfigOutcome) -> String {
 /// One PLEG with one number of containers.
 struct Config<'a> {
     settings: &'a Settings,
-    pleg: &'static str,
+    pleg: &'a str,
+    runtime: &'a str,
     size: usize,
     containerd: Option<u32>,
 }
@@ -233,6 +280,39 @@ struct Died {
     at: Instant,
     status_ok: bool,
     kernel_caused: bool,
+    /// CLOCK_MONOTONIC ns, 0 when no kernel event caused it.
+    kernel_ts_ns: u64,
+    /// Unix ns, 0 when unknown.
+    finished_unix_ns: u64,
+    observed_unix_ns: u64,
+}
+
+/// A kill, on the clocks the event's instants are on.
+#[derive(Clone, Copy)]
+struct Killed {
+    at: Instant,
+    monotonic_ns: u64,
+    unix_ns: u64,
+}
+
+impl Killed {
+    fn now() -> Killed {
+        Killed {
+            monotonic_ns: swiftlet::kernel::monotonic_ns(),
+            unix_ns: unix_ns(SystemTime::now()),
+            at: Instant::now(),
+        }
+    }
+}
+
+fn unix_ns(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| nanos(d))
+}
+
+/// `instant - since` when the event carried the instant and it is not before the kill.
+fn after(instant: u64, since: u64) -> Option<u64> {
+    (instant != 0 && instant >= since).then(|| instant - since)
 }
 
 impl Config<'_> {
@@ -307,8 +387,10 @@ impl Config<'_> {
         manifest_dir: &Path,
     ) -> Result<ConfigOutcome> {
         let mut deaths = watch_deaths(&options.grpc_socket()).await?;
+        let began = Instant::now();
         let mut outcome = ConfigOutcome {
             pleg: self.pleg.to_owned(),
+            runtime: self.runtime.to_owned(),
             containers: self.size,
             latencies_ns: Vec::new(),
             missed: 0,
@@ -316,6 +398,9 @@ impl Config<'_> {
             kernel_caused: 0,
             generations: 0,
             idle: IdleCost::default(),
+            phases: Phases::default(),
+            stream_events: 0.0,
+            run_seconds: 0.0,
         };
         while outcome.latencies_ns.len() + outcome.missed < self.settings.exits {
             let generation = outcome.generations;
@@ -358,6 +443,9 @@ impl Config<'_> {
             outcome.generations += 1;
         }
         outcome.latencies_ns.sort_unstable();
+        outcome.phases.sort();
+        outcome.stream_events = stream_events(&http::get(agent.port, "/metrics").await?);
+        outcome.run_seconds = began.elapsed().as_secs_f64();
         Ok(outcome)
     }
 
@@ -369,14 +457,24 @@ impl Config<'_> {
         rng: &mut fastrand::Rng,
         outcome: &mut ConfigOutcome,
     ) -> Result<()> {
-        let mut killed_at: HashMap<&str, Instant> = HashMap::with_capacity(pids.len());
-        let mut record = |died: Died, killed_at: &mut HashMap<&str, Instant>| {
+        let mut killed_at: HashMap<&str, Killed> = HashMap::with_capacity(pids.len());
+        let mut record = |died: Died, killed_at: &mut HashMap<&str, Killed>| {
             if let Some(t0) = killed_at.remove(died.container_id.as_str()) {
                 outcome
                     .latencies_ns
-                    .push(nanos(died.at.saturating_duration_since(t0)));
+                    .push(nanos(died.at.saturating_duration_since(t0.at)));
                 outcome.wrong_status += usize::from(!died.status_ok);
                 outcome.kernel_caused += usize::from(died.kernel_caused);
+                let phases = &mut outcome.phases;
+                phases
+                    .kernel_ns
+                    .extend(after(died.kernel_ts_ns, t0.monotonic_ns));
+                phases
+                    .reaped_ns
+                    .extend(after(died.finished_unix_ns, t0.unix_ns));
+                phases
+                    .observed_ns
+                    .extend(after(died.observed_unix_ns, t0.unix_ns));
             }
         };
         for (id, pid) in pids {
@@ -385,7 +483,7 @@ impl Config<'_> {
             while let Ok(Some(died)) = tokio::time::timeout_at(next, deaths.recv()).await {
                 record(died, &mut killed_at);
             }
-            let t0 = Instant::now();
+            let t0 = Killed::now();
             nix::sys::signal::kill(Pid::from_raw(i32::try_from(*pid)?), Signal::SIGKILL)
                 .with_context(|| format!("killing the init (pid {pid}) of container {id}"))?;
             killed_at.insert(id.as_str(), t0);
@@ -437,8 +535,16 @@ impl Config<'_> {
             cri_calls,
             rss_bytes: rss_bytes(pid)?,
             relists: relists(&after_metrics) - relists(&before_metrics),
+            stream_events: stream_events(&after_metrics) - stream_events(&before_metrics),
         })
     }
+}
+
+/// The container events the Evented PLEG has received, every type together (0 for the others).
+fn stream_events(metrics: &str) -> f64 {
+    samples(metrics, "swiftlet_evented_pleg_events_total")
+        .values()
+        .fold(0.0, |sum, n| sum + n)
 }
 
 /// One busybox `sleep` container that is never restarted.
@@ -471,6 +577,9 @@ async fn watch_deaths(socket: &Path) -> Result<mpsc::UnboundedReceiver<Died>> {
                 let died = Died {
                     status_ok: pod.state == "exited" && pod.exit_code == Some(137),
                     kernel_caused: pod.kernel_ts_ns > 0,
+                    kernel_ts_ns: pod.kernel_ts_ns,
+                    finished_unix_ns: pod.finished_unix_ns,
+                    observed_unix_ns: pod.observed_unix_ns,
                     container_id: pod.container_id,
                     at,
                 };
@@ -652,7 +761,7 @@ impl Benchmark for Settings {
             "pleg: {:?} containers, each with --pleg {}; {} exits each, {} s idle window; \
              swiftlet logs in {}",
             self.sizes,
-            PLEGS.join(" and --pleg "),
+            self.plegs.join(", --pleg "),
             self.exits,
             self.idle.as_secs(),
             self.log_dir.display()
@@ -694,8 +803,14 @@ impl Benchmark for Settings {
 
     fn plot(&self, path: &Path, machine: &Machine, outcomes: &Vec<ConfigOutcome>) -> Result<()> {
         let title = format!(
-            "Container exit → pod lifecycle event, relist vs kernel events (Linux {}, {} CPUs)",
-            machine.kernel_release, machine.cpus
+            "Container exit → pod lifecycle event, {} (Linux {}, {} CPUs{})",
+            self.plegs.join(" vs "),
+            machine.kernel_release,
+            machine.cpus,
+            outcomes
+                .first()
+                .map(|o| format!(", {}", o.runtime))
+                .unwrap_or_default()
         );
         report::plot(path, &title, outcomes)
     }
@@ -746,6 +861,7 @@ mod tests {
             cri_calls: BTreeMap::from([("list_containers".into(), 30.0), ("x".into(), 30.0)]),
             rss_bytes: 1,
             relists: 30.0,
+            stream_events: 0.0,
         };
         assert!((idle.agent_cpu_per_minute() - 1.0).abs() < 1e-9);
         assert_eq!(idle.runtime_cpu_per_minute(), Some(2.0));
@@ -759,11 +875,20 @@ mod tests {
     }
 
     #[test]
+    fn a_phase_counts_only_instants_the_event_carried_after_the_kill() {
+        assert_eq!(after(0, 100), None);
+        assert_eq!(after(90, 100), None);
+        assert_eq!(after(100, 100), Some(0));
+        assert_eq!(after(350, 100), Some(250));
+    }
+
+    #[test]
     fn pods_are_named_per_pleg_size_and_generation() {
         let settings = Settings {
             swiftlet: PathBuf::new(),
             runtime_endpoint: String::new(),
             sizes: vec![10],
+            plegs: vec!["ebpf".into()],
             exits: 1,
             idle: Duration::ZERO,
             log_dir: PathBuf::new(),
@@ -771,6 +896,7 @@ mod tests {
         let config = Config {
             settings: &settings,
             pleg: "ebpf",
+            runtime: "containerd 2.1.9",
             size: 100,
             containerd: None,
         };

@@ -6,7 +6,7 @@
 //!                        [--batch N]... [--json FILE] [--out-dir DIR] [--poll-ms MS]
 //!                        [--timeout-s S]
 //! swiftlet-bench pleg --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--size N]...
-//!                     [--exits N] [--idle-s S] [--quick] [--json FILE] [--out-dir DIR]
+//!                     [--pleg P]... [--exits N] [--idle-s S] [--quick] [--json FILE] [--out-dir DIR]
 //! swiftlet-bench eviction --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--mode M]...
 //!                         [--runs N] [--quick] [--json FILE] [--out-dir DIR]
 //! swiftlet-bench cpumanager --runtime-endpoint unix://SOCKET [--swiftlet PATH] [--mode M]...
@@ -27,10 +27,11 @@
 //! containerd). Same outputs: a table, JSON, an SVG plot; plus each round's swiftlet log and
 //! `/metrics` snapshot under `<out-dir>/startup/`.
 //!
-//! `pleg` measures, with `--pleg relist` (1 s) and `--pleg ebpf` side by side for each number of
-//! running containers, how long after a container's init is killed its `ContainerDied` reaches
-//! swiftlet's gRPC stream, and what each costs idle (CPU, CRI calls, RSS). Same outputs, logs
-//! under `<out-dir>/pleg/`.
+//! `pleg` measures, with `--pleg relist` (1 s), `--pleg evented` and `--pleg ebpf` side by side
+//! for each number of running containers, how long after a container's init is killed its
+//! `ContainerDied` reaches swiftlet's gRPC stream, where that time goes (kernel, runtime reaping,
+//! status observed), and what each costs idle (CPU, CRI calls, RSS). Same outputs, logs under
+//! `<out-dir>/pleg/`.
 //!
 //! `eviction` measures, with the eviction manager woken by the kernel (`kernel`: every wake-up),
 //! by its periodic 10 s check alone (`periodic`, the kubelet's model) and by PSI triggers alone
@@ -175,9 +176,13 @@ struct StartupArgs {
 struct PlegArgs {
     #[command(flatten)]
     agent: AgentArgs,
-    /// Running containers (repeatable; default 10, 50 and 100). Each is run with both PLEGs.
+    /// Running containers (repeatable; default 10, 50 and 100). Each is run with every PLEG.
     #[arg(long = "size", value_name = "N")]
     sizes: Vec<usize>,
+    /// The PLEGs to compare, in order (repeatable: relist, evented, ebpf; default all three —
+    /// evented needs a runtime with CRI GetContainerEvents, containerd 1.7 or later).
+    #[arg(long = "pleg", value_name = "PLEG")]
+    plegs: Vec<String>,
     /// Exits measured per PLEG and size, at least (default 200).
     #[arg(long)]
     exits: Option<usize>,
@@ -305,6 +310,11 @@ async fn pleg_bench(mut args: PlegArgs) -> Result<()> {
         swiftlet: args.agent.swiftlet(),
         runtime_endpoint: args.agent.runtime_endpoint,
         sizes,
+        plegs: if args.plegs.is_empty() {
+            pleg::PLEGS.iter().map(|&p| p.to_owned()).collect()
+        } else {
+            args.plegs
+        },
         exits: args.exits.unwrap_or(if args.quick { 20 } else { 200 }),
         idle: Duration::from_secs(args.idle_s.unwrap_or(if args.quick { 10 } else { 60 })),
         log_dir: args.output.log_dir::<pleg::Settings>(),

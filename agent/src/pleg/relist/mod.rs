@@ -82,6 +82,7 @@ pub fn compute_events(
             kind,
             container: Some(id.clone()),
             kernel_ts_ns: None,
+            observed_at: None,
             status: None,
         };
         match after {
@@ -328,8 +329,10 @@ impl RelistPleg {
             }
         }
         self.records.all_observed_at(observed);
-        // Each event carries its container's status as just inspected, as targeted refreshes do.
+        // Each event carries its container's status as just inspected, as targeted refreshes do,
+        // and the moment the list that found the change was asked for.
         for event in &mut events {
+            event.observed_at = Some(observed);
             event.status = event.container.as_ref().and_then(|id| {
                 statuses
                     .get(&event.pod)?

@@ -71,6 +71,17 @@ impl Cri {
         }
     }
 
+    /// The runtime's name and version as CRI `Version` gives them, e.g. "containerd 2.1.9".
+    pub async fn runtime_version(&mut self) -> Result<String> {
+        let version = self
+            .runtime
+            .version(VersionRequest::default())
+            .await
+            .context("Version")?
+            .into_inner();
+        Ok(format!("{} {}", version.runtime_name, version.runtime_version))
+    }
+
     fn selector() -> HashMap<String, String> {
         HashMap::from([(NAMESPACE_LABEL.to_owned(), NAMESPACE.to_owned())])
     }

@@ -21,11 +21,15 @@ pub const TARGET_CONTAINERS: usize = 100;
 pub const TARGET_LATENCY_RATIO: f64 = 100.0;
 /// ... and its idle CPU at most this fraction (1/20) of the relist PLEG's.
 pub const TARGET_CPU_RATIO: f64 = 20.0;
+/// ... and its p99 at least this many times below the Evented PLEG's p50, when that ran.
+pub const TARGET_EVENTED_RATIO: f64 = 10.0;
 
 /// One PLEG with one number of containers, as the JSON carries it.
 #[derive(Clone, Debug, Serialize)]
 pub struct Entry {
     pub pleg: String,
+    /// The container runtime, as CRI `Version` names it.
+    pub runtime: String,
     pub containers: usize,
     /// `kill(2)` of a container's init → its `ContainerDied` on the gRPC stream.
     pub exit_latency_ms: LatencyMs,
@@ -48,6 +52,16 @@ pub struct Entry {
     /// swiftlet's resident set after the idle window.
     pub rss_bytes: u64,
     pub idle_seconds: f64,
+    /// Where the exit latency comes from: kill → the kernel saw the exit, → the runtime reaped
+    /// it (`finished_at`), → the status the event carries was observed (see the module doc of
+    /// `pleg`); each over the exits whose event carried that instant.
+    pub kernel_saw_ms: LatencyMs,
+    pub runtime_reaped_ms: LatencyMs,
+    pub status_observed_ms: LatencyMs,
+    /// The runtime's container events streamed to the Evented PLEG, per minute, over the whole
+    /// configuration (pods started, killed, removed) and over the idle window.
+    pub stream_events_per_minute: f64,
+    pub idle_stream_events_per_minute: f64,
     pub date: String,
     pub machine: Machine,
     /// Every sample, ascending.
@@ -59,6 +73,7 @@ impl Entry {
         let idle = &outcome.idle;
         Entry {
             pleg: outcome.pleg.clone(),
+            runtime: outcome.runtime.clone(),
             containers: outcome.containers,
             exit_latency_ms: LatencyMs::of(&outcome.latencies_ns),
             missed: outcome.missed,
@@ -76,6 +91,15 @@ impl Entry {
             relists_per_minute: idle.per_minute(idle.relists),
             rss_bytes: idle.rss_bytes,
             idle_seconds: idle.seconds,
+            kernel_saw_ms: LatencyMs::of(&outcome.phases.kernel_ns),
+            runtime_reaped_ms: LatencyMs::of(&outcome.phases.reaped_ns),
+            status_observed_ms: LatencyMs::of(&outcome.phases.observed_ns),
+            stream_events_per_minute: if outcome.run_seconds > 0.0 {
+                outcome.stream_events * 60.0 / outcome.run_seconds
+            } else {
+                0.0
+            },
+            idle_stream_events_per_minute: idle.per_minute(idle.stream_events),
             date: date.to_owned(),
             machine: machine.clone(),
             latencies_ms: outcome.latencies_ns.iter().map(|&ns| ms(ns)).collect(),
@@ -83,11 +107,17 @@ impl Entry {
     }
 }
 
-/// The machine line and one table row per PLEG and number of containers.
+/// The machine line, one table row per PLEG and number of containers, and a second table of
+/// where the latencies come from.
 pub fn markdown(entries: &[Entry]) -> String {
     let mut out = String::new();
     if let Some(first) = entries.first() {
-        let _ = writeln!(out, "{}\n", first.machine.line(&first.date));
+        let _ = writeln!(
+            out,
+            "{}; runtime {}\n",
+            first.machine.line(&first.date),
+            first.runtime
+        );
     }
     out.push_str(
         "| PLEG | containers | exits | p50 ms | p99 ms | max ms | missed | agent CPU s/min | \
@@ -114,6 +144,33 @@ pub fn markdown(entries: &[Entry]) -> String {
             runtime,
             e.cri_calls_per_minute,
             e.rss_bytes as f64 / (1024.0 * 1024.0),
+        );
+    }
+    out.push_str(
+        "\nWhere the latency comes from (p50 from the kill, ms; n/a: no event carried it):\n\n\
+         | PLEG | containers | kernel saw the exit | runtime reaped it | status observed | \
+         event received | runtime events/min (run) | runtime events/min (idle) |\n\
+         |---|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    for e in entries {
+        let p50 = |l: &LatencyMs| {
+            if l.n == 0 {
+                "n/a".to_owned()
+            } else {
+                latency_cell(l.p50)
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {:.0} | {:.0} |",
+            e.pleg,
+            e.containers,
+            p50(&e.kernel_saw_ms),
+            p50(&e.runtime_reaped_ms),
+            p50(&e.status_observed_ms),
+            p50(&e.exit_latency_ms),
+            e.stream_events_per_minute,
+            e.idle_stream_events_per_minute,
         );
     }
     out
@@ -186,6 +243,28 @@ pub fn verdicts(entries: &[Entry]) -> Vec<String> {
         ebpf.cpu_seconds_per_minute,
         relist.cpu_seconds_per_minute
     ));
+    if let Some(evented) = find("evented", n) {
+        let v = &evented.exit_latency_ms;
+        let ratio = if e.p99 > 0.0 {
+            v.p50 / e.p99
+        } else {
+            f64::INFINITY
+        };
+        out.push(format!(
+            "Target: its p99 at least {TARGET_EVENTED_RATIO:.0}× below the Evented PLEG's p50 \
+             {at}: {} (evented p50 {:.3} ms / kernel-event p99 {:.3} ms = {ratio:.1}×).",
+            met(complete && ratio >= TARGET_EVENTED_RATIO),
+            v.p50,
+            e.p99
+        ));
+        out.push(format!(
+            "Target: no missed exits in any PLEG {at}: {} (relist {}, evented {}, kernel-event {}).",
+            met(relist.missed + evented.missed + ebpf.missed == 0),
+            relist.missed,
+            evented.missed,
+            ebpf.missed
+        ));
+    }
     out
 }
 
@@ -243,7 +322,7 @@ pub fn plot(path: &Path, title: &str, outcomes: &[ConfigOutcome]) -> Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::pleg::IdleCost;
+    use crate::bench::pleg::{IdleCost, Phases};
 
     fn machine() -> Machine {
         Machine {
@@ -256,6 +335,7 @@ mod tests {
     fn outcome(pleg: &str, containers: usize, latencies_ms: &[u64], cpu: f64) -> ConfigOutcome {
         ConfigOutcome {
             pleg: pleg.into(),
+            runtime: "containerd 2.1.9".into(),
             containers,
             latencies_ns: latencies_ms.iter().map(|ms| ms * 1_000_000).collect(),
             missed: 0,
@@ -273,7 +353,11 @@ mod tests {
                 cri_calls: BTreeMap::from([("list_containers".into(), 30.0)]),
                 rss_bytes: 32 * 1024 * 1024,
                 relists: 30.0,
+                stream_events: 0.0,
             },
+            phases: Phases::default(),
+            stream_events: 0.0,
+            run_seconds: 60.0,
         }
     }
 
@@ -321,6 +405,39 @@ mod tests {
         assert!(verdicts[0].contains("missed"), "{verdicts:?}");
         assert!(verdicts[1].contains("missed"), "{verdicts:?}");
         assert!(verdicts[2].contains("missed"), "{verdicts:?}");
+    }
+
+    #[test]
+    fn the_evented_pleg_is_judged_when_it_ran() {
+        let mut evented = outcome("evented", 100, &[40, 50, 60], 0.02);
+        evented.phases.reaped_ns = vec![1_000_000, 2_000_000];
+        evented.phases.observed_ns = vec![30_000_000, 40_000_000];
+        evented.stream_events = 300.0;
+        let e = entries(&[
+            outcome("relist", 100, &[400, 500, 900], 1.0),
+            evented,
+            outcome("ebpf", 100, &[1, 2, 3], 0.01),
+        ]);
+        let verdicts = verdicts(&e);
+        assert_eq!(verdicts.len(), 5, "{verdicts:?}");
+        assert!(
+            verdicts[3].contains("Evented PLEG's p50") && verdicts[3].contains(": met"),
+            "{verdicts:?}"
+        );
+        assert!(verdicts[4].contains("no missed exits") && verdicts[4].contains(": met"));
+        let table = markdown(&e);
+        assert!(table.contains("runtime containerd 2.1.9"), "{table}");
+        assert!(
+            table.contains("| evented | 100 | n/a | 1.000 | 30 | 50 | 300 | 0 |"),
+            "{table}"
+        );
+
+        let slow_kernel = entries(&[
+            outcome("relist", 100, &[500], 1.0),
+            outcome("evented", 100, &[40, 50, 60], 0.02),
+            outcome("ebpf", 100, &[1, 2, 8], 0.01),
+        ]);
+        assert!(super::verdicts(&slow_kernel)[3].contains("missed"));
     }
 
     #[test]
