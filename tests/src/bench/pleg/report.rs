@@ -148,7 +148,7 @@ pub fn markdown(entries: &[Entry]) -> String {
     }
     out.push_str(
         "\nWhere the latency comes from (p50 from the kill, ms; n/a: no event carried it):\n\n\
-         | PLEG | containers | kernel saw the exit | runtime reaped it | status observed | \
+         | PLEG | containers | kernel saw the exit | status's `finished_at` | status observed | \
          event received | runtime events/min (run) | runtime events/min (idle) |\n\
          |---|--:|--:|--:|--:|--:|--:|--:|\n",
     );
