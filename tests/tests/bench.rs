@@ -90,7 +90,10 @@ async fn the_pleg_benchmark_measures_every_exit_with_every_pleg() {
     assert!(relist.phases.kernel_ns.is_empty());
     assert_eq!(ebpf.phases.kernel_ns.len(), 10, "the kernel saw every exit");
     if let Some(evented) = outcomes.iter().find(|o| o.pleg == "evented") {
-        assert_eq!(evented.kernel_caused, 0, "the Evented PLEG has no kernel events");
+        assert_eq!(
+            evented.kernel_caused, 0,
+            "the Evented PLEG has no kernel events"
+        );
         // Its safety-net relist is 300 s away; the runtime's stream told it every change: at
         // least a start and a stop of each container of two generations.
         assert_eq!(evented.idle.relists, 0.0, "{:?}", evented.idle);

@@ -288,8 +288,7 @@ fn with_containerd(
         return tasks::exec_as_root(driver, &args(&paths));
     }
     let mut interrupts = Interrupts::catch()?;
-    let mut containerd =
-        Containerd::start_with(&mut interrupts, CgroupDriver::Cgroupfs, version)?;
+    let mut containerd = Containerd::start_with(&mut interrupts, CgroupDriver::Cgroupfs, version)?;
     let args = args(containerd.paths());
     // Containerd::start made sure this is root.
     let mut child = supervise::spawn(Command::new(driver).args(&args))?;

@@ -306,8 +306,7 @@ impl Killed {
 }
 
 fn unix_ns(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| nanos(d))
+    at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, nanos)
 }
 
 /// `instant - since` when the event carried the instant and it is not before the kill.

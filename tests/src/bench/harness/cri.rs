@@ -79,7 +79,10 @@ impl Cri {
             .await
             .context("Version")?
             .into_inner();
-        Ok(format!("{} {}", version.runtime_name, version.runtime_version))
+        Ok(format!(
+            "{} {}",
+            version.runtime_name, version.runtime_version
+        ))
     }
 
     fn selector() -> HashMap<String, String> {
