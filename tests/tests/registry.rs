@@ -513,3 +513,176 @@ fn pods_pull_from_the_registry_with_their_pull_secrets_under_each_policy() {
         |n| *n == 0,
     );
 }
+
+/// The number in a metrics text's line that starts with `series` and a space, 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+/// The pull limits at work against the registry, on one node restarted with each setting:
+/// serial pulls (the default) never overlap; with `maxParallelImagePulls: 2` at most two do;
+/// with `registryPullQPS: 1`, `registryBurst: 1` pulls beyond the token fail with upstream's
+/// "pull QPS exceeded." before reaching the runtime, and succeed after their back-off.
+/// `swiftlet_image_pull_concurrency` counts the pulls running at each pull's start, so its
+/// buckets bound the overlap; every successful pull is in `kubelet_image_pull_duration_seconds`.
+#[test]
+fn image_pulls_keep_to_the_node_wide_limits() {
+    let test = "image_pulls_keep_to_the_node_wide_limits";
+    let Some(registry) = TestRegistry::for_test(test) else {
+        return;
+    };
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    // A name of its own for each pod: every pull is a pull (Always), none finds another's.
+    let tags = [
+        "serial-0", "serial-1", "serial-2", "qps-0", "qps-1", "qps-2",
+    ];
+    let pushed: Vec<_> = tags
+        .iter()
+        .map(|tag| registry.push_local("busybox", "swiftlet/busybox", tag))
+        .collect();
+    let references: Vec<String> = pushed.iter().map(|p| p.reference.clone()).collect();
+    let mut pulled = references.clone();
+    pulled.push(pushed[0].config_digest.clone());
+    let _cleanup = PulledImages(pulled);
+
+    let server = TestApiServer::start("pull-limits");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let base = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--sync-frequency",
+        "2s",
+    ];
+    let mut node = Node::start_with("pull-limits", &endpoint, &base);
+    let rt = runtime();
+    let client = rt.block_on(server.client());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let events: Api<ApiEvent> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    rt.block_on(secrets.create(
+        &PostParams::default(),
+        &pull_secret(&registry, "right", &registry.password),
+    ))
+    .expect("the secret");
+    // Created back to back, so that their pulls would overlap if let.
+    let create_and_run =
+        |node: &Node, names: &[&str], images: &[String], wait: std::time::Duration| {
+            for (name, image) in names.iter().zip(images) {
+                rt.block_on(pods.create(
+                    &PostParams::default(),
+                    &pull_pod(name, &node.name, image, "Always", false, &["right"]),
+                ))
+                .expect("the pod");
+            }
+            cluster::wait_for(
+                &format!("pods {names:?} never all ran"),
+                wait,
+                || node.pods(),
+                |listed| {
+                    names.iter().all(|name| {
+                        listed.iter().any(|p| {
+                            p.metadata.name.as_deref() == Some(*name)
+                                && running(container(p, "main"))
+                        })
+                    })
+                },
+            );
+        };
+    // (pulls started, those started with at most `n` running, runtime pulls, pulls timed).
+    let counts = |node: &Node, n: u32| {
+        let metrics = node.metrics();
+        let timed: f64 = metrics
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("kubelet_image_pull_duration_seconds_count{")?;
+                let (labels, value) = rest.split_once("} ")?;
+                assert!(
+                    labels.starts_with("image_size_in_bytes=\"") && !labels.contains("N/A"),
+                    "{l}"
+                );
+                value.trim().parse::<f64>().ok()
+            })
+            .sum();
+        [
+            sample(&metrics, "swiftlet_image_pull_concurrency_count"),
+            sample(
+                &metrics,
+                &format!("swiftlet_image_pull_concurrency_bucket{{le=\"{n}\"}}"),
+            ),
+            sample(&metrics, PULLS),
+            timed,
+        ]
+        .map(|v| v.round() as i64)
+    };
+
+    // serializeImagePulls (the default): one at a time.
+    let serial = ["limit-serial-0", "limit-serial-1", "limit-serial-2"];
+    create_and_run(&node, &serial, &references[0..3], EVENT_WAIT * 2);
+    assert_eq!(counts(&node, 1), [3, 3, 3, 3], "{}", node.metrics());
+
+    // At most two at once, and one pull a second with a burst of one.
+    let config = node.dir().join("pull-limits.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         serializeImagePulls: false\nmaxParallelImagePulls: 2\n",
+    )
+    .expect("the config file");
+    let config = config.to_str().expect("utf-8 path").to_owned();
+    let mut limited = base.to_vec();
+    limited.extend([
+        "--config",
+        &config,
+        "--registry-qps",
+        "1",
+        "--registry-burst",
+        "1",
+    ]);
+    node.restart_with(&limited);
+    let throttled = ["limit-qps-0", "limit-qps-1", "limit-qps-2"];
+    // Back-offs of 10 s, then 20 s for a pod that lost the token twice.
+    create_and_run(&node, &throttled, &references[3..6], EVENT_WAIT * 3);
+    let [started, at_most_two, runtime_pulls, timed] = counts(&node, 2);
+    assert_eq!(
+        [started, at_most_two, runtime_pulls, timed],
+        [3, 3, 3, 3],
+        "refused pulls neither start nor reach the runtime: {}",
+        node.metrics()
+    );
+    let failed: Vec<_> = throttled
+        .iter()
+        .zip(&references[3..6])
+        .flat_map(|(name, image)| {
+            let want = format!("Failed to pull image {image:?}: pull QPS exceeded.");
+            events_of(&rt, &events, name)
+                .into_iter()
+                .filter(move |(reason, note, _)| reason == "Failed" && *note == want)
+        })
+        .collect();
+    assert!(
+        !failed.is_empty(),
+        "three pulls at once with one token: some failed with upstream's message"
+    );
+
+    for name in serial.iter().chain(&throttled) {
+        rt.block_on(pods.delete(name, &DeleteParams::default()))
+            .expect("the pod deleted");
+    }
+    cluster::wait_for(
+        "the pods gone from the node",
+        EVENT_WAIT * 2,
+        || node.pods().len(),
+        |n| *n == 0,
+    );
+}
