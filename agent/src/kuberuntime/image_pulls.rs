@@ -315,5 +315,4 @@ impl PullGate {
 }
 
 #[cfg(test)]
-#[path = "image_pulls_tests.rs"]
 mod tests;
