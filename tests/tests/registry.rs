@@ -566,7 +566,12 @@ fn image_pulls_keep_to_the_node_wide_limits() {
 
     let server = TestApiServer::start("pull-limits");
     let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
-    let base = ["--kubeconfig", kubeconfig.as_str(), "--sync-frequency", "2s"];
+    let base = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--sync-frequency",
+        "2s",
+    ];
     let mut node = Node::start_with("pull-limits", &endpoint, &base);
     let rt = runtime();
     let client = rt.block_on(server.client());
