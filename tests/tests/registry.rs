@@ -513,3 +513,177 @@ fn pods_pull_from_the_registry_with_their_pull_secrets_under_each_policy() {
         |n| *n == 0,
     );
 }
+
+/// The number in a metrics text's line that starts with `series` and a space, 0 when absent.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+/// The pull limits at work against the registry, on one node restarted with each setting:
+/// serial pulls (the default) never overlap; with `maxParallelImagePulls: 2` at most two do;
+/// with `registryPullQPS: 1`, `registryBurst: 1` the second of two pulls at once fails with
+/// upstream's "pull QPS exceeded." without reaching the runtime, and succeeds after its
+/// back-off. `swiftlet_image_pull_concurrency` counts the pulls running at each pull's start, so
+/// its buckets bound the overlap; every successful pull is in
+/// `kubelet_image_pull_duration_seconds`, labelled with upstream's size class.
+#[test]
+fn image_pulls_keep_to_the_node_wide_limits() {
+    let test = "image_pulls_keep_to_the_node_wide_limits";
+    let Some(registry) = TestRegistry::for_test(test) else {
+        return;
+    };
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    // A name of its own for each pod: every pull is a pull (Always), none finds another's.
+    let tags = [
+        "serial-0",
+        "serial-1",
+        "serial-2",
+        "parallel-0",
+        "parallel-1",
+        "parallel-2",
+        "qps-0",
+        "qps-1",
+    ];
+    let pushed: Vec<_> = tags
+        .iter()
+        .map(|tag| registry.push_local("busybox", "swiftlet/busybox", tag))
+        .collect();
+    let references: Vec<String> = pushed.iter().map(|p| p.reference.clone()).collect();
+    let mut pulled = references.clone();
+    pulled.push(pushed[0].config_digest.clone());
+    let _cleanup = PulledImages(pulled);
+
+    let server = TestApiServer::start("pull-limits");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let base = [
+        "--kubeconfig",
+        kubeconfig.as_str(),
+        "--sync-frequency",
+        "2s",
+    ];
+    let mut node = Node::start_with("pull-limits", &endpoint, &base);
+    let rt = runtime();
+    let client = rt.block_on(server.client());
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let events: Api<ApiEvent> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    rt.block_on(secrets.create(
+        &PostParams::default(),
+        &pull_secret(&registry, "right", &registry.password),
+    ))
+    .expect("the secret");
+    // Created back to back, so that their pulls would overlap if let.
+    let create_and_run = |node: &Node, names: &[&str], images: &[String]| {
+        for (name, image) in names.iter().zip(images) {
+            rt.block_on(pods.create(
+                &PostParams::default(),
+                &pull_pod(name, &node.name, image, "Always", false, &["right"]),
+            ))
+            .expect("the pod");
+        }
+        cluster::wait_for(
+            &format!("pods {names:?} never all ran"),
+            EVENT_WAIT * 2,
+            || node.pods(),
+            |listed| {
+                names.iter().all(|name| {
+                    listed.iter().any(|p| {
+                        p.metadata.name.as_deref() == Some(*name) && running(container(p, "main"))
+                    })
+                })
+            },
+        );
+    };
+    // Since the agent started: [pulls started, those started with at most `n` running,
+    // runtime pulls, pulls timed].
+    let counts = |node: &Node, n: u32| {
+        let metrics = node.metrics();
+        let timed: f64 = metrics
+            .lines()
+            .filter_map(|l| {
+                let rest = l.strip_prefix("kubelet_image_pull_duration_seconds_count{")?;
+                let (labels, value) = rest.split_once("} ")?;
+                // busybox is below 10 MiB.
+                assert_eq!(labels, "image_size_in_bytes=\"0-10MB\"", "{l}");
+                value.trim().parse::<f64>().ok()
+            })
+            .sum();
+        [
+            sample(&metrics, "swiftlet_image_pull_concurrency_count"),
+            sample(
+                &metrics,
+                &format!("swiftlet_image_pull_concurrency_bucket{{le=\"{n}\"}}"),
+            ),
+            sample(&metrics, PULLS),
+            timed,
+        ]
+        .map(|v| v.round() as i64)
+    };
+
+    // serializeImagePulls (the default): one at a time.
+    let serial = ["limit-serial-0", "limit-serial-1", "limit-serial-2"];
+    create_and_run(&node, &serial, &references[0..3]);
+    assert_eq!(counts(&node, 1), [3, 3, 3, 3], "{}", node.metrics());
+
+    // At most two at once (the running pods are adopted, not pulled for again).
+    let config = node.dir().join("pull-limits.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         serializeImagePulls: false\nmaxParallelImagePulls: 2\nregistryPullQPS: 0\n",
+    )
+    .expect("the config file");
+    let config = config.to_str().expect("utf-8 path").to_owned();
+    let mut parallel_args = base.to_vec();
+    parallel_args.extend(["--config", &config]);
+    node.restart_with(&parallel_args);
+    let parallel = ["limit-parallel-0", "limit-parallel-1", "limit-parallel-2"];
+    create_and_run(&node, &parallel, &references[3..6]);
+    assert_eq!(counts(&node, 2), [3, 3, 3, 3], "{}", node.metrics());
+
+    // One pull a second, a burst of one: the second of two pulls at once finds no token.
+    let mut throttled_args = base.to_vec();
+    throttled_args.extend(["--registry-qps", "1", "--registry-burst", "1"]);
+    node.restart_with(&throttled_args);
+    let throttled = ["limit-qps-0", "limit-qps-1"];
+    create_and_run(&node, &throttled, &references[6..8]);
+    assert_eq!(
+        counts(&node, 1),
+        [2, 2, 2, 2],
+        "a refused pull neither starts nor reaches the runtime: {}",
+        node.metrics()
+    );
+    let refused: Vec<_> = throttled
+        .iter()
+        .zip(&references[6..8])
+        .flat_map(|(name, image)| {
+            let want = format!("Failed to pull image {image:?}: pull QPS exceeded.");
+            events_of(&rt, &events, name)
+                .into_iter()
+                .filter(move |(reason, note, _)| reason == "Failed" && *note == want)
+        })
+        .collect();
+    assert_eq!(refused.len(), 1, "one of the two pulls found no token");
+
+    for name in serial.iter().chain(&parallel).chain(&throttled) {
+        rt.block_on(pods.delete(name, &DeleteParams::default()))
+            .expect("the pod deleted");
+    }
+    cluster::wait_for(
+        "the pods gone from the node",
+        EVENT_WAIT * 2,
+        || node.pods().len(),
+        |n| *n == 0,
+    );
+}

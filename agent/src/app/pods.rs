@@ -46,6 +46,7 @@ use crate::{
     kuberuntime::{
         dns::DnsSettings,
         env::ClusterEnv,
+        image_pulls::{ImagePullMetrics, PullGate},
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
         runtime_class::{ApiRuntimeClasses, DefaultHandler, RuntimeClasses},
         security_context::SecurityOptions,
@@ -506,6 +507,10 @@ fn runtime_manager(
         .with_env(env)
         .with_runtime_classes(classes)
         .with_pull_secrets(pull_secrets(app.api))
+        .with_image_pull_gate(
+            PullGate::new(config.image_pulls)
+                .with_metrics(ImagePullMetrics::register(&app.metrics.registry)?),
+        )
         .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;

@@ -49,6 +49,7 @@ use super::{
     feature_gates::{self, FeatureGates},
     file,
     housekeeping::{self, GcConfig, LogsConfig},
+    image_pulls,
     input::{self, Given, HOSTNAME_FILE, Input, is_dns1123_subdomain, system_hostname},
     kernel::KernelArgs,
     logging::{self, LoggingConfig},
@@ -152,6 +153,9 @@ with_settings!(config {
     logs: LogsConfig,
     /// Container and image garbage collection (`housekeeping.rs`).
     gc: GcConfig,
+    /// `serializeImagePulls`, `maxParallelImagePulls`, `registryPullQPS`, `registryBurst`
+    /// (`image_pulls.rs`).
+    image_pulls: crate::kuberuntime::image_pulls::PullLimits,
     /// `seccompDefault` and `allowedUnsafeSysctls` (`security.rs`).
     security: SecurityConfig,
     /// `nodeStatusReportFrequency`: how often an unchanged node status is still sent.
@@ -249,6 +253,7 @@ impl Config {
             server: server::resolve(&settings)?,
             logs: housekeeping::logs(&settings),
             gc: housekeeping::gc(&settings)?,
+            image_pulls: image_pulls::resolve(&settings)?,
             security: security::resolve(&settings),
             node_status_report_frequency: node_status_report_frequency(file, &settings),
             feature_gates,

@@ -130,8 +130,6 @@ staticPodURL: http://example.com/pods
 staticPodURLHeader:
   a: [b, c]
 tlsCurvePreferences: [23, 29]
-registryPullQPS: 10
-registryBurst: 20
 imagePullCredentialsVerificationPolicy: AlwaysVerify
 preloadedImagesVerificationAllowlist: [registry.k8s.io/pause]
 streamingConnectionIdleTimeout: 1h
@@ -155,8 +153,6 @@ cpuCFSQuotaPeriod: 50ms
 nodeStatusMaxImages: -1
 maxOpenFiles: 4096
 contentType: application/json
-serializeImagePulls: false
-maxParallelImagePulls: 4
 podsPerCore: 10
 enableControllerAttachDetach: false
 protectKernelDefaults: true

@@ -41,10 +41,6 @@ macro_rules! with_no_effect {
                 => |v| v.is_empty(), "swiftlet has no HTTP pod source";
             tls_curve_preferences: [Vec<i32>] = "tlsCurvePreferences"
                 => |v| v.is_empty(), "the kubelet server offers its TLS library's key exchange groups";
-            registry_pull_qps: [i32] = "registryPullQPS"
-                => |v| *v == 5, "image pulls are not rate-limited by swiftlet";
-            registry_burst: [i32] = "registryBurst"
-                => |v| *v == 0 || *v == 10, "image pulls are not rate-limited by swiftlet";
             image_pull_credentials_verification_policy: [String] = "imagePullCredentialsVerificationPolicy"
                 => |v| v.is_empty() || v == "NeverVerifyPreloadedImages", "swiftlet does not re-verify pull credentials of present images";
             preloaded_images_verification_allowlist: [Vec<String>] = "preloadedImagesVerificationAllowlist"
@@ -87,10 +83,6 @@ macro_rules! with_no_effect {
                 => |v| *v == 0 || *v == 1_000_000, "swiftlet raises its open files limit to the hard limit";
             content_type: [String] = "contentType"
                 => |v| v.is_empty() || v == "application/vnd.kubernetes.protobuf", "swiftlet talks JSON to the API server";
-            serialize_image_pulls: [bool] = "serializeImagePulls"
-                => |v| *v, "swiftlet pulls one image at a time per pod worker";
-            max_parallel_image_pulls: [i32] = "maxParallelImagePulls"
-                => |_| false, "swiftlet has no node-wide limit of parallel pulls";
             pods_per_core: [i32] = "podsPerCore"
                 => |v| *v == 0, "only maxPods limits the pods of a node";
             enable_controller_attach_detach: [bool] = "enableControllerAttachDetach"

@@ -492,6 +492,25 @@ macro_rules! with_settings {
                 flag "minimum-image-ttl-duration" [Option<GoDuration>] (value_name = "DURATION"),
                 file [String]
                 => duration, default ImageGcPolicy::default().min_age;
+            /// Pull images one at a time, node-wide (`serializeImagePulls`; default true, false when
+            /// `maxParallelImagePulls` is 2 or more).
+            section serialize_image_pulls: [Option<Given<bool>>] = "serializeImagePulls",
+                flag "serialize-image-pulls" [Option<bool>] (value_name = "BOOL", num_args = 0..=1, default_missing_value = "true"),
+                file [bool]
+                => given;
+            // A file key only, as upstream.
+            section max_parallel_image_pulls: [Option<Given<i64>>] = "maxParallelImagePulls", file [i64]
+                => given::<i64, i64>;
+            /// Image pulls a second (`registryPullQPS`, default 5); 0 for no limit.
+            section registry_pull_qps: [Option<Given<i64>>] = "registryPullQPS",
+                flag "registry-qps" [Option<i32>] (value_name = "QPS", allow_negative_numbers = true),
+                file [i64]
+                => given;
+            /// Image pulls that may start at once above `registryPullQPS` (`registryBurst`, default 10).
+            section registry_burst: [Option<Given<i64>>] = "registryBurst",
+                flag "registry-burst" [Option<i32>] (value_name = "N", allow_negative_numbers = true),
+                file [i64]
+                => given;
             /// Give containers that ask for no seccomp profile the runtime's default (`seccompDefault`,
             /// default false: none, as upstream).
             section seccomp_default: [bool] = "seccompDefault",

@@ -45,6 +45,7 @@ pub(super) fn clear_zero_values(file: &mut FileConfig) {
         &mut file.node_lease_duration_seconds,
         &mut file.kube_api_burst,
         &mut file.event_burst,
+        &mut file.registry_burst,
         // Upstream's `port: 0` is 10250; `enableServer: false` turns the server off.
         &mut file.port,
     ] {

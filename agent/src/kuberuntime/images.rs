@@ -11,6 +11,10 @@
 //! runtime's error as upstream words a gRPC error (`rpc error: code = … desc = …`), and the
 //! back-off that follows carries it (`Back-off pulling image "…": ErrImagePull: …`, upstream's
 //! `prevPullErrMsg`).
+//!
+//! Pulls wait for the node-wide limits (`image_pulls.rs`) after the `Pulling` event, as
+//! upstream's pullers queue them after it; the `Pulled` event and
+//! `kubelet_image_pull_duration_seconds` count from the decision to pull, waiting included.
 
 use crate::lock::MutexExt as _;
 use std::{
@@ -25,6 +29,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
     credentials::{Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod, repository_of},
+    image_pulls::PullGate,
     security_context::ImageUser,
 };
 use crate::{
@@ -84,6 +89,8 @@ pub struct ImagePuller {
     /// The last failed pull's message per back-off entry (upstream `prevPullErrMsg`); an entry
     /// goes with its back-off entry, so this is bounded as the back-off is.
     last_errors: Mutex<HashMap<ImageBackoffKey, String>>,
+    /// The node-wide limits every pull waits for.
+    gate: PullGate,
 }
 
 impl ImagePuller {
@@ -93,7 +100,14 @@ impl ImagePuller {
             backoff: Mutex::new(ImagePullBackoff::image_pull()),
             secrets: Arc::new(NoPullSecrets),
             last_errors: Mutex::new(HashMap::new()),
+            gate: PullGate::unlimited(),
         }
+    }
+
+    /// Lets pulls start only as `gate` allows (serial, parallel up to a limit, rate-limited).
+    pub fn with_gate(mut self, gate: PullGate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Reads pods' `imagePullSecrets` from `secrets`.
@@ -221,20 +235,17 @@ impl ImagePuller {
         }
         normal(reasons::PULLING_IMAGE, format!("Pulling image {image:?}"));
         let started = std::time::Instant::now();
-        match self.pull(&spec, &secrets, sandbox).await {
-            Ok(reference) => {
-                // Upstream asks the size with best effort too (0 when unknown).
-                let size = match self.images.image_status(spec).await {
-                    Ok(Some(found)) => found.size,
-                    _ => 0,
-                };
-                // Pulls are not queued here: the wait is the pull.
-                let took = go_duration_millis(started.elapsed());
+        match self.pull_when_allowed(&spec, &secrets, sandbox).await {
+            Ok((reference, size, pulling)) => {
+                let took = started.elapsed();
+                self.gate.observe(took, size);
                 normal(
                     reasons::PULLED_IMAGE,
                     format!(
-                        "Successfully pulled image {image:?} in {took} ({took} including \
-                         waiting). Image size: {size} bytes."
+                        "Successfully pulled image {image:?} in {} ({} including waiting). \
+                         Image size: {size} bytes.",
+                        go_duration_millis(pulling),
+                        go_duration_millis(took),
                     ),
                 );
                 self.backoff().reset(&key);
@@ -254,6 +265,25 @@ impl ImagePuller {
                 Err(StartFailure::new(reason, message))
             }
         }
+    }
+
+    /// Waits for the node-wide limits, then pulls (upstream's pullers: the slot is held until
+    /// the image's size is known). The image reference, its size (0 when unknown: upstream asks
+    /// it with best effort too) and how long the pull itself took.
+    async fn pull_when_allowed(
+        &self,
+        spec: &cri::ImageSpec,
+        secrets: &[k8s_openapi::api::core::v1::Secret],
+        sandbox: &cri::PodSandboxConfig,
+    ) -> Result<(String, u64, std::time::Duration), String> {
+        let _slot = self.gate.admit().await.map_err(|e| e.to_string())?;
+        let started = std::time::Instant::now();
+        let reference = self.pull(spec, secrets, sandbox).await?;
+        let size = match self.images.image_status(spec.clone()).await {
+            Ok(Some(found)) => found.size,
+            _ => 0,
+        };
+        Ok((reference, size, started.elapsed()))
     }
 
     /// Pulls `spec` with each credential of the pod's secrets that matches it, in turn, until
@@ -605,6 +635,64 @@ mod tests {
         assert_eq!(registry.pulls().len(), pulls * 2);
         puller.gc(start + std::time::Duration::from_secs(24 * 3600));
         assert!(puller.last_errors().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pull_without_a_qps_token_fails_with_upstreams_message_then_backs_off() {
+        use crate::kuberuntime::image_pulls::{PULL_QPS_EXCEEDED, PullGate, PullLimits};
+        let registry = Registry::new(Some("right"));
+        let puller = ImagePuller::new(registry.clone())
+            .with_pull_secrets(Arc::new(Secrets {
+                host: "127.0.0.1:5000",
+            }))
+            .with_gate(PullGate::new(PullLimits {
+                qps: 1,
+                burst: 1,
+                ..PullLimits::default()
+            }));
+        let start = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        let events = FakeRecorder::new();
+        let first = ensure(&puller, &pod_with_secrets(&["right"]), start, &events).await;
+        assert!(first.is_ok(), "{first:?}");
+
+        let events = FakeRecorder::new();
+        let mut second = pod_with_secrets(&["right"]);
+        second.metadata.uid = Some("uid-2".to_owned());
+        let failed = ensure(&puller, &second, start, &events)
+            .await
+            .expect_err("no token left");
+        assert_eq!(failed.reason, StartFailureReason::ErrImagePull);
+        assert_eq!(failed.message, PULL_QPS_EXCEEDED);
+        assert_eq!(
+            events.summary()[1],
+            (
+                "Warning",
+                "Failed".to_owned(),
+                format!("Failed to pull image {IMAGE:?}: pull QPS exceeded.")
+            )
+        );
+        assert_eq!(registry.pulls().len(), 1, "the runtime was not asked");
+
+        // After the back-off (and the bucket's refill) the pull goes through.
+        tokio::time::advance(std::time::Duration::from_secs(1)).await;
+        let waiting = ensure(
+            &puller,
+            &second,
+            start + std::time::Duration::from_secs(1),
+            &events,
+        )
+        .await
+        .expect_err("backing off");
+        assert_eq!(waiting.reason, StartFailureReason::ImagePullBackOff);
+        let again = ensure(
+            &puller,
+            &second,
+            start + std::time::Duration::from_secs(11),
+            &events,
+        )
+        .await;
+        assert!(again.is_ok(), "{again:?}");
+        assert_eq!(registry.pulls().len(), 2);
     }
 
     #[test]

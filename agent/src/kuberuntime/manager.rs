@@ -217,6 +217,12 @@ impl KubeRuntimeManager {
         self
     }
 
+    /// Lets image pulls start only as `gate` allows (the node-wide pull limits).
+    pub fn with_image_pull_gate(mut self, gate: super::image_pulls::PullGate) -> Self {
+        self.images = self.images.with_gate(gate);
+        self
+    }
+
     /// Reports what it does to the runtime as events to `events`.
     pub fn with_events(mut self, events: Events) -> Self {
         self.events = events;

@@ -26,6 +26,7 @@ pub mod env;
 pub mod gc;
 pub mod hooks;
 pub mod image_gc;
+pub mod image_pulls;
 pub mod images;
 mod init;
 pub mod lifecycle;
