@@ -1,8 +1,10 @@
 //! The runtime matrix, as the kernel matrix (`vm.rs`) is for kernels: the system tests of every
 //! area the container runtime shapes (pods, PLEG, Evented PLEG, eviction, CPU manager, probes,
-//! volumes, logs, CRI, registry, runtime handlers) against each private containerd release, one release after another
-//! (the tests share the machine's CPUs, memory and cgroups; two suites at once would disturb
-//! the evictions and the exclusive CPUs they check), with a report per release.
+//! volumes, logs, CRI, registry, runtime handlers) against each private containerd release, one
+//! release after another (the tests share the machine's CPUs, memory and cgroups; two suites at
+//! once would disturb the evictions and the exclusive CPUs they check), with a report per
+//! release. The test binaries are the suite's own build, run directly (no `cargo test`, which
+//! would build them again: see `tasks::suite_test_binaries`).
 //!
 //! `cargo xtask test` runs the whole suite on its release and then [`SELECTION`] on each other
 //! one: every area on every release, within CI's time. `cargo xtask runtime-test --all` runs
