@@ -178,6 +178,54 @@ pub fn build_suite() -> anyhow::Result<()> {
     ]))
 }
 
+/// [`build_suite`], and the executables of the integration test files `files`
+/// (`tests/tests/<file>.rs`), in that order. The runtime and kernel matrices run these
+/// executables themselves: a `cargo test` of fewer targets would unify the dependencies'
+/// features over fewer packages and targets (the agent's dev-dependencies, xtask's), and so
+/// compile the agent, the tests and much below them a second time.
+pub fn suite_test_binaries(files: &[&str]) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let mut cargo = sh::cmd("cargo");
+    cargo.args([
+        "build",
+        "--workspace",
+        "--exclude",
+        "swiftlet-ebpf",
+        "--bins",
+        "--tests",
+        "--message-format=json-render-diagnostics",
+    ]);
+    println!("xtask: $ {}", sh::display(&cargo));
+    let out = cargo.stderr(std::process::Stdio::inherit()).output()?;
+    if !out.status.success() {
+        bail!("building the tests failed ({})", out.status);
+    }
+    let mut built = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_test = message["target"]["kind"]
+            .as_array()
+            .is_some_and(|kinds| kinds.iter().any(|k| k == "test"));
+        if let (Some(name), Some(exe), true) = (
+            message["target"]["name"].as_str(),
+            message["executable"].as_str(),
+            is_test,
+        ) {
+            built.insert(name.to_owned(), PathBuf::from(exe));
+        }
+    }
+    files
+        .iter()
+        .map(|&file| {
+            built
+                .remove(file)
+                .map(|exe| (file.to_owned(), exe))
+                .ok_or_else(|| anyhow!("cargo built no test binary tests/tests/{file}.rs"))
+        })
+        .collect()
+}
+
 /// The whole suite, as CI runs it.
 pub fn test(version: Version) -> anyhow::Result<()> {
     setup::ensure()?;

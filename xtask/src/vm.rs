@@ -211,43 +211,8 @@ struct Binaries {
 }
 
 fn build_tests() -> anyhow::Result<Binaries> {
-    // The same selection as `cargo xtask test` builds (its binaries and tests), so that features
-    // unify the same way and nothing is compiled twice.
-    let mut cargo = sh::cmd("cargo");
-    cargo.args([
-        "build",
-        "--workspace",
-        "--exclude",
-        "swiftlet-ebpf",
-        "--bins",
-        "--tests",
-        "--message-format=json",
-    ]);
-    println!("xtask: $ {}", sh::display(&cargo));
-    let out = cargo.stderr(Stdio::inherit()).output()?;
-    if !out.status.success() {
-        bail!("building the matrix's tests failed ({})", out.status);
-    }
-    let mut tests = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(message) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let name = message["target"]["name"].as_str().unwrap_or_default();
-        let kinds = message["target"]["kind"].to_string();
-        if let (Some(exe), true) = (message["executable"].as_str(), kinds.contains("test"))
-            && TEST_FILES.contains(&name)
-        {
-            tests.push((name.to_owned(), PathBuf::from(exe)));
-        }
-    }
-    if tests.len() != TEST_FILES.len() {
-        bail!(
-            "cargo built {} of the matrix's {} test binaries",
-            tests.len(),
-            TEST_FILES.len()
-        );
-    }
+    // The same build as `cargo xtask test`'s, so that nothing is compiled twice.
+    let tests = crate::tasks::suite_test_binaries(&TEST_FILES)?;
     let testproc = sh::root().join("target/debug/swiftlet-testproc");
     if !testproc.exists() {
         bail!("{} was not built", testproc.display());
