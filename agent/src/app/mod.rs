@@ -59,6 +59,8 @@ pub enum Error {
     CpuManager(String),
     #[error("user namespaces: {0}")]
     UserNamespaces(#[source] crate::kuberuntime::userns::UsernsError),
+    #[error("image credential providers: {0}")]
+    CredentialProviders(#[source] crate::kuberuntime::credentials::provider::config::ConfigError),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(#[source] crate::kubelet::sysctl::PatternError),
     #[error("API server: {0}")]
@@ -142,6 +144,11 @@ impl Error {
             Error::UserNamespaces(_) => Some(
                 "the checkpoint of the pods' user-namespace ranges is unreadable: drain the node, \
                  remove the file and start again"
+                    .into(),
+            ),
+            Error::CredentialProviders(_) => Some(
+                "check the file of --image-credential-provider-config (a CredentialProviderConfig) \
+                 and the binaries in --image-credential-provider-bin-dir"
                     .into(),
             ),
             Error::Sysctls(_) => Some("see the configuration table in docs/configuration.md".into()),

@@ -506,6 +506,7 @@ fn runtime_manager(
         .with_env(env)
         .with_runtime_classes(classes)
         .with_pull_secrets(pull_secrets(app.api))
+        .with_credential_providers(credential_providers(config)?)
         .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
@@ -530,6 +531,19 @@ fn pull_secrets(api: Option<&ApiClients>) -> Arc<dyn crate::kuberuntime::credent
         Some(clients) => Arc::new(ApiPullSecrets(clients.main.clone())),
         None => Arc::new(NoPullSecrets),
     }
+}
+
+/// The image credential provider plugins of `--image-credential-provider-config` (none without
+/// it); a bad configuration stops the agent, as upstream's `RegisterCredentialProviderPlugins`.
+fn credential_providers(
+    config: &crate::config::Config,
+) -> Result<Arc<crate::kuberuntime::credentials::CredentialProviders>, Error> {
+    crate::kuberuntime::credentials::CredentialProviders::from_flags(
+        config.image_credential_provider_config.as_deref(),
+        config.image_credential_provider_bin_dir.as_deref(),
+    )
+    .map(Arc::new)
+    .map_err(Error::CredentialProviders)
 }
 
 /// The relist PLEG, wrapped by the kernel-event PLEG when kernel events drive it; running, and

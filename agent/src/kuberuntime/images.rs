@@ -7,7 +7,10 @@
 //!
 //! A pull presents the credentials of the pod's `imagePullSecrets` that match the image
 //! (`credentials/`), each in turn until one works (upstream `PullImage` in
-//! `kuberuntime_image.go`); without any it pulls anonymously. A failed pull's message is the
+//! `kuberuntime_image.go`), then those of the node's credential provider plugins
+//! (`credentials/provider/`; upstream's `MakeDockerKeyring` puts the pull secrets' keyring
+//! before the node's); without any it pulls anonymously, and a failed pull then says which
+//! plugins failed. A failed pull's message is the
 //! runtime's error as upstream words a gRPC error (`rpc error: code = … desc = …`), and the
 //! back-off that follows carries it (`Back-off pulling image "…": ErrImagePull: …`, upstream's
 //! `prevPullErrMsg`).
@@ -24,7 +27,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
-    credentials::{Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod, repository_of},
+    credentials::{
+        Credential, CredentialProviders, Keyring, NoPullSecrets, PullSecrets,
+        pull_secrets_for_pod, repository_of,
+    },
     security_context::ImageUser,
 };
 use crate::{
@@ -81,6 +87,7 @@ pub struct ImagePuller {
     images: Arc<dyn ImageService>,
     backoff: Mutex<ImagePullBackoff>,
     secrets: Arc<dyn PullSecrets>,
+    providers: Arc<CredentialProviders>,
     /// The last failed pull's message per back-off entry (upstream `prevPullErrMsg`); an entry
     /// goes with its back-off entry, so this is bounded as the back-off is.
     last_errors: Mutex<HashMap<ImageBackoffKey, String>>,
@@ -92,6 +99,7 @@ impl ImagePuller {
             images,
             backoff: Mutex::new(ImagePullBackoff::image_pull()),
             secrets: Arc::new(NoPullSecrets),
+            providers: Arc::new(CredentialProviders::none()),
             last_errors: Mutex::new(HashMap::new()),
         }
     }
@@ -99,6 +107,12 @@ impl ImagePuller {
     /// Reads pods' `imagePullSecrets` from `secrets`.
     pub fn with_pull_secrets(mut self, secrets: Arc<dyn PullSecrets>) -> Self {
         self.secrets = secrets;
+        self
+    }
+
+    /// Asks `providers` for credentials too.
+    pub fn with_credential_providers(mut self, providers: Arc<CredentialProviders>) -> Self {
+        self.providers = providers;
         self
     }
 
@@ -266,7 +280,22 @@ impl ImagePuller {
         sandbox: &cri::PodSandboxConfig,
     ) -> Result<String, String> {
         let keyring = Keyring::from_secrets(secrets).map_err(|e| e.to_string())?;
-        let credentials = keyring.lookup(&repository_of(&spec.image));
+        let repository = repository_of(&spec.image);
+        let mut credentials = keyring.lookup(&repository);
+        let provided = self.providers.lookup(&repository).await;
+        credentials.extend(provided.credentials.iter().cloned());
+        self.pull_with(spec, credentials, sandbox)
+            .await
+            .map_err(|message| provided.explain(message))
+    }
+
+    /// Pulls `spec` with each of `credentials` in turn, anonymously without any.
+    async fn pull_with(
+        &self,
+        spec: &cri::ImageSpec,
+        credentials: Vec<Credential>,
+        sandbox: &cri::PodSandboxConfig,
+    ) -> Result<String, String> {
         if credentials.is_empty() {
             return self
                 .images
@@ -292,7 +321,7 @@ impl ImagePuller {
                         image = %spec.image,
                         secret = %credential.source,
                         error = %e,
-                        "pull with a pull secret's credentials failed"
+                        "pull with a pull secret's or credential provider's credentials failed"
                     );
                     let text = go_error_text(&e);
                     if !failures.contains(&text) {
