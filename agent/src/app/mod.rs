@@ -184,6 +184,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
         &Default::default(),
     )
     .await?;
+    let credential_providers = pods::credential_providers(&config)?;
     let open_files = process::raise_open_files_limit();
     let oom =
         process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);
@@ -248,6 +249,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
             published: published.clone(),
             kernel_bus,
             kube_events: kube_events.clone(),
+            credential_providers,
         },
     )
     .await?;

@@ -44,6 +44,7 @@ use crate::{
         sysctl::{Allowlist, parse_kernel_release},
     },
     kuberuntime::{
+        credentials::CredentialProviders,
         dns::DnsSettings,
         env::ClusterEnv,
         manager::{KubeRuntimeManager, RuntimeManagerConfig},
@@ -168,6 +169,8 @@ pub struct PodsInput {
     pub kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
     /// The gRPC stream's bus of Kubernetes Events.
     pub kube_events: broadcast::Sender<Arc<crate::events::Published>>,
+    /// The image credential provider plugins, loaded at start ([`credential_providers`]).
+    pub credential_providers: Arc<CredentialProviders>,
 }
 
 /// The app's shared parts every builder hands tasks and registrations to.
@@ -245,6 +248,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             cpu_manager: cpu_manager.clone(),
             volumes: volumes.clone(),
             events: events.clone(),
+            credential_providers: input.credential_providers,
         },
     )?;
     let pleg = start_pleg(app, &manager, &runtime, input.source, input.published)?;
@@ -457,6 +461,7 @@ struct ManagerParts {
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
     events: crate::events::Events,
+    credential_providers: Arc<CredentialProviders>,
 }
 
 /// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
@@ -476,6 +481,7 @@ fn runtime_manager(
         cpu_manager,
         volumes,
         events,
+        credential_providers,
     } = parts;
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
@@ -506,7 +512,7 @@ fn runtime_manager(
         .with_env(env)
         .with_runtime_classes(classes)
         .with_pull_secrets(pull_secrets(app.api))
-        .with_credential_providers(credential_providers(config)?)
+        .with_credential_providers(credential_providers)
         .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
@@ -535,10 +541,9 @@ fn pull_secrets(api: Option<&ApiClients>) -> Arc<dyn crate::kuberuntime::credent
 
 /// The image credential provider plugins of `--image-credential-provider-config` (none without
 /// it); a bad configuration stops the agent, as upstream's `RegisterCredentialProviderPlugins`.
-fn credential_providers(
-    config: &crate::config::Config,
-) -> Result<Arc<crate::kuberuntime::credentials::CredentialProviders>, Error> {
-    crate::kuberuntime::credentials::CredentialProviders::from_flags(
+/// Loaded before anything privileged, so that a bad file is refused at once.
+pub fn credential_providers(config: &Config) -> Result<Arc<CredentialProviders>, Error> {
+    CredentialProviders::from_flags(
         config.image_credential_provider_config.as_deref(),
         config.image_credential_provider_bin_dir.as_deref(),
     )

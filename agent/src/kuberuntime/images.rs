@@ -28,8 +28,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
     credentials::{
-        Credential, CredentialProviders, Keyring, NoPullSecrets, PullSecrets,
-        pull_secrets_for_pod, repository_of,
+        Credential, CredentialProviders, Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod,
+        repository_of,
     },
     security_context::ImageUser,
 };

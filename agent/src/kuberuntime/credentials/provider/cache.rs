@@ -107,7 +107,12 @@ mod tests {
         assert_eq!(cache.get(&keys, now), None);
         cache.insert(CacheKey::Global, "global", later, now);
         assert_eq!(cache.get(&keys, now), Some("global"));
-        cache.insert(CacheKey::Registry("registry.io:5000".into()), "registry", later, now);
+        cache.insert(
+            CacheKey::Registry("registry.io:5000".into()),
+            "registry",
+            later,
+            now,
+        );
         assert_eq!(cache.get(&keys, now), Some("registry"));
         cache.insert(keys[0].clone(), "image", later, now);
         assert_eq!(cache.get(&keys, now), Some("image"));
@@ -148,10 +153,25 @@ mod tests {
             );
         }
         let mut cache = ExpiringCache::new(2);
-        cache.insert(CacheKey::Image("a".into()), 'a', now + Duration::from_secs(1), now);
-        cache.insert(CacheKey::Image("b".into()), 'b', now + Duration::from_secs(1000), now);
+        cache.insert(
+            CacheKey::Image("a".into()),
+            'a',
+            now + Duration::from_secs(1),
+            now,
+        );
+        cache.insert(
+            CacheKey::Image("b".into()),
+            'b',
+            now + Duration::from_secs(1000),
+            now,
+        );
         let t = now + Duration::from_secs(5);
-        cache.insert(CacheKey::Image("c".into()), 'c', t + Duration::from_secs(10), t);
+        cache.insert(
+            CacheKey::Image("c".into()),
+            'c',
+            t + Duration::from_secs(10),
+            t,
+        );
         assert_eq!(cache.get(&[CacheKey::Image("b".into())], t), Some('b'));
         assert_eq!(cache.get(&[CacheKey::Image("c".into())], t), Some('c'));
         assert_eq!(cache.len(), 2);

@@ -43,7 +43,9 @@ const MAX_CONFIG_FILES: usize = 256;
 /// Why the credential provider configuration was refused; the agent does not start with it.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("--image-credential-provider-config and --image-credential-provider-bin-dir must be given together")]
+    #[error(
+        "--image-credential-provider-config and --image-credential-provider-bin-dir must be given together"
+    )]
     OnlyOne,
     #[error("unable to access path {}: {source}", path.display())]
     Access {
@@ -275,7 +277,10 @@ pub fn parse(path: &Path, data: &[u8]) -> Result<Vec<ProviderConfig>, ConfigErro
         reason,
     };
     if file.kind != CONFIG_KIND {
-        return Err(kind_error(format!("failed to decode {:?} (wrong Kind)", file.kind)));
+        return Err(kind_error(format!(
+            "failed to decode {:?} (wrong Kind)",
+            file.kind
+        )));
     }
     match file.api_version.split_once('/') {
         Some((CONFIG_GROUP, version)) if CONFIG_VERSIONS.contains(&version) => {}
@@ -378,7 +383,10 @@ fn validate(providers: Vec<FileProvider>) -> Result<Vec<ProviderConfig>, Vec<Fie
                 Err(e) if e.reason == DurationErrorReason::Negative => {
                     error(
                         "defaultCacheDuration",
-                        invalid(text, "defaultCacheDuration must be greater than or equal to 0"),
+                        invalid(
+                            text,
+                            "defaultCacheDuration must be greater than or equal to 0",
+                        ),
                     );
                     None
                 }
@@ -392,12 +400,18 @@ fn validate(providers: Vec<FileProvider>) -> Result<Vec<ProviderConfig>, Vec<Fie
             if var.name.is_empty() || var.name.contains(['=', '\0']) || var.value.contains('\0') {
                 error(
                     "env",
-                    invalid(&var.name, "an environment variable's name must be non-empty, without '=' or NUL"),
+                    invalid(
+                        &var.name,
+                        "an environment variable's name must be non-empty, without '=' or NUL",
+                    ),
                 );
             }
         }
         if provider.args.iter().any(|a| a.contains('\0')) {
-            error("args", FieldErrorKind::Forbidden("an argument cannot contain NUL"));
+            error(
+                "args",
+                FieldErrorKind::Forbidden("an argument cannot contain NUL"),
+            );
         }
         if provider.token_attributes.is_some() {
             error(
@@ -530,7 +544,11 @@ providers:
         assert!(text.contains(
             r#"providers[0].name: Invalid value: "../evil": provider name cannot contain '/'"#
         ));
-        assert!(text.contains(r#"providers[1].name: Invalid value: "..": provider name cannot be '..'"#));
+        assert!(
+            text.contains(
+                r#"providers[1].name: Invalid value: "..": provider name cannot be '..'"#
+            )
+        );
         assert!(text.contains("providers[0].defaultCacheDuration: Invalid value: \"-1m\": defaultCacheDuration must be greater than or equal to 0"));
         assert!(text.contains(r#"providers[3].name: Duplicate value: "ok""#));
         assert!(text.contains(
@@ -540,12 +558,25 @@ providers:
 
     #[test]
     fn the_wrong_kind_or_group_or_an_unknown_field_is_refused() {
-        let wrong_kind = VALID.replace("kind: CredentialProviderConfig", "kind: KubeletConfiguration");
-        assert!(matches!(parse_text(&wrong_kind), Err(ConfigError::Kind { .. })));
+        let wrong_kind = VALID.replace(
+            "kind: CredentialProviderConfig",
+            "kind: KubeletConfiguration",
+        );
+        assert!(matches!(
+            parse_text(&wrong_kind),
+            Err(ConfigError::Kind { .. })
+        ));
         let wrong_group = VALID.replace("kubelet.config.k8s.io/v1", "example.com/v1");
-        assert!(matches!(parse_text(&wrong_group), Err(ConfigError::Kind { .. })));
-        let wrong_version = VALID.replace("kubelet.config.k8s.io/v1\n", "kubelet.config.k8s.io/v9\n");
-        assert!(matches!(parse_text(&wrong_version), Err(ConfigError::Kind { .. })));
+        assert!(matches!(
+            parse_text(&wrong_group),
+            Err(ConfigError::Kind { .. })
+        ));
+        let wrong_version =
+            VALID.replace("kubelet.config.k8s.io/v1\n", "kubelet.config.k8s.io/v9\n");
+        assert!(matches!(
+            parse_text(&wrong_version),
+            Err(ConfigError::Kind { .. })
+        ));
         let unknown = VALID.replace("    args:", "    argz: [x]\n    args:");
         let error = parse_text(&unknown).expect_err("unknown field");
         assert!(matches!(error, ConfigError::Decode { .. }));
@@ -584,7 +615,10 @@ providers:
             Err(ConfigError::DuplicateAcrossFiles { ref name, .. }) if name == "first"
         ));
         let empty = tempfile::tempdir().expect("tempdir");
-        assert!(matches!(read(empty.path()), Err(ConfigError::NoFiles { .. })));
+        assert!(matches!(
+            read(empty.path()),
+            Err(ConfigError::NoFiles { .. })
+        ));
         let big = dir.path().join("big");
         std::fs::write(&big, vec![b' '; MAX_CONFIG_BYTES as usize + 1]).expect("write");
         assert!(matches!(read(&big), Err(ConfigError::TooLarge { .. })));

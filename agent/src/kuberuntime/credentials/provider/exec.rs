@@ -58,7 +58,9 @@ pub enum ExecError {
          {MAX_RESPONSE_BYTES} bytes"
     )]
     TooLarge { provider: String, image: String },
-    #[error("error execing credential provider plugin {provider} for image {image}: {status}: {stderr}")]
+    #[error(
+        "error execing credential provider plugin {provider} for image {image}: {status}: {stderr}"
+    )]
     Exit {
         provider: String,
         image: String,
@@ -491,7 +493,11 @@ printf '{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.ku
         ];
         for (response, expected) in cases {
             let (_dir, plugin) = plugin(&format!("cat >/dev/null; printf '%s' '{response}'"));
-            let text = plugin.run("r.io/app").await.expect_err(response).to_string();
+            let text = plugin
+                .run("r.io/app")
+                .await
+                .expect_err(response)
+                .to_string();
             assert!(text.contains(expected), "{response}: {text}");
             assert!(text.contains("test-plugin"), "{text}");
             assert!(!text.contains("hunter2"), "the response leaked: {text}");
@@ -520,7 +526,11 @@ printf '{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.ku
     async fn a_missing_binary_is_an_error_naming_the_provider() {
         let (dir, mut plugin) = plugin("exit 0");
         plugin.path = dir.path().join("missing");
-        let text = plugin.run("r.io/app").await.expect_err("missing").to_string();
+        let text = plugin
+            .run("r.io/app")
+            .await
+            .expect_err("missing")
+            .to_string();
         assert!(text.contains("test-plugin"), "{text}");
     }
 }

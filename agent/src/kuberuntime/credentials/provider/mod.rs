@@ -83,10 +83,7 @@ impl CredentialProviders {
     /// The providers of `--image-credential-provider-config` with binaries in
     /// `--image-credential-provider-bin-dir` (both or neither, as upstream: one alone fails
     /// upstream's registration).
-    pub fn from_flags(
-        config: Option<&Path>,
-        bin_dir: Option<&Path>,
-    ) -> Result<Self, ConfigError> {
+    pub fn from_flags(config: Option<&Path>, bin_dir: Option<&Path>) -> Result<Self, ConfigError> {
         match (config, bin_dir) {
             (None, None) => Ok(CredentialProviders::none()),
             (Some(config), Some(bin_dir)) => Self::load(config, bin_dir),
@@ -239,9 +236,7 @@ impl PluginProvider {
         if !duration.is_zero() {
             let key = match response.cache_key_type {
                 CacheKeyType::Image => CacheKey::Image(image.to_owned()),
-                CacheKeyType::Registry => {
-                    CacheKey::Registry(cache::registry_of(image).to_owned())
-                }
+                CacheKeyType::Registry => CacheKey::Registry(cache::registry_of(image).to_owned()),
                 CacheKeyType::Global => CacheKey::Global,
             };
             let now = Instant::now();

@@ -86,7 +86,10 @@ async fn only_matching_images_ask_the_plugin_and_its_entries_match_as_a_docker_c
     // The more specific entry first, as a keyring orders them.
     let provided = providers.lookup("r.io:5000/team/app").await;
     assert_eq!(users(&provided), ["team-node", "node"]);
-    assert_eq!(provided.credentials[0].source, "credential provider counting");
+    assert_eq!(
+        provided.credentials[0].source,
+        "credential provider counting"
+    );
     let provided = providers.lookup("r.io:5000/other").await;
     assert_eq!(users(&provided), ["node"]);
     assert_eq!(fixture.calls(), 2);
@@ -128,15 +131,23 @@ async fn concurrent_lookups_of_an_image_share_one_exec() {
         assert_eq!(users(provided), ["node"]);
     }
     assert_eq!(fixture.calls(), 1);
-    assert!(providers.providers[0].in_flight.lock_unpoisoned().is_empty());
+    assert!(
+        providers.providers[0]
+            .in_flight
+            .lock_unpoisoned()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn a_failing_plugin_gives_no_credentials_and_says_why() {
     let fixture = Fixture::new("Image", "");
     let bin = fixture.dir.path().join("bin").join("counting");
-    std::fs::write(&bin, "#!/bin/sh\necho 'registry token service down' >&2\nexit 1\n")
-        .expect("rewrite plugin");
+    std::fs::write(
+        &bin,
+        "#!/bin/sh\necho 'registry token service down' >&2\nexit 1\n",
+    )
+    .expect("rewrite plugin");
     let providers = fixture.providers(r#"["r.io:5000"]"#, "0");
     let provided = providers.lookup("r.io:5000/a").await;
     assert!(provided.credentials.is_empty());
@@ -144,7 +155,10 @@ async fn a_failing_plugin_gives_no_credentials_and_says_why() {
     let explained = provided.explain("401 Unauthorized".into());
     assert!(explained.starts_with("401 Unauthorized; "), "{explained}");
     assert!(explained.contains("counting"), "{explained}");
-    assert!(explained.contains("registry token service down"), "{explained}");
+    assert!(
+        explained.contains("registry token service down"),
+        "{explained}"
+    );
     assert_eq!(Provided::default().explain("x".into()), "x");
 }
 
