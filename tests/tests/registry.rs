@@ -613,11 +613,16 @@ fn pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin() {
         ))
         .expect("the pod");
     };
+    let pod = |name: &str| {
+        node.pods()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    };
     let wait = |name: &str, what: &str, want: &dyn Fn(&Pod) -> bool| -> Pod {
         cluster::wait_for(
             &format!("pod {name} never {what}"),
             EVENT_WAIT * 2,
-            || node.pod(name),
+            || pod(name),
             |p| p.as_ref().is_some_and(want),
         )
         .expect("the pod")
@@ -677,10 +682,11 @@ fn pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin() {
         running(container(p, "main"))
     });
     for name in ["provided-one", "provided-two"] {
+        let seen = pod(name);
         assert!(
-            node.pod(name)
-                .is_some_and(|p| running(container(&p, "main"))),
-            "{name} stopped running"
+            seen.as_ref().is_some_and(|p| running(container(p, "main"))),
+            "{name} stopped running: {:#?}",
+            seen.and_then(|p| p.status)
         );
     }
     assert_eq!(
