@@ -547,6 +547,85 @@ mod tests {
         assert_eq!(events.reasons(), ["Pulling", "Pulled"]);
     }
 
+    /// The node's credential provider plugins' credentials come after the pod's pull
+    /// secrets' (upstream's keyring union: the secrets', then the node's); a plugin that fails
+    /// gives none, and the failed pull's message ends with why.
+    #[tokio::test]
+    async fn credential_provider_credentials_follow_the_pull_secrets() {
+        use std::os::unix::fs::PermissionsExt as _;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin dir");
+        let plugins = [
+            (
+                "node",
+                "127.0.0.1:5000/swiftlet",
+                r#"printf '{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{"127.0.0.1:5000":{"username":"from-plugin","password":"pw"}}}'"#,
+            ),
+            (
+                "broken",
+                "127.0.0.1:5000/other",
+                "echo 'token service down' >&2; exit 1",
+            ),
+        ];
+        let mut config = String::from(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n",
+        );
+        for (name, matches, script) in plugins {
+            let path = bin.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"))
+                .expect("write plugin");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .expect("chmod");
+            config.push_str(&format!(
+                "- name: {name}\n  matchImages: [\"{matches}\"]\n  defaultCacheDuration: 1m\n  \
+                 apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+            ));
+        }
+        let config_path = dir.path().join("providers.yaml");
+        std::fs::write(&config_path, config).expect("write config");
+        let providers = Arc::new(
+            CredentialProviders::from_flags(Some(&config_path), Some(&bin)).expect("providers"),
+        );
+
+        let registry = Registry::new(Some("from-plugin"));
+        let puller = ImagePuller::new(registry.clone())
+            .with_pull_secrets(Arc::new(Secrets {
+                host: "127.0.0.1:5000",
+            }))
+            .with_credential_providers(providers.clone());
+        let events = FakeRecorder::new();
+        let pulled = ensure(&puller, &pod_with_secrets(&["wrong"]), SystemTime::UNIX_EPOCH, &events).await;
+        assert_eq!(pulled.ok().as_deref(), Some("sha256:pulled"));
+        assert_eq!(
+            registry.pulls(),
+            [Some("wrong".to_owned()), Some("from-plugin".to_owned())]
+        );
+
+        let registry = Registry::new(None);
+        let puller = ImagePuller::new(registry.clone()).with_credential_providers(providers);
+        let image = "127.0.0.1:5000/other/app:1";
+        let failed = puller
+            .ensure_image(
+                &pod_with_secrets(&[]),
+                &container(image, Some("Always")),
+                &cri::PodSandboxConfig::default(),
+                SystemTime::UNIX_EPOCH,
+                &events,
+            )
+            .await
+            .expect_err("no credentials");
+        assert_eq!(registry.pulls(), [None]);
+        assert!(
+            failed.message.contains("401 Unauthorized")
+                && failed.message.contains("credential provider plugin broken")
+                && failed.message.contains("token service down"),
+            "{}",
+            failed.message
+        );
+    }
+
     #[tokio::test]
     async fn credentials_for_another_registry_are_not_presented() {
         let registry = Registry::new(None);

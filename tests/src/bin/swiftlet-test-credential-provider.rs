@@ -83,7 +83,6 @@ fn main() -> ExitCode {
     if let Some(duration) = env("SWIFTLET_TEST_PROVIDER_CACHE_DURATION") {
         answer["cacheDuration"] = Value::String(duration);
     }
-    let mut stdout = std::io::stdout().lock();
     match mode.as_str() {
         "answer" => {
             println!("{answer}");
@@ -99,6 +98,7 @@ fn main() -> ExitCode {
         "huge" => {
             // Until the agent stops reading (a broken pipe) or kills it.
             let chunk = "credential".repeat(1000);
+            let mut stdout = std::io::stdout().lock();
             while stdout.write_all(chunk.as_bytes()).is_ok() {}
         }
         "hang" => loop {

@@ -86,7 +86,8 @@ impl<V: Clone> ExpiringCache<V> {
         self.entries.insert(key, Entry { value, expires_at });
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
     }
 }
