@@ -576,8 +576,7 @@ mod tests {
             let path = bin.join(name);
             std::fs::write(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"))
                 .expect("write plugin");
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
-                .expect("chmod");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
             config.push_str(&format!(
                 "- name: {name}\n  matchImages: [\"{matches}\"]\n  defaultCacheDuration: 1m\n  \
                  apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
@@ -596,7 +595,13 @@ mod tests {
             }))
             .with_credential_providers(providers.clone());
         let events = FakeRecorder::new();
-        let pulled = ensure(&puller, &pod_with_secrets(&["wrong"]), SystemTime::UNIX_EPOCH, &events).await;
+        let pulled = ensure(
+            &puller,
+            &pod_with_secrets(&["wrong"]),
+            SystemTime::UNIX_EPOCH,
+            &events,
+        )
+        .await;
         assert_eq!(pulled.ok().as_deref(), Some("sha256:pulled"));
         assert_eq!(
             registry.pulls(),
@@ -612,7 +617,7 @@ mod tests {
                 &container(image, Some("Always")),
                 &cri::PodSandboxConfig::default(),
                 SystemTime::UNIX_EPOCH,
-                &events,
+                events.as_ref(),
             )
             .await
             .expect_err("no credentials");

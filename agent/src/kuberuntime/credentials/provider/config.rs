@@ -19,7 +19,7 @@ use std::{
 use serde::Deserialize;
 
 use super::super::keyring;
-use crate::config::{DurationErrorReason, GoDuration};
+use super::duration::{self, DurationError};
 
 /// The group of the config file's `apiVersion` (upstream `kubeletconfig.GroupName`).
 pub const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
@@ -378,9 +378,9 @@ fn validate(providers: Vec<FileProvider>) -> Result<Vec<ProviderConfig>, Vec<Fie
                 error("defaultCacheDuration", FieldErrorKind::Required(""));
                 None
             }
-            Some(text) => match text.parse::<GoDuration>() {
-                Ok(d) => Some(d.as_duration()),
-                Err(e) if e.reason == DurationErrorReason::Negative => {
+            Some(text) => match duration::parse(text) {
+                Ok(d) => Some(d),
+                Err(DurationError::Negative) => {
                     error(
                         "defaultCacheDuration",
                         invalid(
@@ -391,7 +391,7 @@ fn validate(providers: Vec<FileProvider>) -> Result<Vec<ProviderConfig>, Vec<Fie
                     None
                 }
                 Err(e) => {
-                    error("defaultCacheDuration", invalid(text, &e.reason.to_string()));
+                    error("defaultCacheDuration", invalid(text, &e.to_string()));
                     None
                 }
             },

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::config::{EnvVar, ProviderConfig};
-use crate::config::GoDuration;
+use super::duration;
 
 /// Upstream's timeout for every exec plugin.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -354,13 +354,11 @@ impl ExecPlugin {
             // Upstream adds a negative duration to now: the entry is expired at once.
             Some(text) if text.starts_with('-') => Some(Duration::ZERO),
             Some(text) => Some(
-                text.parse::<GoDuration>()
-                    .map_err(|e| ExecError::CacheDuration {
-                        provider: self.name.clone(),
-                        value: text.clone(),
-                        reason: e.reason.to_string(),
-                    })?
-                    .as_duration(),
+                duration::parse(&text).map_err(|e| ExecError::CacheDuration {
+                    provider: self.name.clone(),
+                    value: text.clone(),
+                    reason: e.to_string(),
+                })?,
             ),
         };
         Ok(Response {

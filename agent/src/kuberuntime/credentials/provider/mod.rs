@@ -20,6 +20,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod duration;
 pub mod exec;
 
 use std::{
