@@ -131,6 +131,12 @@ pub fn testproc() -> PathBuf {
     sibling_binary("swiftlet-testproc")
 }
 
+/// The image credential provider plugin for tests (see
+/// `src/bin/swiftlet-test-credential-provider.rs`).
+pub fn test_credential_provider() -> PathBuf {
+    sibling_binary("swiftlet-test-credential-provider")
+}
+
 /// The `swiftlet` binary: `SWIFTLET_BIN`, or the one built next to the running test.
 pub fn swiftlet_bin() -> PathBuf {
     if let Some(path) = std::env::var_os("SWIFTLET_BIN") {

@@ -393,3 +393,56 @@ fn run_with_the_systemd_cgroup_driver_needs_systemd() {
     assert!(stderr.lines().any(|l| l.starts_with(&want)), "{stderr}");
     std::fs::remove_file(&config).expect("remove config");
 }
+
+/// A bad image credential provider configuration stops the agent at start, before anything
+/// privileged (so this runs as anyone), with an error naming the file and each bad field; one of
+/// the two flags without the other is refused too.
+#[test]
+fn run_refuses_a_bad_credential_provider_config() {
+    let dir = std::env::temp_dir().join(format!("swiftlet-cred-config-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).expect("the bin dir");
+    let config = dir.join("providers.yaml");
+    std::fs::write(
+        &config,
+        "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+         - name: ../../bin/sh\n  matchImages: [\"*.example.com\"]\n  defaultCacheDuration: 1m\n  \
+         apiVersion: credentialprovider.kubelet.k8s.io/v1\n",
+    )
+    .expect("write config");
+    let bin = dir.join("bin");
+    let run = |flags: &[(&str, &std::path::Path)]| {
+        let mut command = Command::new(swiftlet_bin());
+        command.arg("run");
+        for (flag, value) in flags {
+            command.arg(flag).arg(value);
+        }
+        let out = command
+            .arg("--root-dir")
+            .arg(dir.join("root"))
+            .arg("--grpc-socket")
+            .arg(dir.join("swiftlet.sock"))
+            .output()
+            .expect("run swiftlet");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let stderr = run(&[
+        ("--image-credential-provider-config", &config),
+        ("--image-credential-provider-bin-dir", &bin),
+    ]);
+    let want = format!(
+        "error: image credential providers: failed to validate credential provider config {}: \
+         [providers[0].name: Invalid value: \"../../bin/sh\": provider name cannot contain '/']",
+        config.display()
+    );
+    assert!(stderr.lines().any(|l| l == want), "{stderr}");
+    let stderr = run(&[("--image-credential-provider-bin-dir", &bin)]);
+    assert!(
+        stderr.contains("--image-credential-provider-config and --image-credential-provider-bin-dir must be given together"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -687,3 +687,207 @@ fn image_pulls_keep_to_the_node_wide_limits() {
         |n| *n == 0,
     );
 }
+
+/// A bin dir with the test plugin under each name `names` gives (a link each), and a
+/// `CredentialProviderConfig` giving each the images under `<registry>/<name>`, with the
+/// test registry's user and password in the environment of `answer`.
+fn credential_providers(
+    dir: &std::path::Path,
+    registry: &TestRegistry,
+    names: &[&str],
+    log: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("the bin dir");
+    let providers: Vec<serde_json::Value> = names
+        .iter()
+        .map(|name| {
+            std::os::unix::fs::symlink(swiftlet_tests::test_credential_provider(), bin.join(name))
+                .expect("the plugin link");
+            json!({
+                "name": name,
+                "matchImages": [format!("{}/{name}", registry.host)],
+                "defaultCacheDuration": "10m",
+                "apiVersion": "credentialprovider.kubelet.k8s.io/v1",
+                "args": [name],
+                "env": [
+                    {"name": "SWIFTLET_TEST_PROVIDER_USERNAME", "value": USER},
+                    {"name": "SWIFTLET_TEST_PROVIDER_PASSWORD", "value": registry.password},
+                    {"name": "SWIFTLET_TEST_PROVIDER_LOG", "value": log.display().to_string()},
+                ],
+            })
+        })
+        .collect();
+    let config = dir.join("credential-providers.json");
+    std::fs::write(
+        &config,
+        json!({
+            "apiVersion": "kubelet.config.k8s.io/v1",
+            "kind": "CredentialProviderConfig",
+            "providers": providers,
+        })
+        .to_string(),
+    )
+    .expect("the provider config");
+    (config, bin)
+}
+
+/// Pods without pull secrets pull from the registry with the credentials of the node's
+/// credential provider plugin (the test plugin, run by the agent as upstream's exec plugins):
+/// asked once for the registry's images while its answer is cached (`cacheKeyType: Registry`),
+/// with the image's repository. Plugins that misbehave — garbage, output without end, an
+/// answer of another `apiVersion` — leave their pods in `ErrImagePull`/`ImagePullBackOff` with
+/// a message naming the plugin and what was wrong, and the agent and its other pods go on.
+#[test]
+fn pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin() {
+    let test = "pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin";
+    let Some(registry) = TestRegistry::for_test(test) else {
+        return;
+    };
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("swiftlet-cred-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the test dir");
+    let log = dir.join("asked");
+    let names = ["answer", "garbage", "huge", "wrong-version"];
+    let (config, bin) = credential_providers(&dir, &registry, &names, &log);
+    let pushed: Vec<_> = [("answer", "one"), ("answer", "two"), ("answer", "three")]
+        .into_iter()
+        .chain(names[1..].iter().map(|name| (*name, "one")))
+        .map(|(name, tag)| registry.push_local("busybox", &format!("{name}/busybox"), tag))
+        .collect();
+    let mut pulled: Vec<String> = pushed.iter().map(|p| p.reference.clone()).collect();
+    pulled.push(pushed[0].config_digest.clone());
+    let _cleanup = PulledImages(pulled);
+
+    let server = TestApiServer::start("cred");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with(
+        "cred",
+        &endpoint,
+        &[
+            "--kubeconfig",
+            &kubeconfig,
+            "--sync-frequency",
+            "2s",
+            "--image-credential-provider-config",
+            config.to_str().expect("utf-8 path"),
+            "--image-credential-provider-bin-dir",
+            bin.to_str().expect("utf-8 path"),
+        ],
+    );
+    let rt = runtime();
+    let pods: Api<Pod> = Api::namespaced(rt.block_on(server.client()), "default");
+    let create = |name: &str, image: &str| {
+        rt.block_on(pods.create(
+            &PostParams::default(),
+            &pull_pod(name, &node.name, image, "Always", false, &[]),
+        ))
+        .expect("the pod");
+    };
+    let pod = |name: &str| {
+        node.pods()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+    };
+    let wait = |name: &str, what: &str, want: &dyn Fn(&Pod) -> bool| -> Pod {
+        cluster::wait_for(
+            &format!("pod {name} never {what}"),
+            EVENT_WAIT * 2,
+            || pod(name),
+            |p| p.as_ref().is_some_and(want),
+        )
+        .expect("the pod")
+    };
+    let asked = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+
+    // Two images of the registry: one exec, asked with the repository (no tag).
+    create("provided-one", &pushed[0].reference);
+    create("provided-two", &pushed[1].reference);
+    for name in ["provided-one", "provided-two"] {
+        wait(name, "ran main", &|p: &Pod| running(container(p, "main")));
+    }
+    assert_eq!(
+        asked(),
+        [format!("answer {}/answer/busybox", registry.host)],
+        "one exec for the registry while its answer is cached"
+    );
+
+    // The misbehaving plugins: the pull goes without credentials, is refused, and says why.
+    let wanted = [
+        (
+            "garbage",
+            "error decoding credential provider plugin response",
+        ),
+        ("huge", "the response exceeds"),
+        ("wrong-version", "did not match expected apiVersion"),
+    ];
+    for (i, (name, _)) in wanted.iter().enumerate() {
+        create(&format!("bad-{name}"), &pushed[3 + i].reference);
+    }
+    for (name, reason) in wanted {
+        let pod = wait(&format!("bad-{name}"), "failed its pull", &|p: &Pod| {
+            waiting(p)
+                .is_some_and(|(reason, _)| reason == "ErrImagePull" || reason == "ImagePullBackOff")
+        });
+        let (_, message) = waiting(&pod).expect("waiting");
+        let refused = message.to_lowercase().contains("unauthorized")
+            || message.contains("no basic auth credentials");
+        assert!(
+            refused
+                && message.contains(&format!("credential provider plugin {name}"))
+                && message.contains(reason),
+            "{name}: {message}"
+        );
+    }
+
+    // The agent goes on: the pods it ran still run, and a new one pulls with the plugin's
+    // cached credentials.
+    create("provided-three", &pushed[2].reference);
+    wait("provided-three", "ran main", &|p: &Pod| {
+        running(container(p, "main"))
+    });
+    for name in ["provided-one", "provided-two"] {
+        let seen = pod(name);
+        assert!(
+            seen.as_ref().is_some_and(|p| running(container(p, "main"))),
+            "{name} stopped running: {:#?}",
+            seen.and_then(|p| p.status)
+        );
+    }
+    assert_eq!(
+        asked()
+            .iter()
+            .filter(|line| line.starts_with("answer "))
+            .count(),
+        1
+    );
+
+    for name in [
+        "provided-one",
+        "provided-two",
+        "provided-three",
+        "bad-garbage",
+        "bad-huge",
+        "bad-wrong-version",
+    ] {
+        rt.block_on(pods.delete(name, &DeleteParams::default()))
+            .expect("the pod deleted");
+    }
+    cluster::wait_for(
+        "the pods gone from the node",
+        EVENT_WAIT * 2,
+        || node.pods().len(),
+        |n| *n == 0,
+    );
+    drop(node);
+    let _ = std::fs::remove_dir_all(&dir);
+}

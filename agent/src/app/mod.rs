@@ -59,6 +59,8 @@ pub enum Error {
     CpuManager(String),
     #[error("user namespaces: {0}")]
     UserNamespaces(#[source] crate::kuberuntime::userns::UsernsError),
+    #[error("image credential providers: {0}")]
+    CredentialProviders(#[source] crate::kuberuntime::credentials::provider::config::ConfigError),
     #[error("allowedUnsafeSysctls: {0}")]
     Sysctls(#[source] crate::kubelet::sysctl::PatternError),
     #[error("API server: {0}")]
@@ -144,6 +146,11 @@ impl Error {
                  remove the file and start again"
                     .into(),
             ),
+            Error::CredentialProviders(_) => Some(
+                "check the file of --image-credential-provider-config (a CredentialProviderConfig) \
+                 and the binaries in --image-credential-provider-bin-dir"
+                    .into(),
+            ),
             Error::Sysctls(_) => Some("see the configuration table in docs/configuration.md".into()),
             Error::NodeIp(_) => Some(
                 "give one of this host's addresses (`ip address`), one per family at most, or \
@@ -177,6 +184,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
         &Default::default(),
     )
     .await?;
+    let credential_providers = pods::credential_providers(&config)?;
     let open_files = process::raise_open_files_limit();
     let oom =
         process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);
@@ -241,6 +249,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
             published: published.clone(),
             kernel_bus,
             kube_events: kube_events.clone(),
+            credential_providers,
         },
     )
     .await?;

@@ -44,6 +44,7 @@ use crate::{
         sysctl::{Allowlist, parse_kernel_release},
     },
     kuberuntime::{
+        credentials::CredentialProviders,
         dns::DnsSettings,
         env::ClusterEnv,
         image_pulls::{ImagePullMetrics, PullGate},
@@ -169,6 +170,8 @@ pub struct PodsInput {
     pub kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
     /// The gRPC stream's bus of Kubernetes Events.
     pub kube_events: broadcast::Sender<Arc<crate::events::Published>>,
+    /// The image credential provider plugins, loaded at start ([`credential_providers`]).
+    pub credential_providers: Arc<CredentialProviders>,
 }
 
 /// The app's shared parts every builder hands tasks and registrations to.
@@ -246,6 +249,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             cpu_manager: cpu_manager.clone(),
             volumes: volumes.clone(),
             events: events.clone(),
+            credential_providers: input.credential_providers,
         },
     )?;
     let pleg = start_pleg(app, &manager, &runtime, input.source, input.published)?;
@@ -458,6 +462,7 @@ struct ManagerParts {
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
     events: crate::events::Events,
+    credential_providers: Arc<CredentialProviders>,
 }
 
 /// The runtime manager, with the CPU manager's hooks, the volume manager's mounts, what
@@ -477,6 +482,7 @@ fn runtime_manager(
         cpu_manager,
         volumes,
         events,
+        credential_providers,
     } = parts;
     let mut manager = KubeRuntimeManager::new(
         runtime.client.clone(),
@@ -511,6 +517,7 @@ fn runtime_manager(
             PullGate::new(config.image_pulls)
                 .with_metrics(ImagePullMetrics::register(&app.metrics.registry)?),
         )
+        .with_credential_providers(credential_providers)
         .with_events(events);
     let userns = UsernsManager::load(&config.root_dir, runtime.features.clone())
         .map_err(Error::UserNamespaces)?;
@@ -535,6 +542,18 @@ fn pull_secrets(api: Option<&ApiClients>) -> Arc<dyn crate::kuberuntime::credent
         Some(clients) => Arc::new(ApiPullSecrets(clients.main.clone())),
         None => Arc::new(NoPullSecrets),
     }
+}
+
+/// The image credential provider plugins of `--image-credential-provider-config` (none without
+/// it); a bad configuration stops the agent, as upstream's `RegisterCredentialProviderPlugins`.
+/// Loaded before anything privileged, so that a bad file is refused at once.
+pub fn credential_providers(config: &Config) -> Result<Arc<CredentialProviders>, Error> {
+    CredentialProviders::from_flags(
+        config.image_credential_provider_config.as_deref(),
+        config.image_credential_provider_bin_dir.as_deref(),
+    )
+    .map(Arc::new)
+    .map_err(Error::CredentialProviders)
 }
 
 /// The relist PLEG, wrapped by the kernel-event PLEG when kernel events drive it; running, and

@@ -312,6 +312,17 @@ macro_rules! with_settings {
             config bootstrap_kubeconfig: [Option<PathBuf>] = "bootstrapKubeconfig",
                 flag "bootstrap-kubeconfig" [Option<PathBuf>] (value_name = "FILE")
                 => plain;
+            /// Image credential provider plugins' configuration, a CredentialProviderConfig file or a
+            /// directory of them (upstream `--image-credential-provider-config`, a flag only); needs
+            /// --image-credential-provider-bin-dir.
+            config image_credential_provider_config: [Option<PathBuf>] = "imageCredentialProviderConfig",
+                flag "image-credential-provider-config" [Option<PathBuf>] (value_name = "PATH")
+                => plain;
+            /// Directory of the image credential provider plugins' binaries (upstream
+            /// `--image-credential-provider-bin-dir`, a flag only).
+            config image_credential_provider_bin_dir: [Option<PathBuf>] = "imageCredentialProviderBinDir",
+                flag "image-credential-provider-bin-dir" [Option<PathBuf>] (value_name = "DIR")
+                => plain;
             /// Renew the client certificate before it expires (`rotateCertificates`, default false).
             config rotate_certificates: [bool] = "rotateCertificates",
                 flag "rotate-certificates" [Option<bool>] (value_name = "BOOL", num_args = 0..=1, default_missing_value = "true"),

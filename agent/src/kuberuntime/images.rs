@@ -7,7 +7,10 @@
 //!
 //! A pull presents the credentials of the pod's `imagePullSecrets` that match the image
 //! (`credentials/`), each in turn until one works (upstream `PullImage` in
-//! `kuberuntime_image.go`); without any it pulls anonymously. A failed pull's message is the
+//! `kuberuntime_image.go`), then those of the node's credential provider plugins
+//! (`credentials/provider/`; upstream's `MakeDockerKeyring` puts the pull secrets' keyring
+//! before the node's); without any it pulls anonymously, and a failed pull then says which
+//! plugins failed. A failed pull's message is the
 //! runtime's error as upstream words a gRPC error (`rpc error: code = … desc = …`), and the
 //! back-off that follows carries it (`Back-off pulling image "…": ErrImagePull: …`, upstream's
 //! `prevPullErrMsg`).
@@ -28,7 +31,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
-    credentials::{Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod, repository_of},
+    credentials::{
+        Credential, CredentialProviders, Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod,
+        provider::Provided, repository_of,
+    },
     image_pulls::PullGate,
     security_context::ImageUser,
 };
@@ -86,6 +92,7 @@ pub struct ImagePuller {
     images: Arc<dyn ImageService>,
     backoff: Mutex<ImagePullBackoff>,
     secrets: Arc<dyn PullSecrets>,
+    providers: Arc<CredentialProviders>,
     /// The last failed pull's message per back-off entry (upstream `prevPullErrMsg`); an entry
     /// goes with its back-off entry, so this is bounded as the back-off is.
     last_errors: Mutex<HashMap<ImageBackoffKey, String>>,
@@ -99,6 +106,7 @@ impl ImagePuller {
             images,
             backoff: Mutex::new(ImagePullBackoff::image_pull()),
             secrets: Arc::new(NoPullSecrets),
+            providers: Arc::new(CredentialProviders::none()),
             last_errors: Mutex::new(HashMap::new()),
             gate: PullGate::unlimited(),
         }
@@ -113,6 +121,12 @@ impl ImagePuller {
     /// Reads pods' `imagePullSecrets` from `secrets`.
     pub fn with_pull_secrets(mut self, secrets: Arc<dyn PullSecrets>) -> Self {
         self.secrets = secrets;
+        self
+    }
+
+    /// Asks `providers` for credentials too.
+    pub fn with_credential_providers(mut self, providers: Arc<CredentialProviders>) -> Self {
+        self.providers = providers;
         self
     }
 
@@ -267,18 +281,24 @@ impl ImagePuller {
         }
     }
 
-    /// Waits for the node-wide limits, then pulls (upstream's pullers: the slot is held until
-    /// the image's size is known). The image reference, its size (0 when unknown: upstream asks
-    /// it with best effort too) and how long the pull itself took.
+    /// Gathers the credentials, waits for the node-wide limits, then pulls (upstream's pullers:
+    /// the slot is held until the image's size is known). The image reference, its size (0 when
+    /// unknown: upstream asks it with best effort too) and how long the pull itself took.
     async fn pull_when_allowed(
         &self,
         spec: &cri::ImageSpec,
         secrets: &[k8s_openapi::api::core::v1::Secret],
         sandbox: &cri::PodSandboxConfig,
     ) -> Result<(String, u64, std::time::Duration), String> {
+        // Before the slot, as upstream looks the keyring up before it queues the pull: a
+        // provider plugin may take up to a minute, and must not hold the node's pulls meanwhile.
+        let (credentials, provided) = self.credentials(spec, secrets).await?;
         let _slot = self.gate.admit().await.map_err(|e| e.to_string())?;
         let started = std::time::Instant::now();
-        let reference = self.pull(spec, secrets, sandbox).await?;
+        let reference = self
+            .pull_with(spec, credentials, sandbox)
+            .await
+            .map_err(|message| provided.explain(message))?;
         let size = match self.images.image_status(spec.clone()).await {
             Ok(Some(found)) => found.size,
             _ => 0,
@@ -286,17 +306,29 @@ impl ImagePuller {
         Ok((reference, size, started.elapsed()))
     }
 
-    /// Pulls `spec` with each credential of the pod's secrets that matches it, in turn, until
-    /// one works; anonymously when none matches. The error: the one failure's message, or all
-    /// of them as upstream's error aggregate words them (`[a, b]`, repeats once).
-    async fn pull(
+    /// The credentials to pull `spec` with: each of the pod's secrets' that matches it, then the
+    /// credential provider plugins' (upstream's keyring union, pull secrets first), with what
+    /// the plugins said for the error of a pull that fails.
+    async fn credentials(
         &self,
         spec: &cri::ImageSpec,
         secrets: &[k8s_openapi::api::core::v1::Secret],
+    ) -> Result<(Vec<Credential>, Provided), String> {
+        let keyring = Keyring::from_secrets(secrets).map_err(|e| e.to_string())?;
+        let repository = repository_of(&spec.image);
+        let mut credentials = keyring.lookup(&repository);
+        let provided = self.providers.lookup(&repository).await;
+        credentials.extend(provided.credentials.iter().cloned());
+        Ok((credentials, provided))
+    }
+
+    /// Pulls `spec` with each of `credentials` in turn, anonymously without any.
+    async fn pull_with(
+        &self,
+        spec: &cri::ImageSpec,
+        credentials: Vec<Credential>,
         sandbox: &cri::PodSandboxConfig,
     ) -> Result<String, String> {
-        let keyring = Keyring::from_secrets(secrets).map_err(|e| e.to_string())?;
-        let credentials = keyring.lookup(&repository_of(&spec.image));
         if credentials.is_empty() {
             return self
                 .images
@@ -322,7 +354,7 @@ impl ImagePuller {
                         image = %spec.image,
                         secret = %credential.source,
                         error = %e,
-                        "pull with a pull secret's credentials failed"
+                        "pull with a pull secret's or credential provider's credentials failed"
                     );
                     let text = go_error_text(&e);
                     if !failures.contains(&text) {
@@ -546,6 +578,90 @@ mod tests {
             [Some("wrong".to_owned()), Some("right".to_owned())]
         );
         assert_eq!(events.reasons(), ["Pulling", "Pulled"]);
+    }
+
+    /// The node's credential provider plugins' credentials come after the pod's pull
+    /// secrets' (upstream's keyring union: the secrets', then the node's); a plugin that fails
+    /// gives none, and the failed pull's message ends with why.
+    #[tokio::test]
+    async fn credential_provider_credentials_follow_the_pull_secrets() {
+        use std::os::unix::fs::PermissionsExt as _;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).expect("bin dir");
+        let plugins = [
+            (
+                "node",
+                "127.0.0.1:5000/swiftlet",
+                r#"printf '{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.kubelet.k8s.io/v1","cacheKeyType":"Image","auth":{"127.0.0.1:5000":{"username":"from-plugin","password":"pw"}}}'"#,
+            ),
+            (
+                "broken",
+                "127.0.0.1:5000/other",
+                "echo 'token service down' >&2; exit 1",
+            ),
+        ];
+        let mut config = String::from(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n",
+        );
+        for (name, matches, script) in plugins {
+            let path = bin.join(name);
+            std::fs::write(&path, format!("#!/bin/sh\ncat >/dev/null\n{script}\n"))
+                .expect("write plugin");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            config.push_str(&format!(
+                "- name: {name}\n  matchImages: [\"{matches}\"]\n  defaultCacheDuration: 1m\n  \
+                 apiVersion: credentialprovider.kubelet.k8s.io/v1\n"
+            ));
+        }
+        let config_path = dir.path().join("providers.yaml");
+        std::fs::write(&config_path, config).expect("write config");
+        let providers = Arc::new(
+            CredentialProviders::from_flags(Some(&config_path), Some(&bin)).expect("providers"),
+        );
+
+        let registry = Registry::new(Some("from-plugin"));
+        let puller = ImagePuller::new(registry.clone())
+            .with_pull_secrets(Arc::new(Secrets {
+                host: "127.0.0.1:5000",
+            }))
+            .with_credential_providers(providers.clone());
+        let events = FakeRecorder::new();
+        let pulled = ensure(
+            &puller,
+            &pod_with_secrets(&["wrong"]),
+            SystemTime::UNIX_EPOCH,
+            &events,
+        )
+        .await;
+        assert_eq!(pulled.ok().as_deref(), Some("sha256:pulled"));
+        assert_eq!(
+            registry.pulls(),
+            [Some("wrong".to_owned()), Some("from-plugin".to_owned())]
+        );
+
+        let registry = Registry::new(None);
+        let puller = ImagePuller::new(registry.clone()).with_credential_providers(providers);
+        let image = "127.0.0.1:5000/other/app:1";
+        let failed = puller
+            .ensure_image(
+                &pod_with_secrets(&[]),
+                &container(image, Some("Always")),
+                &cri::PodSandboxConfig::default(),
+                SystemTime::UNIX_EPOCH,
+                events.as_ref(),
+            )
+            .await
+            .expect_err("no credentials");
+        assert_eq!(registry.pulls(), [None]);
+        assert!(
+            failed.message.contains("401 Unauthorized")
+                && failed.message.contains("credential provider plugin broken")
+                && failed.message.contains("token service down"),
+            "{}",
+            failed.message
+        );
     }
 
     #[tokio::test]

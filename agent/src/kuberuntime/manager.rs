@@ -223,6 +223,15 @@ impl KubeRuntimeManager {
         self
     }
 
+    /// Asks the node's credential provider plugins for image pull credentials.
+    pub fn with_credential_providers(
+        mut self,
+        providers: Arc<super::credentials::CredentialProviders>,
+    ) -> Self {
+        self.images = self.images.with_credential_providers(providers);
+        self
+    }
+
     /// Reports what it does to the runtime as events to `events`.
     pub fn with_events(mut self, events: Events) -> Self {
         self.events = events;

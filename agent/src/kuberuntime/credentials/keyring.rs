@@ -272,7 +272,7 @@ fn split_host_port(hostport: &str) -> Option<(&str, &str)> {
 /// Whether `target` falls under the keyring key `glob` (upstream `URLsMatch`): the same port,
 /// as many host labels with each matching its glob, and the key's path a prefix of the
 /// target's.
-fn urls_match(glob: &str, target: &str) -> bool {
+pub(crate) fn urls_match(glob: &str, target: &str) -> bool {
     let (Some(glob), Some(target)) = (SchemelessUrl::parse(glob), SchemelessUrl::parse(target))
     else {
         return false;
@@ -286,6 +286,12 @@ fn urls_match(glob: &str, target: &str) -> bool {
             .iter()
             .zip(&target_labels)
             .all(|(g, t)| glob_match(g, t) == Some(true))
+}
+
+/// Whether `text` parses as a URL once `https://` is put before it (upstream
+/// `ParseSchemelessURL`, which checks a provider's `matchImages`).
+pub(crate) fn is_schemeless_url(text: &str) -> bool {
+    SchemelessUrl::parse(text).is_some()
 }
 
 /// Whether `repository` is on Docker Hub (upstream `isDefaultRegistryMatch`).

@@ -4,15 +4,19 @@
 //! the image tried in turn by the image puller (`images.rs`, as upstream's `PullImage` in
 //! `kuberuntime_image.go`).
 //!
-//! Not here: the pull itself, its back-off and events (`images.rs`); credential provider
-//! plugins (upstream's `pkg/credentialprovider/plugin`), which swiftlet does not run yet.
+//! The node's credential provider plugins (upstream's `pkg/credentialprovider/plugin`) are
+//! `provider/`; their credentials follow the pull secrets' in a pull (`images.rs`).
+//!
+//! Not here: the pull itself, its back-off and events (`images.rs`).
 
 pub mod keyring;
+pub mod provider;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::{Api, Client};
 
 pub use keyring::{Credential, Keyring, KeyringError, repository_of};
+pub use provider::CredentialProviders;
 
 /// Why a pull secret could not be read.
 #[derive(Debug, thiserror::Error)]
