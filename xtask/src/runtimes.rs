@@ -59,10 +59,12 @@ const SELECTION: &[Area] = &[
     Area {
         name: "Evented PLEG",
         file: "pleg_evented",
-        // On 1.6 it checks the refusal; on 1.7 each event goes to one subscriber, on 2.x to
-        // all. The lost stream's test is not here yet: on 1.7 the broken connection's
-        // subscription, still served, takes the next death (containerd issue 7318).
-        tests: &["container_deaths_reach_the_status_from_the_runtimes_events"],
+        // On 1.6 both check the refusal; on 1.7 each event goes to one subscriber (stale ones
+        // included), on 2.x to all.
+        tests: &[
+            "container_deaths_reach_the_status_from_the_runtimes_events",
+            "a_lost_stream_is_subscribed_again_then_the_relist_takes_over",
+        ],
     },
     Area {
         name: "eviction",

@@ -91,6 +91,8 @@ struct State {
     runtime_config: Option<cri::RuntimeConfigResponse>,
     /// Whether `GetContainerEvents` is implemented (not in containerd 1.6, the default).
     container_events: bool,
+    /// What `Version` answers as the runtime's version.
+    runtime_version: String,
     /// The open `GetContainerEvents` streams.
     event_subscribers: Vec<EventSender>,
     failures: Vec<ScriptedFailure>,
@@ -172,6 +174,7 @@ impl FakeRuntime {
                 features: None,
                 runtime_config: None,
                 container_events: false,
+                runtime_version: "1.6.20-fake".to_owned(),
                 event_subscribers: Vec::new(),
                 failures: Vec::new(),
                 calls: Vec::new(),
@@ -279,6 +282,11 @@ impl FakeRuntime {
     /// (the fake starts as 1.6, which answers Unimplemented).
     pub fn enable_container_events(&self) {
         self.lock().container_events = true;
+    }
+
+    /// From now on `Version` answers `version` as the runtime's version.
+    pub fn set_runtime_version(&self, version: &str) {
+        self.lock().runtime_version = version.to_owned();
     }
 
     /// Sends a container event to every open `GetContainerEvents` stream, as containerd's

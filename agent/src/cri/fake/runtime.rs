@@ -22,11 +22,11 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn version(&self) -> Result<cri::VersionResponse> {
-        let _state = self.begin(Call::Version)?;
+        let state = self.begin(Call::Version)?;
         Ok(cri::VersionResponse {
             version: "0.1.0".to_owned(),
             runtime_name: self.runtime_name.clone(),
-            runtime_version: "1.6.20-fake".to_owned(),
+            runtime_version: state.runtime_version.clone(),
             runtime_api_version: "v1".to_owned(),
         })
     }

@@ -31,6 +31,13 @@
 //! - An event without a sandbox status (containerd sends the removal of a sandbox so, the
 //!   sandbox being gone) is ignored upstream until a relist; here it is traced to the pod whose
 //!   record holds the id, and that pod is relisted at once.
+//! - On a runtime that hands each event to one subscriber only (containerd 1.7, see
+//!   [`serves_each_event_once`]), a subscription whose caller went away — the start's refusal
+//!   check, a broken connection, an agent that restarted — is still served there and takes the
+//!   next event with it. Upstream loses that event until its 300 s relist; here, on such a
+//!   runtime, the relist runs at its own 1 s period from each subscription until the stream's
+//!   first event, which comes only after every such subscription took its one, and once more
+//!   then ([`EventedPleg::run`]).
 //! - Upstream also stamps the whole cache fresh every 2 s (`updateGlobalCache`) so pod workers
 //!   waiting in `GetNewerThan` cannot stay stuck; here each worker asks for a relist of its pod
 //!   after acting ([`Pleg::request_relist`]) and its wait is bounded, so no status is passed off
@@ -74,6 +81,16 @@ pub const RELIST_THRESHOLD: Duration = Duration::from_secs(600);
 /// 1 s, and `genericPlegRelistThreshold`, 3 min, which the Evented PLEG restores on fallback).
 pub fn fallback_config() -> PlegConfig {
     PlegConfig::default()
+}
+
+/// Whether the runtime hands each container event to one of its subscribers rather than to
+/// all: containerd 1.7 (the only 1.x release with container events), whose `GetContainerEvents`
+/// has every caller read one shared channel until an event fails to send (containerd issue
+/// 7318; 2.0 broadcasts, containerd PR 9661). `version` as CRI `Version` gives it, with or
+/// without a leading `v`.
+pub fn serves_each_event_once(runtime: &str, version: &str) -> bool {
+    let mut numbers = version.trim_start_matches('v').split(['.', '-', '~', '+']);
+    runtime == "containerd" && numbers.next() == Some("1") && numbers.next() == Some("7")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -180,6 +197,8 @@ pub struct EventedPleg {
     records: Arc<PodRecords>,
     metrics: EventedPlegMetrics,
     state: Mutex<StreamState>,
+    /// The relist's configuration while events arrive (the one it was made with).
+    streaming: PlegConfig,
 }
 
 impl EventedPleg {
@@ -191,12 +210,14 @@ impl EventedPleg {
         records: Arc<PodRecords>,
         metrics: EventedPlegMetrics,
     ) -> Arc<Self> {
+        let streaming = relist.config();
         Arc::new(EventedPleg {
             runtime,
             relist,
             records,
             metrics,
             state: Mutex::new(StreamState::START),
+            streaming,
         })
     }
 
@@ -206,8 +227,29 @@ impl EventedPleg {
     }
 
     /// Subscribes and consumes events until shut down; after the fall back, only waits for the
-    /// shutdown (the relist goes on alone).
+    /// shutdown (the relist goes on alone). On a runtime that serves each event once
+    /// ([`serves_each_event_once`]; a runtime whose version cannot be read is taken for one),
+    /// each subscription starts with the relist at its own period, until the stream's first
+    /// event.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let version = tokio::select! {
+            version = self.runtime.version() => version,
+            () = shutdown.cancelled() => return,
+        };
+        let catch_up = match version {
+            Ok(v) => serves_each_event_once(&v.runtime_name, &v.runtime_version),
+            Err(error) => {
+                tracing::warn!(%error, "Evented PLEG: the runtime's version is unknown; each new subscription relists at the relist's own period until its first event");
+                true
+            }
+        };
+        if catch_up {
+            tracing::info!(
+                "Evented PLEG: the runtime hands each container event to one subscriber only \
+                 (containerd 1.7), also to one whose caller went away; each new subscription \
+                 relists at the relist's own period until its first event"
+            );
+        }
         loop {
             if self.stream_state() == StreamState::FellBack {
                 shutdown.cancelled().await;
@@ -222,8 +264,11 @@ impl EventedPleg {
                     self.metrics.connections.inc();
                     self.transition(StreamSignal::Subscribed);
                     tracing::info!("Evented PLEG: receiving the runtime's container events");
+                    if catch_up {
+                        self.relist.update(fallback_config());
+                    }
                     let ended = tokio::select! {
-                        ended = self.consume(stream) => ended,
+                        ended = self.consume(stream, catch_up) => ended,
                         () = shutdown.cancelled() => return,
                     };
                     match ended {
@@ -269,11 +314,25 @@ impl EventedPleg {
         }
     }
 
-    /// Handles events until the stream breaks (the error) or ends (`None`).
-    async fn consume(&self, mut stream: ContainerEventStream) -> Option<crate::cri::Error> {
+    /// Handles events until the stream breaks (the error) or ends (`None`). `catching_up`: the
+    /// relist runs at its own period until the first event, then back at the streaming one,
+    /// relisting at once for what the subscriptions served before this one took.
+    async fn consume(
+        &self,
+        mut stream: ContainerEventStream,
+        mut catching_up: bool,
+    ) -> Option<crate::cri::Error> {
         while let Some(item) = stream.next().await {
             match item {
-                Ok(event) => self.handle(&event),
+                Ok(event) => {
+                    if std::mem::take(&mut catching_up) {
+                        tracing::debug!(
+                            "Evented PLEG: the stream's first event; relisting once, then at the evented period"
+                        );
+                        self.relist.update(self.streaming.clone());
+                    }
+                    self.handle(&event);
+                }
                 Err(error) => return Some(error),
             }
         }

@@ -1,6 +1,6 @@
 //! The Evented PLEG against the fake CRI runtime: events fill the cache with no relist, a
 //! broken stream is counted and re-subscribed until the fall back, and the relist that takes over
-//! finds what no event told.
+//! finds what no event told; on containerd 1.7 each subscription relists until its first event.
 
 use std::{sync::Arc, time::Duration};
 
@@ -348,6 +348,80 @@ async fn a_runtime_without_container_events_is_refused_naming_what_is_needed() {
     // Another failure is the stream's ordinary trouble, not a refusal.
     fake.fail_next(Operation::GetContainerEvents, tonic::Code::Unavailable);
     assert!(check_runtime(&fake).await.is_ok());
+}
+
+#[test]
+fn only_containerd_1_7_serves_each_event_once() {
+    for (runtime, version, once) in [
+        ("containerd", "1.7.24~ds1", true),
+        ("containerd", "v1.7.30", true),
+        ("containerd", "1.7", true),
+        ("containerd", "1.6.20", false),
+        ("containerd", "2.1.9+unknown", false),
+        ("containerd", "v2.0.0", false),
+        ("containerd", "1.70.0", false),
+        ("containerd", "11.7.0", false),
+        ("cri-o", "1.7.0", false),
+        ("containerd", "", false),
+    ] {
+        assert_eq!(
+            serves_each_event_once(runtime, version),
+            once,
+            "{runtime} {version}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn on_containerd_1_7_a_subscription_relists_until_its_first_event() {
+    let fake = evented_fake();
+    fake.set_runtime_version("1.7.24~ds1");
+    let mut h = harness(fake).await;
+    until("the subscription", || {
+        h.fake.container_event_subscribers() == 1
+    })
+    .await;
+    let fast = fallback_config().relist_period;
+    until("the relist at its own period", || {
+        h.relist.config().relist_period == fast
+    })
+    .await;
+    // An exit no event on this stream tells (containerd 1.7 handed it to a subscription that
+    // went away): the relist finds it within its own period.
+    let (sandbox, ids) = h
+        .fake
+        .start_pod("u1", "web", "default", &["main"])
+        .await
+        .expect("pod");
+    assert!(h.fake.exit_container(&ids[0], 3));
+    let died = next_event(&mut h, EventType::ContainerDied, &ids[0]).await;
+    assert_eq!(died.status.and_then(|s| s.exit_code), Some(3));
+    // The stream's first event: every stale subscription took its own before it, so the
+    // relist is back at the evented period.
+    h.fake.send_container_event(
+        &ids[0],
+        &sandbox,
+        cri::ContainerEventType::ContainerStoppedEvent,
+    );
+    until("the evented period", || {
+        h.relist.config().relist_period == RELIST_PERIOD
+    })
+    .await;
+    assert_eq!(h.relist.config().relist_threshold, RELIST_THRESHOLD);
+    // A new subscription after a broken stream catches up the same way.
+    h.fake.break_container_events(tonic::Code::Unavailable);
+    until("a new subscription", || {
+        h.metrics.connections.get() == 2 && h.fake.container_event_subscribers() == 1
+    })
+    .await;
+    until("the relist at its own period again", || {
+        h.relist.config().relist_period == fast
+    })
+    .await;
+    assert_eq!(
+        h.pleg.stream_state(),
+        StreamState::Streaming { failures: 1 }
+    );
 }
 
 #[test]
