@@ -32,8 +32,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use super::{
     backoff::{ImageBackoffKey, ImagePullBackoff},
     credentials::{
-        Credential, CredentialProviders, Keyring, NoPullSecrets, PullSecrets, pull_secrets_for_pod,
-        provider::Provided, repository_of,
+        Credential, CredentialProviders, Keyring, NoPullSecrets, PullSecrets, provider::Provided,
+        pull_secrets_for_pod, repository_of,
     },
     image_pulls::PullGate,
     security_context::ImageUser,
