@@ -2,7 +2,7 @@
 //! check, the line saying what will run, the run itself (and, for those that run pods, the
 //! runtime cleared when Ctrl-C or SIGTERM interrupts it), the report on stdout (the Markdown table,
 //! the verdicts on the targets, the warnings), the JSON (`<out-dir>/<name>.json` unless `--json`)
-//! and the latency plot (`<out-dir>/<name>-latency.svg`).
+//! and the latency plot beside the JSON (`<json stem>-latency.svg`).
 //!
 //! A benchmark says only what is its own by implementing [`Benchmark`]: its scenario, its report
 //! and its plot. Percentiles come from `stats`, the machine line from `machine`, the plots from
@@ -113,12 +113,21 @@ pub async fn run<B: Benchmark>(bench: &B, output: &Output) -> Result<()> {
         .clone()
         .unwrap_or_else(|| output.out_dir.join(format!("{}.json", B::NAME)));
     write_json(&json, &report)?;
-    let svg = output.out_dir.join(format!("{}-latency.svg", B::NAME));
+    let svg = plot_path(&json);
     bench
         .plot(&svg, &machine, &outcome)
         .with_context(|| format!("plotting {}", svg.display()))?;
     eprintln!("wrote {} and {}", json.display(), svg.display());
     Ok(())
+}
+
+/// The plot beside its JSON and named after it (`pleg.json` → `pleg-latency.svg`), so a run with
+/// its own `--json` (another containerd, say) never overwrites another run's plot.
+fn plot_path(json: &Path) -> PathBuf {
+    let stem = json
+        .file_stem()
+        .map_or_else(|| "bench".into(), |s| s.to_string_lossy().into_owned());
+    json.with_file_name(format!("{stem}-latency.svg"))
 }
 
 /// The first SIGINT or SIGTERM ("SIGINT"/"SIGTERM"); never, if the handlers cannot be set.
@@ -140,4 +149,23 @@ fn write_json(path: &Path, report: &impl Serialize) -> Result<()> {
     let mut text = serde_json::to_string_pretty(report).context("serialising the results")?;
     text.push('\n');
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::plot_path;
+
+    #[test]
+    fn the_plot_follows_the_json() {
+        assert_eq!(
+            plot_path(Path::new("target/bench/pleg.json")),
+            Path::new("target/bench/pleg-latency.svg")
+        );
+        assert_eq!(
+            plot_path(Path::new("/tmp/pleg-1.7.json")),
+            Path::new("/tmp/pleg-1.7-latency.svg")
+        );
+    }
 }
