@@ -86,7 +86,7 @@ pub enum ConfigError {
     #[error("credential provider plugin metrics: {0}")]
     Metrics(prometheus::Error),
     /// A path a local user other than root could have written (`trust.rs`).
-    #[error("refusing to use it: {0}")]
+    #[error(transparent)]
     Untrusted(#[from] TrustError),
 }
 

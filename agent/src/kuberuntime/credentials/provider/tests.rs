@@ -270,6 +270,9 @@ async fn each_exec_is_timed_and_each_failure_counted_by_plugin_name() {
         .expect("nothing to register");
 }
 
+/// What is done to the plugin, how it is undone, and what the refusal says.
+type Case<'a> = (&'a str, &'a dyn Fn(), &'a dyn Fn(), &'a str);
+
 /// A plugin that became unsafe after start — swapped for a link, made writable by its group,
 /// or its bin dir made so — is not executed: the lookup fails naming the path, and is counted.
 #[tokio::test]
@@ -282,7 +285,7 @@ async fn a_plugin_made_unsafe_after_start_is_not_executed_and_is_counted() {
     let mode = |path: &std::path::Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
     };
-    let cases: [(&str, &dyn Fn(), &dyn Fn(), &str); 3] = [
+    let cases: [Case<'_>; 3] = [
         (
             "a link",
             &|| {
