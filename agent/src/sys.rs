@@ -47,3 +47,22 @@ pub fn has_capability(cap: u32) -> bool {
         })
         .is_some_and(|caps| caps & (1 << cap) != 0)
 }
+
+/// Keeps `fd` open in `command`'s child across its exec (the parent's copy stays close-on-exec,
+/// so that no other child inherits it): executing `/proc/self/fd/N` needs it, and so does the
+/// interpreter of a `#!` script executed that way, which opens the script by that name.
+pub fn keep_fd_across_exec(command: &mut tokio::process::Command, fd: std::os::fd::RawFd) {
+    let clear = move || {
+        // SAFETY: `fcntl(F_SETFD)` on a descriptor number takes no pointers; a bad number is
+        // an error returned, not undefined behaviour.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the forked child before exec and only calls `fcntl`, which
+    // is async-signal-safe; it allocates nothing and touches no lock of the parent's threads.
+    unsafe {
+        command.pre_exec(clear);
+    }
+}

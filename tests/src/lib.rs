@@ -18,6 +18,7 @@ pub mod registry;
 pub mod systemd;
 pub mod test_apiserver;
 pub mod tls;
+pub mod trusted;
 
 use std::{path::PathBuf, time::Duration};
 

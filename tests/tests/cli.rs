@@ -6,11 +6,17 @@
     reason = "helpers of tests: a failed step fails the test"
 )]
 
-use std::{io::Write as _, os::unix::process::CommandExt as _, path::PathBuf, process::Command};
+use std::{
+    io::Write as _,
+    os::unix::{fs::PermissionsExt as _, process::CommandExt as _},
+    path::PathBuf,
+    process::Command,
+};
 
 use swiftlet_proto::v1::{self, events_client::EventsClient};
 use swiftlet_tests::{
     TestCgroup, http_get_status, privileged, process::Running, swiftlet_bin, testproc,
+    trusted::TrustedDir,
 };
 
 #[test]
@@ -394,13 +400,39 @@ fn run_with_the_systemd_cgroup_driver_needs_systemd() {
     std::fs::remove_file(&config).expect("remove config");
 }
 
+/// `swiftlet run` with `flags` (and a root dir and socket in `dir`), which must fail at start:
+/// its stderr.
+fn run_refused(dir: &std::path::Path, flags: &[(&str, &std::path::Path)]) -> String {
+    let mut command = Command::new(swiftlet_bin());
+    command.arg("run");
+    for (flag, value) in flags {
+        command.arg(flag).arg(value);
+    }
+    let out = command
+        .arg("--root-dir")
+        .arg(dir.join("root"))
+        .arg("--grpc-socket")
+        .arg(dir.join("swiftlet.sock"))
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    stderr
+}
+
 /// A bad image credential provider configuration stops the agent at start, before anything
-/// privileged (so this runs as anyone), with an error naming the file and each bad field; one of
-/// the two flags without the other is refused too.
+/// privileged, with an error naming the file and each bad field; one of the two flags without
+/// the other is refused too. (Root only: the files must be in a directory only root may write.)
 #[test]
 fn run_refuses_a_bad_credential_provider_config() {
-    let dir = std::env::temp_dir().join(format!("swiftlet-cred-config-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+    let Some(trusted) = TrustedDir::new(
+        "run_refuses_a_bad_credential_provider_config",
+        "cred-config",
+    ) else {
+        return;
+    };
+    let dir = trusted.path();
     std::fs::create_dir_all(dir.join("bin")).expect("the bin dir");
     let config = dir.join("providers.yaml");
     std::fs::write(
@@ -411,38 +443,95 @@ fn run_refuses_a_bad_credential_provider_config() {
     )
     .expect("write config");
     let bin = dir.join("bin");
-    let run = |flags: &[(&str, &std::path::Path)]| {
-        let mut command = Command::new(swiftlet_bin());
-        command.arg("run");
-        for (flag, value) in flags {
-            command.arg(flag).arg(value);
-        }
-        let out = command
-            .arg("--root-dir")
-            .arg(dir.join("root"))
-            .arg("--grpc-socket")
-            .arg(dir.join("swiftlet.sock"))
-            .output()
-            .expect("run swiftlet");
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
-        assert!(!stderr.contains("panicked"), "{stderr}");
-        stderr
-    };
-    let stderr = run(&[
-        ("--image-credential-provider-config", &config),
-        ("--image-credential-provider-bin-dir", &bin),
-    ]);
+    let stderr = run_refused(
+        dir,
+        &[
+            ("--image-credential-provider-config", &config),
+            ("--image-credential-provider-bin-dir", &bin),
+        ],
+    );
     let want = format!(
         "error: image credential providers: failed to validate credential provider config {}: \
          [providers[0].name: Invalid value: \"../../bin/sh\": provider name cannot contain '/']",
         config.display()
     );
     assert!(stderr.lines().any(|l| l == want), "{stderr}");
-    let stderr = run(&[("--image-credential-provider-bin-dir", &bin)]);
+    let stderr = run_refused(dir, &[("--image-credential-provider-bin-dir", &bin)]);
     assert!(
         stderr.contains("--image-credential-provider-config and --image-credential-provider-bin-dir must be given together"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The agent runs credential provider plugins as root, so a file a local user could have
+/// written stops it at start, naming the path, its owner and mode, and what was expected —
+/// before any plugin runs: (a) a group-writable config, (b) a bin dir owned by uid 65534,
+/// (c) a plugin that is a link to `/bin/sh`. Each plugin would leave a marker file if it ran.
+#[test]
+fn run_refuses_credential_provider_files_a_local_user_could_write() {
+    let test = "run_refuses_credential_provider_files_a_local_user_could_write";
+    let Some(trusted) = TrustedDir::new(test, "cred-perm") else {
+        return;
+    };
+    let dir = trusted.path();
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("the bin dir");
+    let marker = dir.join("ran");
+    let plugin = bin.join("plugin");
+    std::fs::write(&plugin, format!("#!/bin/sh\ntouch {}\n", marker.display()))
+        .expect("the plugin");
+    let chmod = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    chmod(&plugin, 0o755);
+    let config = dir.join("providers.yaml");
+    // Were `/bin/sh` run in the plugin's place, these arguments would leave the marker too.
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1\nkind: CredentialProviderConfig\nproviders:\n\
+             - name: plugin\n  matchImages: [\"*.example.com\"]\n  defaultCacheDuration: 1m\n  \
+             apiVersion: credentialprovider.kubelet.k8s.io/v1\n  args: [\"-c\", \"touch {}\"]\n",
+            marker.display()
+        ),
+    )
+    .expect("write config");
+    chmod(&config, 0o644);
+    let flags = [
+        ("--image-credential-provider-config", config.as_path()),
+        ("--image-credential-provider-bin-dir", bin.as_path()),
+    ];
+    let refused = |want: String| {
+        let stderr = run_refused(dir, &flags);
+        let want = format!("error: image credential providers: {want}");
+        assert!(stderr.lines().any(|l| l == want), "{stderr}");
+        assert!(!marker.exists(), "a plugin ran: {stderr}");
+    };
+
+    // (a) The config writable by its group.
+    chmod(&config, 0o664);
+    refused(format!(
+        "credential provider config {}: mode 0664 (owner uid 0) is writable by its group; \
+         expected writable by its owner only",
+        config.display()
+    ));
+    chmod(&config, 0o644);
+
+    // (b) The bin dir another user's.
+    let nobody = Some(nix::unistd::Uid::from_raw(65534));
+    nix::unistd::chown(&bin, nobody, None).expect("chown");
+    refused(format!(
+        "credential provider bin dir {}: owned by uid 65534 (mode 0755); expected owned by root",
+        bin.display()
+    ));
+    nix::unistd::chown(&bin, Some(nix::unistd::Uid::from_raw(0)), None).expect("chown");
+
+    // (c) The plugin a link to a shell.
+    std::fs::remove_file(&plugin).expect("remove the plugin");
+    std::os::unix::fs::symlink("/bin/sh", &plugin).expect("link");
+    refused(format!(
+        "credential provider plugin {}: a symbolic link (owner uid 0); expected no symbolic \
+         link on the path (links are not followed)",
+        plugin.display()
+    ));
 }

@@ -29,6 +29,7 @@ use swiftlet_tests::{
     registry::{TestRegistry, USER, header},
     runtime_endpoint,
     test_apiserver::TestApiServer,
+    trusted::TrustedDir,
     with_cri,
 };
 
@@ -688,7 +689,8 @@ fn image_pulls_keep_to_the_node_wide_limits() {
     );
 }
 
-/// A bin dir with the test plugin under each name `names` gives (a link each), and a
+/// A bin dir with the test plugin under each name `names` gives (a copy each: the agent
+/// executes no link, nor a file outside a directory only root may write), and a
 /// `CredentialProviderConfig` giving each the images under `<registry>/<name>`, with the
 /// test registry's user and password in the environment of `answer`.
 fn credential_providers(
@@ -702,8 +704,8 @@ fn credential_providers(
     let providers: Vec<serde_json::Value> = names
         .iter()
         .map(|name| {
-            std::os::unix::fs::symlink(swiftlet_tests::test_credential_provider(), bin.join(name))
-                .expect("the plugin link");
+            std::fs::copy(swiftlet_tests::test_credential_provider(), bin.join(name))
+                .expect("the plugin copy");
             json!({
                 "name": name,
                 "matchImages": [format!("{}/{name}", registry.host)],
@@ -747,9 +749,10 @@ fn pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin() {
     let Some(endpoint) = runtime_endpoint(test) else {
         return;
     };
-    let dir = std::env::temp_dir().join(format!("swiftlet-cred-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("the test dir");
+    let Some(trusted) = TrustedDir::new(test, "cred") else {
+        return;
+    };
+    let dir = trusted.path().to_owned();
     let log = dir.join("asked");
     let names = ["answer", "garbage", "huge", "wrong-version"];
     let (config, bin) = credential_providers(&dir, &registry, &names, &log);
@@ -849,6 +852,31 @@ fn pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin() {
         );
     }
 
+    // Upstream's plugin metrics, by plugin name: each exec timed, the failed ones counted (a
+    // response that does not decode is not an exec error, upstream's `runPlugin`).
+    let metric =
+        |name: &str, plugin: &str| node.metric(&format!("{name}{{plugin_name=\"{plugin}\"}}"));
+    assert_eq!(
+        metric(
+            "kubelet_credential_provider_plugin_duration_count",
+            "answer"
+        ),
+        1.0,
+        "{}",
+        node.metrics()
+    );
+    assert_eq!(
+        metric("kubelet_credential_provider_plugin_errors_total", "answer"),
+        0.0
+    );
+    assert!(metric("kubelet_credential_provider_plugin_errors_total", "huge") >= 1.0);
+    assert!(
+        metric(
+            "kubelet_credential_provider_plugin_duration_count",
+            "garbage"
+        ) >= 1.0
+    );
+
     // The agent goes on: the pods it ran still run, and a new one pulls with the plugin's
     // cached credentials.
     create("provided-three", &pushed[2].reference);
@@ -889,5 +917,5 @@ fn pods_pull_with_the_credentials_of_the_nodes_credential_provider_plugin() {
         |n| *n == 0,
     );
     drop(node);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(trusted);
 }

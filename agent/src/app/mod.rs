@@ -189,6 +189,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
     let oom =
         process::set_own_oom_score_adj(std::path::Path::new("/proc/self"), config.oom_score_adj);
     let metrics = Metrics::new()?;
+    credential_providers.register_metrics(&metrics.registry)?;
     metrics.oom_score_adj(match &oom {
         process::OomScoreAdj::Set(value) => Some(*value),
         process::OomScoreAdj::Refused { current, .. } => *current,

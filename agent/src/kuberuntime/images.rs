@@ -618,7 +618,12 @@ mod tests {
         let config_path = dir.path().join("providers.yaml");
         std::fs::write(&config_path, config).expect("write config");
         let providers = Arc::new(
-            CredentialProviders::from_flags(Some(&config_path), Some(&bin)).expect("providers"),
+            CredentialProviders::load(
+                &config_path,
+                &bin,
+                &crate::kuberuntime::credentials::provider::trust::Trust::beneath(dir.path()),
+            )
+            .expect("providers"),
         );
 
         let registry = Registry::new(Some("from-plugin"));

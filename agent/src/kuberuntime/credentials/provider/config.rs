@@ -12,6 +12,7 @@
 use std::{
     fmt,
     io::Read as _,
+    os::fd::OwnedFd,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -20,6 +21,7 @@ use serde::Deserialize;
 
 use super::super::keyring;
 use super::duration::{self, DurationError};
+use super::trust::{self, Trust, TrustError, What};
 
 /// The group of the config file's `apiVersion` (upstream `kubeletconfig.GroupName`).
 pub const CONFIG_GROUP: &str = "kubelet.config.k8s.io";
@@ -79,15 +81,13 @@ pub enum ConfigError {
     },
     #[error("plugin binary directory {} did not exist", path.display())]
     NoBinDir { path: PathBuf },
-    #[error("error inspecting binary directory {}: {source}", path.display())]
-    BinDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("plugin binary executable {} did not exist", path.display())]
     NoBinary { path: PathBuf },
-    #[error("plugin binary {} is not an executable file", path.display())]
-    NotExecutable { path: PathBuf },
+    #[error("credential provider plugin metrics: {0}")]
+    Metrics(prometheus::Error),
+    /// A path a local user other than root could have written (`trust.rs`).
+    #[error(transparent)]
+    Untrusted(#[from] TrustError),
 }
 
 fn join(errors: &[FieldError]) -> String {
@@ -191,50 +191,55 @@ pub struct ProviderConfig {
     pub env: Vec<EnvVar>,
 }
 
-/// Reads and validates the configuration at `path` (a file or a directory of files).
-pub fn read(path: &Path) -> Result<Vec<ProviderConfig>, ConfigError> {
-    let meta = std::fs::metadata(path).map_err(|source| ConfigError::Access {
+/// Reads and validates the configuration at `path` (a file or a directory of files), each
+/// file read through the descriptor [`Trust::open`] checked it on.
+pub fn read(path: &Path, trust: &Trust) -> Result<Vec<ProviderConfig>, ConfigError> {
+    let top = trust.open(path, What::Config)?;
+    let meta = std::fs::metadata(trust::fd_path(&top)).map_err(|source| ConfigError::Access {
         path: path.to_owned(),
         source,
     })?;
-    let files = if meta.is_dir() {
-        let mut files = Vec::new();
-        let entries = std::fs::read_dir(path).map_err(|source| ConfigError::Read {
+    let files: Vec<(PathBuf, OwnedFd)> = if meta.is_dir() {
+        let read_error = |source| ConfigError::Read {
             path: path.to_owned(),
             source,
-        })?;
-        for entry in entries {
-            let entry = entry.map_err(|source| ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
-            let file = entry.path();
+        };
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(trust::fd_path(&top)).map_err(read_error)? {
+            let entry = entry.map_err(read_error)?;
+            let name = entry.file_name();
             let is_config = matches!(
-                file.extension().and_then(|e| e.to_str()),
+                Path::new(&name).extension().and_then(|e| e.to_str()),
                 Some("json" | "yaml" | "yml")
             );
             if is_config && !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                if files.len() == MAX_CONFIG_FILES {
+                if names.len() == MAX_CONFIG_FILES {
                     return Err(ConfigError::TooManyFiles {
                         path: path.to_owned(),
                     });
                 }
-                files.push(file);
+                names.push(name);
             }
         }
-        files.sort();
-        if files.is_empty() {
+        names.sort();
+        if names.is_empty() {
             return Err(ConfigError::NoFiles {
                 path: path.to_owned(),
             });
         }
+        let mut files = Vec::with_capacity(names.len());
+        for name in names {
+            let file = path.join(name);
+            let fd = trust.open_in(&top, &file, What::ConfigFile)?;
+            files.push((file, fd));
+        }
         files
     } else {
-        vec![path.to_owned()]
+        vec![(path.to_owned(), top)]
     };
     let mut providers: Vec<ProviderConfig> = Vec::new();
-    for file in files {
-        for provider in parse(&file, &read_bounded(&file)?)? {
+    for (file, fd) in files {
+        for provider in parse(&file, &read_bounded(&file, &fd)?)? {
             if providers.iter().any(|p| p.name == provider.name) {
                 return Err(ConfigError::DuplicateAcrossFiles {
                     path: file,
@@ -247,12 +252,13 @@ pub fn read(path: &Path) -> Result<Vec<ProviderConfig>, ConfigError> {
     Ok(providers)
 }
 
-fn read_bounded(path: &Path) -> Result<Vec<u8>, ConfigError> {
+/// The file `fd` holds (named `path` in errors), up to [`MAX_CONFIG_BYTES`].
+fn read_bounded(path: &Path, fd: &OwnedFd) -> Result<Vec<u8>, ConfigError> {
     let read_error = |source| ConfigError::Read {
         path: path.to_owned(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read_error)?;
+    let file = std::fs::File::open(trust::fd_path(fd)).map_err(read_error)?;
     let mut data = Vec::new();
     file.take(MAX_CONFIG_BYTES + 1)
         .read_to_end(&mut data)
@@ -603,7 +609,8 @@ providers:
         std::fs::write(dir.path().join("b.yaml"), provider("second")).expect("write");
         std::fs::write(dir.path().join("a.json"), provider("first")).expect("write");
         std::fs::write(dir.path().join("notes.txt"), "not a config").expect("write");
-        let names: Vec<String> = read(dir.path())
+        let trust = Trust::beneath(dir.path());
+        let names: Vec<String> = read(dir.path(), &trust)
             .expect("valid dir")
             .into_iter()
             .map(|p| p.name)
@@ -611,16 +618,69 @@ providers:
         assert_eq!(names, ["first", "second"]);
         std::fs::write(dir.path().join("c.yml"), provider("first")).expect("write");
         assert!(matches!(
-            read(dir.path()),
+            read(dir.path(), &trust),
             Err(ConfigError::DuplicateAcrossFiles { ref name, .. }) if name == "first"
         ));
         let empty = tempfile::tempdir().expect("tempdir");
         assert!(matches!(
-            read(empty.path()),
+            read(empty.path(), &Trust::beneath(empty.path())),
             Err(ConfigError::NoFiles { .. })
         ));
         let big = dir.path().join("big");
         std::fs::write(&big, vec![b' '; MAX_CONFIG_BYTES as usize + 1]).expect("write");
-        assert!(matches!(read(&big), Err(ConfigError::TooLarge { .. })));
+        assert!(matches!(
+            read(&big, &trust),
+            Err(ConfigError::TooLarge { .. })
+        ));
+    }
+
+    /// Every merged file is checked as the directory is: a link or a file others may write is
+    /// refused, naming it.
+    #[test]
+    fn a_merged_file_that_is_a_link_or_writable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let trust = Trust::beneath(dir.path());
+        let valid = dir.path().join("a.yaml");
+        std::fs::write(&valid, VALID).expect("write");
+        std::fs::set_permissions(&valid, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(read(dir.path(), &trust).expect("valid").len(), 1);
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        std::fs::write(elsewhere.path().join("x.yaml"), VALID).expect("write");
+        let link = dir.path().join("b.yaml");
+        std::os::unix::fs::symlink(elsewhere.path().join("x.yaml"), &link).expect("link");
+        let error = read(dir.path(), &trust).expect_err("a linked file");
+        assert!(
+            matches!(error, ConfigError::Untrusted(TrustError::Symlink { ref path, .. }) if *path == link),
+            "{error}"
+        );
+        std::fs::remove_file(&link).expect("unlink");
+        std::fs::set_permissions(&valid, std::fs::Permissions::from_mode(0o620)).expect("chmod");
+        let error = read(dir.path(), &trust).expect_err("a group-writable file");
+        assert!(
+            error.to_string().contains(&format!(
+                "credential provider config file {}: mode 0620",
+                valid.display()
+            )),
+            "{error}"
+        );
+    }
+
+    /// A provider's name is a plain file name in the bin dir, as upstream's
+    /// `validateCredentialProviderConfig` requires: not empty, no '/', not '.' or '..'.
+    #[test]
+    fn a_name_that_is_not_a_plain_file_name_is_refused() {
+        for (name, detail) in [
+            ("\"\"", "providers[0].name: Required value"),
+            ("\".\"", "provider name cannot be '.'"),
+            ("\"..\"", "provider name cannot be '..'"),
+            ("a/b", "provider name cannot contain '/'"),
+            ("/bin/sh", "provider name cannot contain '/'"),
+        ] {
+            let text = VALID.replace("name: ecr-credential-provider", &format!("name: {name}"));
+            let error = parse_text(&text).expect_err(name);
+            assert!(error.to_string().contains(detail), "{name}: {error}");
+        }
     }
 }

@@ -11,15 +11,22 @@
 //! left holding the pipes does not hold the pull. A response that does not decode is reported
 //! without its text (it may hold credentials), as upstream does.
 //!
+//! Before each exec the plugin's path is checked again (`trust.rs`: not a link, owned by root,
+//! writable by no one else, nor any directory above it) and the file checked is the one
+//! executed, through its descriptor (`/proc/self/fd/N`, the descriptor kept open across the
+//! exec so that a `#!` script's interpreter can open it too): a plugin swapped or made writable
+//! after start fails that lookup instead of running.
+//!
 //! Not here: which images a plugin is asked about, caching, single flight (`mod.rs`).
 
-use std::{path::PathBuf, process::Stdio, time::Duration};
+use std::{os::fd::AsRawFd as _, path::PathBuf, process::Stdio, sync::Arc, time::Duration};
 
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 
 use super::config::{EnvVar, ProviderConfig};
 use super::duration;
+use super::trust::{self, Trust, TrustError, What};
 
 /// Upstream's timeout for every exec plugin.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -37,6 +44,12 @@ const RESPONSE_KIND: &str = "CredentialProviderResponse";
 /// Why a plugin gave no credentials. Every variant names the provider.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ExecError {
+    #[error("credential provider plugin {provider} for image {image} not run: {source}")]
+    Untrusted {
+        provider: String,
+        image: String,
+        source: Arc<TrustError>,
+    },
     #[error("error execing credential provider plugin {provider} for image {image}: {reason}")]
     Spawn {
         provider: String,
@@ -101,6 +114,28 @@ pub enum ExecError {
         value: String,
         reason: String,
     },
+}
+
+impl ExecError {
+    /// Whether the plugin's exec was tried (upstream times every `runPlugin`, a failed start
+    /// too); a plugin refused before it was not.
+    pub fn ran(&self) -> bool {
+        !matches!(self, ExecError::Untrusted { .. })
+    }
+
+    /// Whether this is one of upstream's plugin errors (`runPlugin`: the exec failed, timed
+    /// out or exited non-zero; a response that does not decode is not one) or a plugin that
+    /// was refused before its exec.
+    pub fn is_plugin_error(&self) -> bool {
+        matches!(
+            self,
+            ExecError::Untrusted { .. }
+                | ExecError::Spawn { .. }
+                | ExecError::Timeout { .. }
+                | ExecError::TooLarge { .. }
+                | ExecError::Exit { .. }
+        )
+    }
 }
 
 /// What the response's credentials are cached under (upstream `PluginCacheKeyType`).
@@ -181,10 +216,12 @@ pub struct ExecPlugin {
     pub args: Vec<String>,
     pub env: Vec<EnvVar>,
     pub timeout: Duration,
+    /// Who may own the plugin and the directories above it.
+    pub trust: Trust,
 }
 
 impl ExecPlugin {
-    pub fn new(bin_dir: &std::path::Path, config: &ProviderConfig) -> Self {
+    pub fn new(bin_dir: &std::path::Path, config: &ProviderConfig, trust: Trust) -> Self {
         ExecPlugin {
             name: config.name.clone(),
             path: bin_dir.join(&config.name),
@@ -192,6 +229,7 @@ impl ExecPlugin {
             args: config.args.clone(),
             env: config.env.clone(),
             timeout: EXEC_TIMEOUT,
+            trust,
         }
     }
 
@@ -207,8 +245,18 @@ impl ExecPlugin {
             image: image.to_owned(),
             reason: e.to_string(),
         })?;
-        let mut command = tokio::process::Command::new(&self.path);
+        let checked = self
+            .trust
+            .open(&self.path, What::Plugin)
+            .map_err(|source| ExecError::Untrusted {
+                provider: self.name.clone(),
+                image: image.to_owned(),
+                source: Arc::new(source),
+            })?;
+        let mut command = tokio::process::Command::new(trust::fd_path(&checked));
+        crate::sys::keep_fd_across_exec(&mut command, checked.as_raw_fd());
         command
+            .arg0(&self.path)
             .args(&self.args)
             .envs(self.env.iter().map(|v| (&v.name, &v.value)))
             .stdin(Stdio::piped())
@@ -234,6 +282,7 @@ impl ExecPlugin {
                 Err(e) => return Err(spawn_error(e.to_string())),
             }
         };
+        drop(checked);
         let pid = child.id();
         let (Some(mut stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
@@ -429,6 +478,7 @@ mod tests {
                 value: "from-config".into(),
             }],
             timeout: Duration::from_secs(20),
+            trust: Trust::beneath(dir.path()),
         };
         (dir, plugin)
     }

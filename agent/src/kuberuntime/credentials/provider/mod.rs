@@ -5,7 +5,18 @@
 //!
 //! [`CredentialProviders::from_flags`] reads and checks the configuration at start-up as
 //! upstream's `RegisterCredentialProviderPlugins` (the bin dir and every binary must exist; a
-//! bad file stops the agent). [`CredentialProviders::lookup`] is upstream's
+//! bad file stops the agent).
+//!
+//! The agent runs as root and executes what the configuration names, so more is checked than
+//! upstream does (`trust.rs`, as sshd's `StrictModes`): the configuration (a file, or a
+//! directory and every file merged from it), the bin dir and each plugin, and every directory
+//! above them up to `/`, must not be symbolic links, must be owned by root (or the agent's
+//! uid) and writable by no one else (a sticky `/tmp` is refused); a plugin must be a regular
+//! file with an execute bit. A path that fails stops the agent at start with an error naming
+//! it, its owner and mode, and what was expected. The plugin is checked again before each exec
+//! and the checked file is what is executed (through its descriptor); one that became unsafe
+//! fails that lookup, counted in `kubelet_credential_provider_plugin_errors_total`
+//! (`metrics.rs`, upstream's plugin metrics). [`CredentialProviders::lookup`] is upstream's
 //! `externalCredentialProviderKeyring.Lookup`: every provider's credentials for the image
 //! (from its cache, or from one exec shared by the pulls of the same image at the same time,
 //! upstream's singleflight) go into one keyring, matched to the image as a docker config's
@@ -22,10 +33,11 @@ pub mod cache;
 pub mod config;
 pub mod duration;
 pub mod exec;
+pub mod metrics;
+pub mod trust;
 
 use std::{
     collections::HashMap,
-    os::unix::fs::PermissionsExt as _,
     path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -35,6 +47,8 @@ use self::{
     cache::{CacheKey, ExpiringCache},
     config::{ConfigError, ProviderConfig},
     exec::{AuthConfig, CacheKeyType, ExecError, ExecPlugin, Response},
+    metrics::PluginMetrics,
+    trust::{Trust, TrustError, What},
 };
 use super::keyring::{self, Credential, Keyring};
 use crate::lock::MutexExt as _;
@@ -55,6 +69,8 @@ type Flight = Arc<tokio::sync::OnceCell<Result<Response, ExecError>>>;
 #[derive(Default)]
 pub struct CredentialProviders {
     providers: Vec<PluginProvider>,
+    /// Absent without providers: nothing to record.
+    metrics: Option<PluginMetrics>,
 }
 
 /// The providers' credentials for an image, and the providers that failed.
@@ -83,47 +99,64 @@ impl CredentialProviders {
 
     /// The providers of `--image-credential-provider-config` with binaries in
     /// `--image-credential-provider-bin-dir` (both or neither, as upstream: one alone fails
-    /// upstream's registration).
+    /// upstream's registration), every path checked as `trust.rs` says.
     pub fn from_flags(config: Option<&Path>, bin_dir: Option<&Path>) -> Result<Self, ConfigError> {
         match (config, bin_dir) {
             (None, None) => Ok(CredentialProviders::none()),
-            (Some(config), Some(bin_dir)) => Self::load(config, bin_dir),
+            (Some(config), Some(bin_dir)) => Self::load(config, bin_dir, &Trust::system()),
             _ => Err(ConfigError::OnlyOne),
         }
     }
 
-    /// Upstream `RegisterCredentialProviderPlugins`.
-    pub fn load(config_path: &Path, bin_dir: &Path) -> Result<Self, ConfigError> {
-        if let Err(source) = std::fs::metadata(bin_dir) {
-            return Err(if source.kind() == std::io::ErrorKind::NotFound {
+    /// Upstream `RegisterCredentialProviderPlugins`, each path checked against `trust`.
+    pub fn load(config_path: &Path, bin_dir: &Path, trust: &Trust) -> Result<Self, ConfigError> {
+        // The path itself missing keeps upstream's words; anything else is the check's.
+        let missing = |error: TrustError, what: What, missing: ConfigError| match error {
+            TrustError::NotFound { what: noun, .. } if noun == what.noun() => missing,
+            error => ConfigError::Untrusted(error),
+        };
+        trust.open(bin_dir, What::BinDir).map_err(|e| {
+            missing(
+                e,
+                What::BinDir,
                 ConfigError::NoBinDir {
                     path: bin_dir.to_owned(),
-                }
-            } else {
-                ConfigError::BinDir {
-                    path: bin_dir.to_owned(),
-                    source,
-                }
-            });
-        }
-        let configs = config::read(config_path)?;
+                },
+            )
+        })?;
+        let configs = config::read(config_path, trust)?;
+        let metrics = PluginMetrics::new().map_err(ConfigError::Metrics)?;
         let mut providers = Vec::with_capacity(configs.len());
         for provider in &configs {
-            let plugin = ExecPlugin::new(bin_dir, provider);
-            // Upstream's `exec.LookPath`: the binary, links followed, must be an executable file.
-            match std::fs::metadata(&plugin.path) {
-                Err(_) => {
-                    return Err(ConfigError::NoBinary { path: plugin.path });
-                }
-                Ok(meta) if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 => {
-                    return Err(ConfigError::NotExecutable { path: plugin.path });
-                }
-                Ok(_) => {}
-            }
+            let plugin = ExecPlugin::new(bin_dir, provider, trust.clone());
+            // Upstream's `exec.LookPath`, without following links and with the ownership checks.
+            trust.open(&plugin.path, What::Plugin).map_err(|e| {
+                missing(
+                    e,
+                    What::Plugin,
+                    ConfigError::NoBinary {
+                        path: plugin.path.clone(),
+                    },
+                )
+            })?;
             tracing::info!(provider = %provider.name, path = %plugin.path.display(), "registered credential provider");
-            providers.push(PluginProvider::new(plugin, provider));
+            providers.push(PluginProvider::new(plugin, provider, metrics.clone()));
         }
-        Ok(CredentialProviders { providers })
+        Ok(CredentialProviders {
+            providers,
+            metrics: Some(metrics),
+        })
+    }
+
+    /// Puts the plugins' metrics in `registry` (nothing without providers).
+    pub fn register_metrics(
+        &self,
+        registry: &prometheus::Registry,
+    ) -> Result<(), prometheus::Error> {
+        match &self.metrics {
+            Some(metrics) => metrics.register(registry),
+            None => Ok(()),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -178,10 +211,11 @@ struct PluginProvider {
     /// The exec under way per image, shared by the pulls asking meanwhile.
     in_flight: Mutex<HashMap<String, Flight>>,
     execs: tokio::sync::Semaphore,
+    metrics: PluginMetrics,
 }
 
 impl PluginProvider {
-    fn new(plugin: ExecPlugin, config: &ProviderConfig) -> Self {
+    fn new(plugin: ExecPlugin, config: &ProviderConfig, metrics: PluginMetrics) -> Self {
         PluginProvider {
             plugin,
             match_images: config.match_images.clone(),
@@ -189,6 +223,7 @@ impl PluginProvider {
             cache: Mutex::new(ExpiringCache::new(MAX_CACHE_ENTRIES)),
             in_flight: Mutex::new(HashMap::new()),
             execs: tokio::sync::Semaphore::new(MAX_CONCURRENT_EXECS),
+            metrics,
         }
     }
 
@@ -223,7 +258,11 @@ impl PluginProvider {
         let result = flight
             .get_or_init(|| async {
                 let _slot = self.execs.acquire().await.ok();
-                self.plugin.run(image).await
+                let started = Instant::now();
+                let result = self.plugin.run(image).await;
+                self.metrics
+                    .observe(&self.plugin.name, started.elapsed(), &result);
+                result
             })
             .await
             .clone();

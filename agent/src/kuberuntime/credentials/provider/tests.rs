@@ -49,10 +49,15 @@ printf '{{"kind":"CredentialProviderResponse","apiVersion":"credentialprovider.k
         path
     }
 
+    fn trust(&self) -> Trust {
+        Trust::beneath(self.dir.path())
+    }
+
     fn providers(&self, match_images: &str, delay: &str) -> CredentialProviders {
-        CredentialProviders::from_flags(
-            Some(&self.config(match_images, delay)),
-            Some(&self.dir.path().join("bin")),
+        CredentialProviders::load(
+            &self.config(match_images, delay),
+            &self.dir.path().join("bin"),
+            &self.trust(),
         )
         .expect("valid providers")
     }
@@ -167,6 +172,7 @@ fn start_up_refuses_a_missing_bin_dir_binary_or_flag() {
     let fixture = Fixture::new("Image", "");
     let config = fixture.config(r#"["r.io"]"#, "0");
     let bin = fixture.dir.path().join("bin");
+    let trust = fixture.trust();
     assert!(matches!(
         CredentialProviders::from_flags(Some(&config), None),
         Err(ConfigError::OnlyOne)
@@ -181,19 +187,146 @@ fn start_up_refuses_a_missing_bin_dir_binary_or_flag() {
             .is_empty()
     );
     assert!(matches!(
-        CredentialProviders::from_flags(Some(&config), Some(&fixture.dir.path().join("nope"))),
+        CredentialProviders::load(&config, &fixture.dir.path().join("nope"), &trust),
         Err(ConfigError::NoBinDir { .. })
     ));
     std::fs::set_permissions(bin.join("counting"), std::fs::Permissions::from_mode(0o644))
         .expect("chmod");
-    assert!(matches!(
-        CredentialProviders::from_flags(Some(&config), Some(&bin)),
-        Err(ConfigError::NotExecutable { .. })
-    ));
+    let error = CredentialProviders::load(&config, &bin, &trust)
+        .err()
+        .expect("not executable");
+    assert!(
+        matches!(error, ConfigError::Untrusted(TrustError::Kind { .. })),
+        "{error}"
+    );
     std::fs::remove_file(bin.join("counting")).expect("remove");
-    let error = CredentialProviders::from_flags(Some(&config), Some(&bin))
+    let error = CredentialProviders::load(&config, &bin, &trust)
         .err()
         .expect("missing binary");
     assert!(matches!(error, ConfigError::NoBinary { .. }), "{error}");
     assert!(error.to_string().contains("counting"), "{error}");
+}
+
+fn errors(providers: &CredentialProviders) -> u64 {
+    providers
+        .metrics
+        .as_ref()
+        .map_or(0, |m| m.errors.with_label_values(&["counting"]).get())
+}
+
+fn runs(providers: &CredentialProviders) -> u64 {
+    providers.metrics.as_ref().map_or(0, |m| {
+        m.duration
+            .with_label_values(&["counting"])
+            .get_sample_count()
+    })
+}
+
+/// Each exec is timed and each failed one counted, by plugin name, as upstream's plugin
+/// metrics; and they are what the registry renders.
+#[tokio::test]
+async fn each_exec_is_timed_and_each_failure_counted_by_plugin_name() {
+    let fixture = Fixture::new("Image", "0s");
+    let providers = fixture.providers(r#"["r.io:5000"]"#, "0");
+    providers.lookup("r.io:5000/a").await;
+    assert_eq!((runs(&providers), errors(&providers)), (1, 0));
+    std::fs::write(
+        fixture.dir.path().join("bin").join("counting"),
+        "#!/bin/sh\nexit 1\n",
+    )
+    .expect("rewrite plugin");
+    let provided = providers.lookup("r.io:5000/a").await;
+    assert_eq!(provided.failures.len(), 1);
+    assert_eq!((runs(&providers), errors(&providers)), (2, 1));
+    let registry = prometheus::Registry::new();
+    providers.register_metrics(&registry).expect("register");
+    let mut text = Vec::new();
+    prometheus::Encoder::encode(
+        &prometheus::TextEncoder::new(),
+        &registry.gather(),
+        &mut text,
+    )
+    .expect("encode");
+    let text = String::from_utf8_lossy(&text);
+    assert!(
+        text.contains(
+            r#"kubelet_credential_provider_plugin_errors_total{plugin_name="counting"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"kubelet_credential_provider_plugin_duration_count{plugin_name="counting"} 2"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"kubelet_credential_provider_plugin_duration_bucket{plugin_name="counting",le="10"} 2"#),
+        "{text}"
+    );
+    // No providers: nothing registered, nothing to fail.
+    CredentialProviders::none()
+        .register_metrics(&prometheus::Registry::new())
+        .expect("nothing to register");
+}
+
+/// What is done to the plugin, how it is undone, and what the refusal says.
+type Case<'a> = (&'a str, &'a dyn Fn(), &'a dyn Fn(), &'a str);
+
+/// A plugin that became unsafe after start — swapped for a link, made writable by its group,
+/// or its bin dir made so — is not executed: the lookup fails naming the path, and is counted.
+#[tokio::test]
+async fn a_plugin_made_unsafe_after_start_is_not_executed_and_is_counted() {
+    let fixture = Fixture::new("Image", "0s");
+    let providers = fixture.providers(r#"["r.io:5000"]"#, "0");
+    let bin = fixture.dir.path().join("bin");
+    let plugin = bin.join("counting");
+    let moved = fixture.dir.path().join("moved");
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    };
+    let cases: [Case<'_>; 3] = [
+        (
+            "a link",
+            &|| {
+                std::fs::rename(&plugin, &moved).expect("move");
+                std::os::unix::fs::symlink(&moved, &plugin).expect("link");
+            },
+            &|| {
+                std::fs::remove_file(&plugin).expect("unlink");
+                std::fs::rename(&moved, &plugin).expect("move back");
+            },
+            "a symbolic link",
+        ),
+        (
+            "group-writable",
+            &|| mode(&plugin, 0o775),
+            &|| mode(&plugin, 0o755),
+            "mode 0775",
+        ),
+        (
+            "in a world-writable bin dir",
+            &|| mode(&bin, 0o777),
+            &|| mode(&bin, 0o755),
+            "is writable by its group and others",
+        ),
+    ];
+    for (i, (case, break_it, mend_it, said)) in cases.iter().enumerate() {
+        break_it();
+        let provided = providers.lookup("r.io:5000/a").await;
+        mend_it();
+        assert!(provided.credentials.is_empty(), "{case}");
+        let [ExecError::Untrusted { ref source, .. }] = provided.failures[..] else {
+            panic!("{case}: {:?}", provided.failures);
+        };
+        let text = source.to_string();
+        assert!(text.contains(said), "{case}: {text}");
+        assert_eq!(fixture.calls(), 0, "{case}: the plugin ran");
+        assert_eq!(errors(&providers), i as u64 + 1, "{case}");
+        assert_eq!(runs(&providers), 0, "{case}");
+    }
+    // Mended, it runs again.
+    let provided = providers.lookup("r.io:5000/a").await;
+    assert_eq!(users(&provided), ["node"]);
+    assert_eq!(fixture.calls(), 1);
 }
