@@ -199,6 +199,31 @@ pub fn command(action: Action) -> anyhow::Result<()> {
     }
 }
 
+/// Fetches and unpacks `versions` and builds crun (whatever is not there yet), on a thread at
+/// nice 10 whose result the caller joins. `cargo xtask test` starts it before compiling the
+/// suite: the downloads wait on the network and the crun build takes what the compiler leaves of
+/// the CPUs, instead of both running after it while nothing else happens. [`Containerd::start_with`]
+/// finds them done (both are idempotent, and lock against a second xtask doing the same).
+pub fn prepare_in_background(versions: Vec<Version>) -> thread::JoinHandle<anyhow::Result<()>> {
+    thread::spawn(move || {
+        lower_this_threads_priority();
+        for version in versions {
+            fetch::ensure(version)
+                .with_context(|| format!("fetching containerd {}", version.label()))?;
+        }
+        crun::ensure().context("building crun")?;
+        Ok(())
+    })
+}
+
+/// Nice 10 for the calling thread and what it starts: on Linux the nice value is a thread's
+/// (`setpriority(2)`, BUGS: "the nice value is a per-thread attribute"), and a child inherits
+/// the value of the thread that forked it. Best effort: at worst the work competes evenly.
+fn lower_this_threads_priority() {
+    // SAFETY: setpriority only reads its integer arguments; `who` 0 is the calling thread.
+    let _ = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, 10) };
+}
+
 /// A running private containerd, owned by this xtask; stopped when dropped.
 pub struct Containerd {
     paths: Paths,
