@@ -247,11 +247,17 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     // is built (a minute that would otherwise come after the build).
     let prepared =
         sh::is_root().then(|| crate::containerd::prepare_in_background(Version::ALL.to_vec()));
-    build_suite()?;
-    if let Some(prepared) = prepared {
+    let built = build_suite();
+    // Joined even when the build failed: no download or crun build outlives the task.
+    let ready = prepared.map(|prepared| {
         prepared
             .join()
-            .map_err(|_| anyhow!("fetching containerd and building crun panicked"))??;
+            .map_err(|_| anyhow!("fetching containerd and building crun panicked"))
+            .and_then(|ready| ready)
+    });
+    built?;
+    if let Some(ready) = ready {
+        ready?;
         println!(
             "xtask: {} containerd releases and crun ready",
             sh::elapsed()
