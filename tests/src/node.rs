@@ -335,19 +335,37 @@ impl Drop for Node {
                 tail.join("\n")
             );
         }
-        // Removing every manifest lets the agent stop and remove its pods before it goes.
+        // Removing every manifest lets the agent stop and remove its pods before it goes. Only
+        // those leave, and the API server's pods being deleted: one still bound to the node stays
+        // listed (as upstream, the agent keeps it while it runs), and waiting for it would only
+        // wait out the deadline before the same stop.
         if let Ok(entries) = std::fs::read_dir(&self.manifests) {
             for entry in entries.flatten() {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
         let deadline = Instant::now() + EVENT_WAIT;
-        while self.agent.is_some() && Instant::now() < deadline && !self.pods().is_empty() {
+        while self.agent.is_some()
+            && Instant::now() < deadline
+            && self.pods().iter().any(leaves_at_drop)
+        {
             std::thread::sleep(Duration::from_millis(100));
         }
         self.stop();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Whether `pod` goes away once a node's manifests are removed: a pod of the manifest folder
+/// (any source but `api` in `kubernetes.io/config.source`, which the agent sets on every pod it
+/// stores, as upstream's config merge), or one the API server is deleting.
+fn leaves_at_drop(pod: &Pod) -> bool {
+    let source = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("kubernetes.io/config.source"));
+    source.is_none_or(|s| s != "api") || pod.metadata.deletion_timestamp.is_some()
 }
 
 /// Accessors for statuses, so tests read as assertions.

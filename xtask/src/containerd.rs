@@ -199,6 +199,39 @@ pub fn command(action: Action) -> anyhow::Result<()> {
     }
 }
 
+/// Fetches and unpacks `versions` and builds crun (whatever is not there yet), on a thread at
+/// nice 10 whose result the caller joins. `cargo xtask test` starts it before compiling the
+/// suite: the downloads wait on the network and the crun build takes what the compiler leaves of
+/// the CPUs, instead of both running after it while nothing else happens. [`Containerd::start_with`]
+/// finds them done (both are idempotent, and lock against a second xtask doing the same).
+pub fn prepare_in_background(versions: Vec<Version>) -> thread::JoinHandle<anyhow::Result<()>> {
+    thread::spawn(move || {
+        lower_this_threads_priority();
+        for version in versions {
+            fetch::ensure(version)
+                .with_context(|| format!("fetching containerd {}", version.label()))?;
+        }
+        crun::ensure().context("building crun")?;
+        Ok(())
+    })
+}
+
+/// Nice 10 (or the nicer value it already has) for the calling thread and what it starts: on
+/// Linux the nice value is a thread's (`setpriority(2)`, BUGS: "the nice value is a per-thread
+/// attribute"), and a child inherits the value of the thread that forked it. Best effort: at
+/// worst the work competes evenly.
+fn lower_this_threads_priority() {
+    Errno::clear();
+    // SAFETY: getpriority and setpriority only read their integer arguments; `who` 0 is the
+    // calling thread.
+    let current = unsafe { nix::libc::getpriority(nix::libc::PRIO_PROCESS, 0) };
+    if current == -1 && Errno::last() != Errno::UnknownErrno {
+        return;
+    }
+    // SAFETY: as above.
+    let _ = unsafe { nix::libc::setpriority(nix::libc::PRIO_PROCESS, 0, current.max(10)) };
+}
+
 /// A running private containerd, owned by this xtask; stopped when dropped.
 pub struct Containerd {
     paths: Paths,
@@ -495,4 +528,34 @@ fn log_tail(log: &Path) -> String {
         .map(|l| format!("  | {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The background preparation runs niced, and so does what it starts; this process does not.
+    #[test]
+    fn only_the_preparing_thread_and_its_children_are_niced() {
+        let nice_of_child = || {
+            let out = Command::new("nice").output().expect("nice runs");
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<i32>()
+                .unwrap()
+        };
+        let before = nice_of_child();
+        let in_thread = thread::spawn(move || {
+            lower_this_threads_priority();
+            nice_of_child()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(in_thread, before.max(10));
+        assert_eq!(
+            nice_of_child(),
+            before,
+            "the rest of xtask keeps its priority"
+        );
+    }
 }

@@ -243,7 +243,26 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     // and everything above it would be compiled twice (the tests' dev-dependencies turn on more
     // of tokio's features, and cargo unifies features per build). The tests are compiled first;
     // the lints and the fuzz build then take only what running them leaves of the CPUs.
-    build_suite()?;
+    // Meanwhile, the containerd releases of this run and the runtime matrix are fetched and crun
+    // is built (a minute that would otherwise come after the build).
+    let prepared =
+        sh::is_root().then(|| crate::containerd::prepare_in_background(Version::ALL.to_vec()));
+    let built = build_suite();
+    // Joined even when the build failed: no download or crun build outlives the task.
+    let ready = prepared.map(|prepared| {
+        prepared
+            .join()
+            .map_err(|_| anyhow!("fetching containerd and building crun panicked"))
+            .and_then(|ready| ready)
+    });
+    built?;
+    if let Some(ready) = ready {
+        ready?;
+        println!(
+            "xtask: {} containerd releases and crun ready",
+            sh::elapsed()
+        );
+    }
     let fuzz_build = crate::fuzz::Prebuild::start(vec![
         ("clippy of the workspace".to_owned(), clippy_workspace()),
         ("clippy of the eBPF programs".to_owned(), clippy_ebpf()),

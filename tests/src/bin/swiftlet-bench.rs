@@ -355,6 +355,8 @@ async fn cpumanager_bench(mut args: CpumanagerArgs) -> Result<()> {
         },
         overhead_rounds: if args.quick { 2 } else { 10 },
         overhead_window: Duration::from_millis(if args.quick { 200 } else { 1000 }),
+        reconcile_period: cpumanager::RECONCILE_PERIOD,
+        foreign_window: cpumanager::FOREIGN_WINDOW,
         log_dir: args.output.log_dir::<cpumanager::Settings>(),
     };
     driver::run(&settings, &args.output.output()).await

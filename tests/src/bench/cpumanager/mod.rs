@@ -69,10 +69,10 @@ pub const RESERVED_CPU: u32 = 0;
 /// The CPU a Guaranteed pod with `cpu: 1` gets alone (the only one left on a 2-CPU machine).
 pub const EXCLUSIVE_CPU: u32 = 1;
 
-/// `--cpu-manager-reconcile-period` (the kubelet's default).
+/// `--cpu-manager-reconcile-period` of a real run (the kubelet's default).
 pub const RECONCILE_PERIOD: Duration = Duration::from_secs(10);
 
-/// After the start, when the foreign time is read: (b) is per this long.
+/// After the start, when a real run reads the foreign time: (b) is per this long.
 pub const FOREIGN_WINDOW: Duration = Duration::from_secs(10);
 
 /// From the manifest to the container's first process.
@@ -162,6 +162,13 @@ pub struct Settings {
     /// The overhead's rounds (each a window without and one with the audit) and window.
     pub overhead_rounds: usize,
     pub overhead_window: Duration,
+    /// `--cpu-manager-reconcile-period`, whole seconds ([`RECONCILE_PERIOD`]; shorter for a smoke
+    /// run, which checks that the reconcile alone applies, not how long the kubelet's default
+    /// takes).
+    pub reconcile_period: Duration,
+    /// When the foreign time is read after the start ([`FOREIGN_WINDOW`]; shorter for a smoke
+    /// run, which checks that it is read).
+    pub foreign_window: Duration,
     /// Where each mode's swiftlet log and `/metrics` snapshot go.
     pub log_dir: PathBuf,
 }
@@ -171,6 +178,12 @@ pub struct Settings {
 pub struct Outcome {
     pub modes: Vec<ModeOutcome>,
     pub overhead: OverheadResult,
+    /// The run's [`Settings::reconcile_period`] and [`Settings::foreign_window`], which the
+    /// report states.
+    #[serde(skip)]
+    pub reconcile_period: Duration,
+    #[serde(skip)]
+    pub foreign_window: Duration,
 }
 
 /// Runs every mode, one after another, then measures the overhead.
@@ -196,7 +209,7 @@ pub async fn run(settings: &Settings) -> Result<Outcome> {
         let outcome = run_mode(settings, mode, &mut cri, &mut rng)
             .await
             .with_context(|| format!("--cpu-manager-apply {}", mode.name()))?;
-        eprintln!("{}", progress_line(&outcome));
+        eprintln!("{}", progress_line(&outcome, settings.foreign_window));
         modes.push(outcome);
     }
     let (rounds, window) = (settings.overhead_rounds, settings.overhead_window);
@@ -206,7 +219,12 @@ pub async fn run(settings: &Settings) -> Result<Outcome> {
     let overhead = tokio::task::spawn_blocking(move || overhead::switch_overhead(rounds, window))
         .await
         .context("the overhead's thread")??;
-    Ok(Outcome { modes, overhead })
+    Ok(Outcome {
+        modes,
+        overhead,
+        reconcile_period: settings.reconcile_period,
+        foreign_window: settings.foreign_window,
+    })
 }
 
 /// Clears every pod of the benchmark from the runtime at `endpoint` and the benchmark's cgroup
@@ -215,13 +233,13 @@ pub async fn clean_up(endpoint: &str) -> Result<usize> {
     harness::clear_with_root(&mut Cri::connect(endpoint).await?, CGROUP_ROOT).await
 }
 
-fn progress_line(o: &ModeOutcome) -> String {
+fn progress_line(o: &ModeOutcome, foreign_window: Duration) -> String {
     let a = super::stats::LatencyMs::of(&o.latencies_ns());
     let pods = super::stats::LatencyMs::of(&o.foreign_pod_ns());
     format!(
         "--cpu-manager-apply {}: {} runs, {} failures; start → exclusive p50 {:.1} ms, p99 {:.1} \
          ms, max {:.1} ms, {} in place before the start; other pods on CPU {EXCLUSIVE_CPU} in the \
-         first 10 s p50 {:.2} ms, max {:.2} ms",
+         first {} s p50 {:.2} ms, max {:.2} ms",
         o.mode.name(),
         o.runs.len(),
         o.failures(),
@@ -229,6 +247,7 @@ fn progress_line(o: &ModeOutcome) -> String {
         a.p99,
         a.max,
         o.in_place_before_start(),
+        foreign_window.as_secs(),
         pods.p50,
         pods.max
     )
@@ -277,7 +296,7 @@ async fn run_mode(
         "--cpu-manager-apply".to_owned(),
         mode.name().to_owned(),
         "--cpu-manager-reconcile-period".to_owned(),
-        format!("{}s", RECONCILE_PERIOD.as_secs()),
+        format!("{}s", settings.reconcile_period.as_secs()),
     ];
     let options = AgentOptions {
         swiftlet: settings.swiftlet.clone(),
@@ -434,7 +453,7 @@ impl ModeRun<'_> {
             self.staging,
             self.manifest_dir,
         )?;
-        // Once started, the foreign time is read at the start + 10 s while the watch goes on.
+        // Once started, the foreign time is read at the start + the window while the watch goes on.
         let first = seen.recv().await.context(WATCH_ENDED)?;
         let (watched, foreign) = match first {
             Seen::Finished(w) => (w, None),
@@ -505,9 +524,10 @@ impl ModeRun<'_> {
         }
     }
 
-    /// The container's foreign time on the exclusive CPU, read at `start_ns` + 10 s.
+    /// The container's foreign time on the exclusive CPU, read at `start_ns` + the foreign window.
     async fn foreign_at(&self, full: &str, start_ns: u64) -> Result<Foreign> {
-        let at = start_ns + u64::try_from(FOREIGN_WINDOW.as_nanos()).unwrap_or(u64::MAX);
+        let window = self.settings.foreign_window;
+        let at = start_ns + u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         tokio::time::sleep(Duration::from_nanos(at.saturating_sub(monotonic_ns()))).await;
         let text = http::get(self.agent.port, "/metrics").await?;
         let after_ms = super::stats::ms(monotonic_ns().saturating_sub(start_ns));

@@ -7,10 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 use anyhow::Result;
 use serde::Serialize;
 
-use super::{
-    EXCLUSIVE_CPU, FOREIGN_WINDOW, Mode, ModeOutcome, Outcome, RECONCILE_PERIOD, RunOutcome,
-    overhead::OverheadResult,
-};
+use super::{EXCLUSIVE_CPU, Mode, ModeOutcome, Outcome, RunOutcome, overhead::OverheadResult};
 use crate::bench::{
     machine::Machine,
     plot::{self, Axes, Curve},
@@ -96,8 +93,8 @@ impl Report {
             date: date.to_owned(),
             machine,
             exclusive_cpu: EXCLUSIVE_CPU,
-            reconcile_period_s: RECONCILE_PERIOD.as_secs(),
-            foreign_window_s: FOREIGN_WINDOW.as_secs(),
+            reconcile_period_s: outcome.reconcile_period.as_secs(),
+            foreign_window_s: outcome.foreign_window.as_secs(),
             modes: outcome.modes.iter().map(Entry::new).collect(),
             overhead: outcome.overhead.clone(),
         }
@@ -176,7 +173,7 @@ impl Report {
                          {FOREIGN_PODS_MS} ms in the container's first {} s: {} (max {:.3} ms, \
                          p50 {:.3} ms over {} runs; the system's time there p50 {:.2} ms, max \
                          {:.2} ms).",
-                        FOREIGN_WINDOW.as_secs(),
+                        self.foreign_window_s,
                         met(complete && pods.n as usize == e.runs && pods.max < FOREIGN_PODS_MS),
                         pods.max,
                         pods.p50,
@@ -189,10 +186,10 @@ impl Report {
                     "For comparison, the reconcile alone (the kubelet's model, every {} s): start \
                      → exclusive p50 {:.0} ms, max {:.0} ms; other pods on the CPU in the first \
                      {} s p50 {:.0} ms, max {:.0} ms ({} runs, {} failed).",
-                    RECONCILE_PERIOD.as_secs(),
+                    self.reconcile_period_s,
                     a.p50,
                     a.max,
-                    FOREIGN_WINDOW.as_secs(),
+                    self.foreign_window_s,
                     e.foreign_pods_ms.p50,
                     e.foreign_pods_ms.max,
                     e.runs,
@@ -277,6 +274,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::bench::cpumanager::{FOREIGN_WINDOW, RECONCILE_PERIOD};
 
     fn run(n: usize, in_place_ms: i64, pods_ms: f64) -> RunOutcome {
         RunOutcome {
@@ -319,7 +317,12 @@ mod tests {
             cpu_model: "test".into(),
         };
         Report::new(
-            &Outcome { modes, overhead },
+            &Outcome {
+                modes,
+                overhead,
+                reconcile_period: RECONCILE_PERIOD,
+                foreign_window: FOREIGN_WINDOW,
+            },
             machine,
             "2026-11-22T00:00:00Z",
         )
