@@ -470,22 +470,25 @@ fn boot(
         // VM: DHCP from qemu, nothing reachable beyond it.
         .args(["-nographic", "-no-reboot"])
         .args(["-nic", "user,restrict=on,model=virtio-net-pci"])
+        // One NVMe controller with the root disk as namespace 1 (`/dev/nvme0n1`) and the payload
+        // as namespace 2: two controllers probe in either order, and the kernel (no initramfs)
+        // finds its root only by that name.
         .arg("-drive")
         .arg(format!(
             "if=none,id=root,format=qcow2,file={}",
             overlay.display()
         ))
-        .args(["-device", "nvme,drive=root,serial=root"])
         .arg("-drive")
         .arg(format!(
             "if=none,id=payload,format=raw,file={}",
             payload.display()
         ))
-        .args(["-device", "nvme,drive=payload,serial=payload"])
+        .args(["-device", "nvme,id=nvme0,serial=swiftlet-node"])
+        .args(["-device", "nvme-ns,drive=root,bus=nvme0,nsid=1"])
+        .args(["-device", "nvme-ns,drive=payload,bus=nvme0,nsid=2"])
         .arg("-kernel")
         .arg(vmlinuz)
-        // The first NVMe controller is the root disk; `quiet` keeps kernel messages from
-        // splitting the scenario's lines.
+        // `quiet` keeps kernel messages from splitting the scenario's lines.
         .args([
             "-append",
             "root=/dev/nvme0n1 rw console=ttyS0 panic=-1 quiet loglevel=3",
