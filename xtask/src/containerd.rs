@@ -45,6 +45,7 @@ mod fetch;
 mod leftovers;
 mod version;
 
+pub use fetch::{deb as fetch_deb, system_mirror};
 pub use version::Version;
 
 /// The CRI plugin's namespace: images imported elsewhere are invisible to CRI.

@@ -8,8 +8,10 @@
 
 mod bench;
 mod containerd;
+mod deb;
 mod fuzz;
 mod images;
+mod node_vm;
 mod runtimes;
 mod setup;
 mod sh;
@@ -56,8 +58,8 @@ enum Task {
     /// The whole suite: formatting, clippy, unit tests and the privileged system tests, the
     /// latter against the private containerd (SWIFTLET_TEST_RUNTIME_ENDPOINT), the runtime matrix's
     /// selection on the other containerd releases (`runtime-test`), the kernel matrix
-    /// (`vm-test`), then a short run of every fuzz target (`fuzz --seconds 20`, built in the
-    /// background while the tests run).
+    /// (`vm-test`), the node VM's scenario (`node-vm`), then a short run of every fuzz target
+    /// (`fuzz --seconds 20`, built in the background while the tests run).
     Test {
         /// The private containerd's release the whole suite runs against (2.1, 1.7 or 1.6); the
         /// runtime matrix's selection runs on the two others.
@@ -96,6 +98,22 @@ enum Task {
         #[arg(long = "kernel", value_name = "KERNEL")]
         kernels: Vec<String>,
     },
+    /// swiftlet on a real node: a Debian trixie VM (systemd, pure cgroup v2, containerd as a
+    /// service; root filesystem built once and cached under target/node-vm/) boots the kernel
+    /// matrix's kernel; scenario 1 installs the .deb, enables the service with the example pods
+    /// as static pods and checks readiness, watchdog, pods, oom_score_adj and cgroup. Console and
+    /// report under target/node-vm/<kernel>-<containerd>/.
+    NodeVm {
+        /// 6.1 or 6.12.
+        #[arg(long, value_name = "KERNEL", default_value = "6.12")]
+        kernel: String,
+        /// 1.7 (trixie's own) or 2.1 (sid's package).
+        #[arg(long, value_enum, value_name = "VERSION", default_value = "1.7")]
+        containerd: containerd::Version,
+    },
+    /// swiftlet as a Debian package: target/deb/swiftlet_<version>_amd64.deb (the binary, the
+    /// systemd unit, the default config; see packaging/).
+    Deb,
     /// The private containerd that `run` and `test` use: its own config, root, sockets and CNI
     /// network under target/swiftlet-state/containerd, with the local images
     /// localhost/swiftlet/{busybox,pause}:latest imported (built into target/images/).
@@ -132,6 +150,9 @@ fn main() {
         ),
         Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),
         Task::VmTest { kernels } => vm::parse_kernels(&kernels).and_then(|k| vm::run(&k)),
+        Task::NodeVm { kernel, containerd } => node_vm::parse_kernel(&kernel)
+            .and_then(|k| node_vm::check_containerd(containerd).and_then(|c| node_vm::run(k, c))),
+        Task::Deb => deb::run().map(|_| ()),
         Task::Containerd { action } => containerd::command(action),
         Task::Bench { which } => bench::run(which),
     };

@@ -78,6 +78,16 @@ pub const DEBIAN_PACKAGES: &[(&str, &str, &str)] = &[
     ),
     ("cpio", "cpio", "packing the kernel matrix's initramfs"),
     (
+        "debootstrap",
+        "debootstrap",
+        "building the node VM's Debian root filesystem (`cargo xtask node-vm`)",
+    ),
+    (
+        "qemu-utils",
+        "qemu-img",
+        "the node VM's copy-on-write disk over its cached image",
+    ),
+    (
         "binutils",
         "objcopy",
         "stripping the test binaries that go into the kernel matrix's initramfs",

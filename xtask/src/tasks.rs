@@ -331,6 +331,8 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     // The host's own kernel-event tests ran above; the matrix adds the LTS kernels (and reports
     // the host beside them).
     crate::vm::run(&crate::vm::parse_kernels(&[])?)?;
+    // Then swiftlet installed on a systemd node (its root filesystem cached under target/).
+    crate::node_vm::run(crate::node_vm::DEFAULT_KERNEL, Version::V1_7)?;
     // Last, so that its build had the tests and the matrix to hide behind.
     crate::fuzz::in_suite(fuzz_build)?;
     println!("xtask: {} all tests passed", sh::elapsed());

@@ -42,7 +42,7 @@ const NOT_IN_VMS: [(&str, &str); 2] = [
 ];
 
 /// The Debian package whose dependency is the newest cloud kernel of a series.
-const KERNELS: [(&str, &str); 2] = [
+pub(crate) const KERNELS: [(&str, &str); 2] = [
     ("6.1", "linux-image-cloud-amd64"),
     ("6.12", "linux-image-6.12-cloud-amd64"),
 ];
@@ -266,7 +266,7 @@ fn run_on_host(binaries: &Binaries) -> anyhow::Result<Outcome> {
 }
 
 /// The newest cloud kernel of `series`, downloaded and unpacked once; returns its vmlinuz.
-fn fetch_kernel(dir: &Path, series: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn fetch_kernel(dir: &Path, series: &str) -> anyhow::Result<PathBuf> {
     let meta = KERNELS
         .iter()
         .find(|(s, _)| *s == series)
@@ -490,7 +490,7 @@ fn init_script(tests: &[(String, PathBuf)]) -> String {
 }
 
 /// Console lines by which the guest kernel tells of its own crash.
-const KERNEL_CRASH: [&str; 6] = [
+pub(crate) const KERNEL_CRASH: [&str; 6] = [
     "Kernel panic",
     "BUG:",
     "Oops",
@@ -553,7 +553,7 @@ fn early_stop(console: &str, qemu_status: &str) -> Option<(String, bool)> {
 }
 
 /// The last `count` console lines that are not the tests' JSON events.
-fn console_tail(console: &str, count: usize) -> Vec<String> {
+pub(crate) fn console_tail(console: &str, count: usize) -> Vec<String> {
     let mut tail: Vec<String> = console
         .lines()
         .map(str::trim)
@@ -585,47 +585,8 @@ fn boot(series: &str, vmlinuz: &Path, initramfs: &Path, dir: &Path) -> anyhow::R
         .stderr(Stdio::piped())
         .spawn()
         .context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
-    let stdout = qemu
-        .stdout
-        .take()
-        .ok_or_else(|| anyhow!("qemu has no stdout"))?;
-    let stderr = qemu
-        .stderr
-        .take()
-        .ok_or_else(|| anyhow!("qemu has no stderr"))?;
-    let (lines_tx, lines_rx) = mpsc::channel::<String>();
-    let err_tx = lines_tx.clone();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = lines_tx.send(line);
-        }
-    });
-    thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = err_tx.send(format!("qemu: {line}"));
-        }
-    });
-    let mut log = fs::File::create(&log_path)?;
-    let mut console = String::new();
-    let deadline = started + VM_DEADLINE;
-    let mut timed_out = false;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match lines_rx.recv_timeout(left) {
-            Ok(line) => {
-                writeln!(log, "{line}")?;
-                console.push_str(&line);
-                console.push('\n');
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = true;
-                let _ = qemu.kill();
-                break;
-            }
-        }
-    }
-    let status = qemu.wait()?;
+    let console = watch_console(&mut qemu, &log_path, started + VM_DEADLINE)?;
+    let (console, timed_out, status) = (console.text, console.timed_out, console.status);
     let mut outcome = parse(&console);
     outcome.kernel = series.to_owned();
     outcome.log = Some(log_path);
@@ -653,6 +614,68 @@ fn boot(series: &str, vmlinuz: &Path, initramfs: &Path, dir: &Path) -> anyhow::R
         }
     }
     Ok(outcome)
+}
+
+/// What a VM wrote on its serial console, and how it ended.
+pub(crate) struct Console {
+    pub text: String,
+    /// The deadline passed and qemu was killed.
+    pub timed_out: bool,
+    pub status: std::process::ExitStatus,
+}
+
+/// Keeps qemu's console (its stdout, and its stderr as `qemu: ` lines) in `log_path` line by
+/// line as it comes, so a hung VM's log says where it hung; kills qemu at `deadline`.
+pub(crate) fn watch_console(
+    qemu: &mut std::process::Child,
+    log_path: &Path,
+    deadline: Instant,
+) -> anyhow::Result<Console> {
+    let stdout = qemu
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow!("qemu has no stdout"))?;
+    let stderr = qemu
+        .stderr
+        .take()
+        .ok_or_else(|| anyhow!("qemu has no stderr"))?;
+    let (lines_tx, lines_rx) = mpsc::channel::<String>();
+    let err_tx = lines_tx.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = err_tx.send(format!("qemu: {line}"));
+        }
+    });
+    let mut log = fs::File::create(log_path)?;
+    let mut text = String::new();
+    let mut timed_out = false;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match lines_rx.recv_timeout(left) {
+            Ok(line) => {
+                writeln!(log, "{line}")?;
+                text.push_str(&line);
+                text.push('\n');
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                let _ = qemu.kill();
+                break;
+            }
+        }
+    }
+    let status = qemu.wait()?;
+    Ok(Console {
+        text,
+        timed_out,
+        status,
+    })
 }
 
 /// Reads libtest's JSON events and the `swiftlet-vm-report` lines out of a console or stdout.

@@ -178,6 +178,13 @@ impl Error {
 }
 
 pub async fn run(mut config: Config) -> Result<(), Error> {
+    let notifier = crate::notify::Notifier::from_env().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "not notifying the service manager");
+        crate::notify::Notifier::default()
+    });
+    notifier.tell(&[crate::notify::State::Status(
+        "starting: connecting to the runtime".to_owned(),
+    )]);
     let systemd = crate::cm::systemd::preflight::check(
         config.cgroup_driver,
         &config.cgroup_root,
@@ -295,11 +302,46 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
         kubelet_server = ?kubelet_server,
         "swiftlet is running"
     );
+    notify_ready(&notifier, &state.health, &mut tasks, &shutdown);
 
     let result = wait_then_shut_down(&mut tasks, &shutdown).await;
+    notifier.tell(&[crate::notify::State::Stopping]);
     let _ = std::fs::remove_file(&config.grpc_socket);
     drop(server_runtime);
     result
+}
+
+/// Tells systemd the agent serves (runtime, PLEG and servers up) and starts petting its watchdog
+/// when the unit has one, on the same health `/healthz` reports (see `crate::notify`).
+fn notify_ready(
+    notifier: &crate::notify::Notifier,
+    health: &Health,
+    tasks: &mut JoinSet<Result<(), Error>>,
+    shutdown: &CancellationToken,
+) {
+    notifier.tell(&[
+        crate::notify::State::Ready,
+        crate::notify::State::Status("running".to_owned()),
+    ]);
+    if !notifier.enabled() {
+        return;
+    }
+    if let Some(interval) = crate::notify::watchdog_interval_from_env() {
+        tracing::info!(?interval, "petting the systemd watchdog");
+        let (notifier, health, shutdown) = (notifier.clone(), health.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            crate::notify::watchdog(
+                notifier,
+                interval,
+                move || health.problems(),
+                shutdown.clone(),
+            )
+            .await;
+            // Ending is only for shutdown; the task set takes an early end as the agent's failure.
+            shutdown.cancelled().await;
+            Ok(())
+        });
+    }
 }
 
 /// A subscription to the kernel events the pump publishes.

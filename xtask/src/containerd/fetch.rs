@@ -108,6 +108,22 @@ pub fn ensure(version: Version) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `version`'s own `.deb` (the node VM installs it with dpkg), downloaded as [`ensure`] downloads
+/// it and kept in `dir`; `None` for the system's release, which has no suite of its own here.
+pub fn deb(version: Version, dir: &Path) -> anyhow::Result<Option<PathBuf>> {
+    let Some(suite) = version.suite() else {
+        return Ok(None);
+    };
+    let kept = dir.join(format!("containerd-{}.deb", version.label()));
+    if kept.exists() {
+        return Ok(Some(kept));
+    }
+    let deb = download(suite, &system_mirror()?)?;
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    fs::copy(&deb, &kept).with_context(|| format!("copying {}", deb.display()))?;
+    Ok(Some(kept))
+}
+
 /// `apt-get update` and `apt-get download containerd` from `suite` with private sources, lists
 /// and cache; the `.deb`'s path.
 fn download(suite: &str, mirror: &Mirror) -> anyhow::Result<PathBuf> {
@@ -181,7 +197,7 @@ pub fn source_line(mirror: &Mirror, suite: &str) -> String {
 }
 
 /// The mirror the system's apt sources name for its own release (`VERSION_CODENAME`).
-pub(super) fn system_mirror() -> anyhow::Result<Mirror> {
+pub fn system_mirror() -> anyhow::Result<Mirror> {
     let os_release = fs::read_to_string("/etc/os-release").context("reading /etc/os-release")?;
     let codename = os_release
         .lines()

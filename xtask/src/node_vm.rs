@@ -1,0 +1,734 @@
+//! `cargo xtask node-vm`: swiftlet on a real node. A Debian root filesystem (debootstrap of
+//! trixie: systemd as PID 1, D-Bus, containerd as a service, runc and crun, the CNI plugins) is
+//! built once into a raw ext4 image under `target/node-vm/` (`base-<containerd>-<key>.img`, the
+//! key a hash of everything it is built from, so a changed package list or guest file builds a
+//! new one); each run boots the kernel matrix's cloud kernel (`vm.rs` fetches it) on a
+//! copy-on-write overlay of that image (qcow2 backed by the raw image: runs never dirty the
+//! cache) with a second disk, labelled `payload`, holding what the run brings: the `.deb`
+//! (`deb.rs`), the local images, the example pods and the scenario. A unit baked into the image
+//! (`xtask/node-vm/swiftlet-node-vm.service`) runs the scenario once the system is up, its lines
+//! on the serial console, and powers the VM off; the host keeps the console in
+//! `target/node-vm/<kernel>-<containerd>/console.log` and writes `report.json` and `report.txt`
+//! there, as the kernel matrix does, with the same deadline and kill discipline.
+//!
+//! Facts this relies on (Debian's cloud kernels 6.1 and 6.12): NVMe and ext4 are built in, so
+//! the root disk is an NVMe device and no initramfs is needed; virtio, overlayfs, bridge and
+//! netfilter are modules, so the kernels' `/lib/modules` are copied into the image. The boot is
+//! systemd's default: pure cgroup v2. The VM's one network interface is on qemu's user-mode
+//! network with `restrict=on` (DHCP, and nothing outside the VM reachable): the node has an
+//! address and a default route as a real one, and needs nothing from outside.
+//!
+//! Scenario 1 of issue 19 (`xtask/node-vm/scenario1.sh`): `dpkg -i`, the examples as static pods,
+//! `systemctl enable --now swiftlet`; the unit ready (sd_notify), the pods running, the watchdog
+//! kept, oom_score_adj and cgroup as upstream's kubelet.service, and stopping swiftlet leaves the
+//! pods running. Upstream counterpart: none in the kubelet; kind's node image
+//! (`images/base/Dockerfile`) and kubeadm's kubelet.service are what this mirrors.
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, anyhow, bail};
+use serde_json::json;
+use sha2::{Digest as _, Sha256};
+
+use crate::{containerd::Version, images, setup, sh, vm};
+
+/// Debian's release the node runs: systemd 257, containerd 1.7.24, crun 1.21.
+const SUITE: &str = "trixie";
+
+/// What the node has beyond debootstrap's minimal base.
+const PACKAGES: [&str; 16] = [
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "udev",
+    "kmod",
+    "procps",
+    "iproute2",
+    "iptables",
+    "containerd",
+    "runc",
+    "crun",
+    "containernetworking-plugins",
+    "ca-certificates",
+    "curl",
+    "jq",
+    "util-linux",
+];
+
+/// Files the image gets (guest path, contents, mode).
+const GUEST_FILES: [(&str, &str, u32); 5] = [
+    (
+        "etc/containerd/config.toml",
+        include_str!("../node-vm/containerd.toml"),
+        0o644,
+    ),
+    (
+        "etc/cni/net.d/10-pods.conflist",
+        include_str!("../node-vm/10-pods.conflist"),
+        0o644,
+    ),
+    (
+        "etc/systemd/network/20-wired.network",
+        include_str!("../node-vm/20-wired.network"),
+        0o644,
+    ),
+    (
+        "etc/systemd/system/swiftlet-node-vm.service",
+        include_str!("../node-vm/swiftlet-node-vm.service"),
+        0o644,
+    ),
+    (
+        "usr/local/sbin/swiftlet-node-vm",
+        include_str!("../node-vm/swiftlet-node-vm"),
+        0o755,
+    ),
+];
+
+const SCENARIO_1: &str = include_str!("../node-vm/scenario1.sh");
+
+/// Changes when the build steps below change in a way the inputs do not show.
+const IMAGE_FORMAT: u32 = 1;
+
+/// The root disk's size (sparse): the base system takes about 1 GiB, the pods' images and
+/// containerd's snapshots little; the default eviction thresholds (nodefs 10 % free) must hold.
+const DISK_SIZE: &str = "6G";
+
+/// Boot, scenario and power-off under software emulation (boot alone takes about 45 s).
+const RUN_DEADLINE: Duration = Duration::from_secs(15 * 60);
+
+/// Marks the scenario's console lines.
+const MARK: &str = "swiftlet-node-vm:";
+
+/// The kernel `cargo xtask test` boots the node with: trixie's own series.
+pub const DEFAULT_KERNEL: &str = "6.12";
+
+/// `--kernel`: the kernel matrix's series.
+pub fn parse_kernel(given: &str) -> anyhow::Result<&'static str> {
+    match vm::parse_kernels(&[given.to_owned()])?.as_slice() {
+        [vm::Kernel::Series(series)] => Ok(series),
+        _ => bail!("--kernel {given}: the node VM boots 6.1 or 6.12"),
+    }
+}
+
+/// `--containerd`: trixie's own 1.7 or sid's 2.1.
+pub fn check_containerd(version: Version) -> anyhow::Result<Version> {
+    match version {
+        Version::V1_7 | Version::V2_1 => Ok(version),
+        Version::V1_6 => bail!("--containerd 1.6: the node VM runs 1.7 (trixie's) or 2.1 (sid's)"),
+    }
+}
+
+pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
+    setup::ensure()?;
+    if !sh::is_root() {
+        bail!("the node VM is built with debootstrap and chroot: run it as root");
+    }
+    let started = Instant::now();
+    let dir = sh::root().join("target").join("node-vm");
+    fs::create_dir_all(&dir)?;
+    // The suite's build (`cargo xtask test` has made it already): a build of the agent alone
+    // would unify features differently and compile it a second time.
+    crate::tasks::build_suite()?;
+    let deb = crate::deb::package()?;
+    let images = images::ensure()?;
+    let kernels_dir = sh::root().join("target").join("vm-test");
+    let mut kernels = Vec::new();
+    for (other, _) in vm::KERNELS {
+        kernels.push((other, vm::fetch_kernel(&kernels_dir, other)?));
+    }
+    let vmlinuz = kernels
+        .iter()
+        .find(|(s, _)| *s == series)
+        .map(|(_, v)| v.clone())
+        .ok_or_else(|| anyhow!("no kernel {series}"))?;
+    let prepared = started.elapsed().as_secs();
+    let image_started = Instant::now();
+    let (base, built) = base_image(&dir, containerd, &kernels)?;
+    let image_seconds = image_started.elapsed().as_secs();
+    let run_dir = dir.join(format!("{series}-{}", containerd.label()));
+    let mut outcome = boot(&vmlinuz, &base, &deb, &images, &run_dir).unwrap_or_else(|e| Outcome {
+        problem: Some(format!("{e:#}")),
+        ..Outcome::default()
+    });
+    outcome.kernel = series.to_owned();
+    outcome.containerd = containerd.label().to_owned();
+    outcome.timings = vec![
+        ("build, package, images, kernels".to_owned(), prepared),
+        (
+            if built {
+                "root filesystem image built".to_owned()
+            } else {
+                "root filesystem image (cached)".to_owned()
+            },
+            image_seconds,
+        ),
+        (
+            "VM: boot, scenario 1, power-off".to_owned(),
+            outcome.seconds,
+        ),
+    ];
+    let text = report_text(&outcome);
+    print!("{text}");
+    fs::create_dir_all(&run_dir)?;
+    fs::write(run_dir.join("report.txt"), &text)?;
+    fs::write(
+        run_dir.join("report.json"),
+        serde_json::to_string_pretty(&report_json(&outcome))?,
+    )?;
+    if !outcome.ok() {
+        bail!(
+            "the node VM's scenario 1 failed on {series} with containerd {} (console and report \
+             under {})",
+            containerd.label(),
+            run_dir.display()
+        );
+    }
+    println!(
+        "xtask: {} node VM passed ({series}, containerd {}) in {} s",
+        sh::elapsed(),
+        containerd.label(),
+        started.elapsed().as_secs()
+    );
+    Ok(())
+}
+
+/// The key of the image: everything it is built from.
+fn image_key(
+    containerd: Version,
+    containerd_deb: Option<&Path>,
+    mirror: &str,
+    kernels: &[String],
+) -> String {
+    let mut hash = Sha256::new();
+    hash.update(format!(
+        "{IMAGE_FORMAT}\n{SUITE}\n{mirror}\n{}\n{}\n",
+        PACKAGES.join(","),
+        containerd.label()
+    ));
+    if let Some(deb) = containerd_deb.and_then(|d| d.file_name()) {
+        hash.update(deb.as_encoded_bytes());
+    }
+    for kernel in kernels {
+        hash.update(format!("kernel {kernel}\n"));
+    }
+    for (path, contents, mode) in GUEST_FILES {
+        hash.update(format!("{path} {mode:o}\n{contents}\n"));
+    }
+    let digest = hash.finalize();
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The base image for `containerd`, built unless the one for the same inputs is there; returns
+/// it and whether it was built now.
+fn base_image(
+    dir: &Path,
+    containerd: Version,
+    kernels: &[(&str, PathBuf)],
+) -> anyhow::Result<(PathBuf, bool)> {
+    // 1.7 is trixie's own; another release is installed from its suite's package.
+    let containerd_deb = match containerd {
+        Version::V1_7 => None,
+        other => crate::containerd::fetch_deb(other, &dir.join("debs-extra"))?,
+    };
+    let mirror = crate::containerd::system_mirror()?.uri;
+    // `<package>/lib/modules/<release>` of each kernel, unpacked by the kernel matrix.
+    let mut modules = Vec::new();
+    for (_, vmlinuz) in kernels {
+        let unpacked = vmlinuz
+            .parent()
+            .and_then(Path::parent)
+            .ok_or_else(|| anyhow!("{} is not in <package>/boot", vmlinuz.display()))?;
+        for entry in fs::read_dir(unpacked.join("lib/modules"))?.flatten() {
+            modules.push(entry.path());
+        }
+    }
+    let releases: Vec<String> = modules
+        .iter()
+        .filter_map(|m| m.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    let key = image_key(containerd, containerd_deb.as_deref(), &mirror, &releases);
+    let prefix = format!("base-{}-", containerd.label());
+    let image = dir.join(format!("{prefix}{key}.img"));
+    if image.exists() {
+        println!("xtask: node-vm: {} (cached)", image.display());
+        return Ok((image, false));
+    }
+    println!(
+        "xtask: node-vm: building {} (debootstrap of Debian {SUITE}; a few minutes)",
+        image.display()
+    );
+    let tree = dir.join("rootfs.partial");
+    remove_tree(&tree)?;
+    let cache = dir.join("debs");
+    fs::create_dir_all(&cache)?;
+    sh::run(
+        Command::new("debootstrap")
+            .arg("--variant=minbase")
+            .arg(format!("--cache-dir={}", cache.display()))
+            .arg(format!("--include={}", PACKAGES.join(",")))
+            .arg(SUITE)
+            .arg(&tree)
+            .arg(&mirror),
+    )?;
+    if let Some(deb) = &containerd_deb {
+        fs::copy(deb, tree.join("tmp/containerd.deb"))?;
+        sh::run(
+            Command::new("chroot")
+                .arg(&tree)
+                .args(["dpkg", "-i", "/tmp/containerd.deb"])
+                .env("DEBIAN_FRONTEND", "noninteractive"),
+        )?;
+        fs::remove_file(tree.join("tmp/containerd.deb"))?;
+    }
+    for (path, contents, mode) in GUEST_FILES {
+        let dest = tree.join(path);
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&dest, contents)?;
+        fs::set_permissions(&dest, fs::Permissions::from_mode(mode))?;
+    }
+    fs::write(tree.join("etc/hostname"), "swiftlet-node\n")?;
+    fs::write(
+        tree.join("etc/hosts"),
+        "127.0.0.1 localhost\n127.0.1.1 swiftlet-node\n::1 localhost ip6-localhost\n",
+    )?;
+    fs::write(
+        tree.join("etc/fstab"),
+        "/dev/nvme0n1 / ext4 rw,errors=remount-ro 0 1\n",
+    )?;
+    sh::run(Command::new("chroot").arg(&tree).args([
+        "systemctl",
+        "enable",
+        "swiftlet-node-vm.service",
+        "systemd-networkd.service",
+    ]))?;
+    // Nobody logs in: the console is the scenario's.
+    sh::run(Command::new("chroot").arg(&tree).args([
+        "systemctl",
+        "mask",
+        "serial-getty@ttyS0.service",
+        "getty@tty1.service",
+    ]))?;
+    for source in &modules {
+        let release = source
+            .file_name()
+            .ok_or_else(|| anyhow!("{}", source.display()))?;
+        let dest = tree.join("usr/lib/modules").join(release);
+        fs::create_dir_all(tree.join("usr/lib/modules"))?;
+        sh::run(Command::new("cp").arg("-a").arg(source).arg(&dest))?;
+        sh::run(Command::new("chroot").arg(&tree).arg("depmod").arg(release))?;
+    }
+    // What apt downloaded is in `debs/` already.
+    for cached in ["var/cache/apt/archives", "var/lib/apt/lists"] {
+        for entry in fs::read_dir(tree.join(cached))?.flatten() {
+            if entry.file_type()?.is_file() {
+                fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    let partial = dir.join(format!("{prefix}{key}.img.partial"));
+    let _ = fs::remove_file(&partial);
+    sh::run(
+        Command::new("truncate")
+            .args(["-s", DISK_SIZE])
+            .arg(&partial),
+    )?;
+    sh::run(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "root", "-d"])
+            .arg(&tree)
+            .arg(&partial),
+    )?;
+    fs::rename(&partial, &image)?;
+    remove_tree(&tree)?;
+    // Images of older inputs are never booted again.
+    for entry in fs::read_dir(dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(&prefix) && entry.path() != image {
+            println!("xtask: node-vm: removing the outdated {name}");
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    Ok((image, true))
+}
+
+/// Removes a root filesystem tree made here (it holds no mounts: nothing is mounted into it).
+fn remove_tree(tree: &Path) -> anyhow::Result<()> {
+    if tree.exists() {
+        fs::remove_dir_all(tree).with_context(|| format!("removing {}", tree.display()))?;
+    }
+    Ok(())
+}
+
+/// One scenario check as the guest reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Check {
+    name: String,
+    ok: bool,
+    detail: String,
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    kernel: String,
+    containerd: String,
+    checks: Vec<Check>,
+    facts: BTreeMap<String, String>,
+    /// The agent's journal, when a check failed.
+    logs: Vec<String>,
+    /// The scenario printed its last line.
+    done: bool,
+    problem: Option<String>,
+    console_tail: Vec<String>,
+    log: Option<PathBuf>,
+    seconds: u64,
+    timings: Vec<(String, u64)>,
+}
+
+impl Outcome {
+    fn failed(&self) -> usize {
+        self.checks.iter().filter(|c| !c.ok).count()
+    }
+
+    fn ok(&self) -> bool {
+        self.problem.is_none() && self.done && self.failed() == 0 && !self.checks.is_empty()
+    }
+}
+
+/// Reads the scenario's lines out of the console.
+fn parse(console: &str) -> Outcome {
+    let mut outcome = Outcome::default();
+    for line in console.lines() {
+        let Some(rest) = line.split_once(MARK).map(|(_, r)| r.trim()) else {
+            continue;
+        };
+        let (kind, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        match kind {
+            "check" => {
+                let mut words = rest.splitn(3, ' ');
+                let name = words.next().unwrap_or_default().to_owned();
+                let ok = words.next() == Some("ok");
+                let detail = words.next().unwrap_or_default().trim().to_owned();
+                outcome.checks.push(Check { name, ok, detail });
+            }
+            "fact" => {
+                let (name, value) = rest.split_once(' ').unwrap_or((rest, ""));
+                outcome
+                    .facts
+                    .insert(name.to_owned(), value.trim().to_owned());
+            }
+            "log" => outcome.logs.push(rest.to_owned()),
+            "done" => outcome.done = true,
+            "problem:" => {
+                outcome.problem.get_or_insert_with(|| rest.to_owned());
+            }
+            _ => {}
+        }
+    }
+    outcome
+}
+
+/// Boots the node with a fresh overlay and the payload disk; runs scenario 1.
+fn boot(
+    vmlinuz: &Path,
+    base: &Path,
+    deb: &Path,
+    images: &[images::Image],
+    run_dir: &Path,
+) -> anyhow::Result<Outcome> {
+    if run_dir.exists() {
+        fs::remove_dir_all(run_dir)?;
+    }
+    fs::create_dir_all(run_dir)?;
+    let overlay = run_dir.join("overlay.qcow2");
+    sh::run(
+        Command::new("qemu-img")
+            .args(["create", "-q", "-f", "qcow2", "-F", "raw", "-b"])
+            .arg(base)
+            .arg(&overlay),
+    )?;
+    let payload = payload_disk(run_dir, deb, images)?;
+    let log_path = run_dir.join("console.log");
+    let started = Instant::now();
+    println!(
+        "xtask: {} node-vm: booting {} (console: {})",
+        sh::elapsed(),
+        vmlinuz.display(),
+        log_path.display()
+    );
+    let mut qemu = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2048"])
+        // A network interface as a node has, on qemu's user-mode network restricted to the
+        // VM: DHCP from qemu, nothing reachable beyond it.
+        .args(["-nographic", "-no-reboot"])
+        .args(["-nic", "user,restrict=on,model=virtio-net-pci"])
+        // One NVMe controller with the root disk as namespace 1 (`/dev/nvme0n1`) and the payload
+        // as namespace 2: two controllers probe in either order, and the kernel (no initramfs)
+        // finds its root only by that name.
+        .arg("-drive")
+        .arg(format!(
+            "if=none,id=root,format=qcow2,file={}",
+            overlay.display()
+        ))
+        .arg("-drive")
+        .arg(format!(
+            "if=none,id=payload,format=raw,file={}",
+            payload.display()
+        ))
+        .args(["-device", "nvme,id=nvme0,serial=swiftlet-node"])
+        .args(["-device", "nvme-ns,drive=root,bus=nvme0,nsid=1"])
+        .args(["-device", "nvme-ns,drive=payload,bus=nvme0,nsid=2"])
+        .arg("-kernel")
+        .arg(vmlinuz)
+        // `quiet` keeps kernel messages from splitting the scenario's lines.
+        .args([
+            "-append",
+            "root=/dev/nvme0n1 rw console=ttyS0 panic=-1 quiet loglevel=3",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
+    let console = vm::watch_console(&mut qemu, &log_path, started + RUN_DEADLINE)?;
+    let mut outcome = parse(&console.text);
+    outcome.seconds = started.elapsed().as_secs();
+    outcome.log = Some(log_path);
+    outcome.console_tail = vm::console_tail(&console.text, 20);
+    if console.timed_out {
+        outcome.problem = Some(format!(
+            "no power-off within {} s; killed{}",
+            RUN_DEADLINE.as_secs(),
+            match outcome.checks.last() {
+                Some(check) => format!(" after the check {}", check.name),
+                None => String::new(),
+            }
+        ));
+    } else if !outcome.done {
+        outcome.problem.get_or_insert_with(|| {
+            match vm::KERNEL_CRASH.iter().find(|c| console.text.contains(*c)) {
+                Some(crash) => format!("the guest kernel crashed (\"{crash}\" on the console)"),
+                None => format!(
+                    "the VM stopped before the scenario finished (qemu {})",
+                    console.status
+                ),
+            }
+        });
+    }
+    // The overlay and the payload are this run's only; the console and the report stay.
+    let _ = fs::remove_file(&overlay);
+    let _ = fs::remove_file(&payload);
+    Ok(outcome)
+}
+
+/// The `payload` disk: the scenario, the package, the images and the example pods.
+fn payload_disk(run_dir: &Path, deb: &Path, images: &[images::Image]) -> anyhow::Result<PathBuf> {
+    let stage = run_dir.join("payload");
+    for sub in ["images", "examples"] {
+        fs::create_dir_all(stage.join(sub))?;
+    }
+    fs::write(stage.join("scenario.sh"), SCENARIO_1)?;
+    fs::copy(deb, stage.join("swiftlet.deb"))?;
+    for image in images {
+        let name = image
+            .tar
+            .file_name()
+            .ok_or_else(|| anyhow!("{}", image.tar.display()))?;
+        fs::copy(&image.tar, stage.join("images").join(name))?;
+    }
+    for entry in fs::read_dir(sh::root().join("examples"))?.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            fs::copy(&path, stage.join("examples").join(entry.file_name()))?;
+        }
+    }
+    let mut bytes = 0;
+    for entry in walk(&stage)? {
+        bytes += fs::metadata(&entry)?.len();
+    }
+    let disk = run_dir.join("payload.img");
+    // ext4's own metadata and journal on top of the files.
+    let size = bytes + bytes / 4 + (64 << 20);
+    fs::File::create(&disk)?.set_len(size)?;
+    sh::run(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "payload", "-d"])
+            .arg(&stage)
+            .arg(&disk),
+    )?;
+    fs::remove_dir_all(&stage)?;
+    Ok(disk)
+}
+
+fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in fs::read_dir(dir)?.flatten() {
+        if entry.file_type()?.is_dir() {
+            files.extend(walk(&entry.path())?);
+        } else {
+            files.push(entry.path());
+        }
+    }
+    Ok(files)
+}
+
+fn report_text(o: &Outcome) -> String {
+    let mut text = format!(
+        "\nxtask: node VM, scenario 1: kernel {} ({}), containerd {} ({}): {}\n",
+        o.kernel,
+        o.facts.get("kernel").map_or("?", String::as_str),
+        o.containerd,
+        o.facts.get("containerd").map_or("?", String::as_str),
+        if o.ok() { "ok" } else { "FAILED" }
+    );
+    for check in &o.checks {
+        text.push_str(&format!(
+            "  {:<6} {:<30} {}\n",
+            if check.ok { "ok" } else { "FAILED" },
+            check.name,
+            check.detail
+        ));
+    }
+    for (name, value) in &o.facts {
+        text.push_str(&format!("  fact   {name:<30} {value}\n"));
+    }
+    for (what, secs) in &o.timings {
+        text.push_str(&format!("  time   {what:<30} {secs} s\n"));
+    }
+    if let Some(problem) = &o.problem {
+        text.push_str(&format!("  problem: {problem}\n  last console lines:\n"));
+        for line in &o.console_tail {
+            text.push_str(&format!("    {line}\n"));
+        }
+    }
+    if !o.logs.is_empty() {
+        text.push_str("  swiftlet's journal (end):\n");
+        for line in &o.logs {
+            text.push_str(&format!("    {line}\n"));
+        }
+    }
+    if let Some(log) = &o.log {
+        text.push_str(&format!("  console log: {}\n", log.display()));
+    }
+    text.push('\n');
+    text
+}
+
+fn report_json(o: &Outcome) -> serde_json::Value {
+    json!({
+        "scenario": 1,
+        "kernel": o.kernel,
+        "containerd": o.containerd,
+        "ok": o.ok(),
+        "seconds": o.seconds,
+        "checks": o.checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
+        "facts": o.facts,
+        "timings": o.timings.iter().map(|(what, secs)| json!({"what": what, "seconds": secs})).collect::<Vec<_>>(),
+        "problem": o.problem,
+        "journal": o.logs,
+        "console_tail": o.console_tail,
+        "console_log": o.log,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_console_gives_checks_facts_and_the_end() {
+        let console = "[  OK  ] Started containerd.service\n\
+            swiftlet-node-vm: fact kernel 6.12.117+deb12-cloud-amd64\n\
+            [   40.1] a kernel line swiftlet-node-vm: check unit_ready ok ActiveState=active\n\
+            swiftlet-node-vm: check watchdog_kept FAILED 0 -> 0 over 35s\n\
+            swiftlet-node-vm: log Nov 27 swiftlet[301]: an error\n";
+        let outcome = parse(console);
+        assert_eq!(
+            outcome.facts.get("kernel").map(String::as_str),
+            Some("6.12.117+deb12-cloud-amd64")
+        );
+        assert_eq!(
+            outcome.checks,
+            vec![
+                Check {
+                    name: "unit_ready".into(),
+                    ok: true,
+                    detail: "ActiveState=active".into()
+                },
+                Check {
+                    name: "watchdog_kept".into(),
+                    ok: false,
+                    detail: "0 -> 0 over 35s".into()
+                },
+            ]
+        );
+        assert_eq!(
+            outcome.logs,
+            vec!["Nov 27 swiftlet[301]: an error".to_owned()]
+        );
+        assert!(!outcome.done);
+        assert!(!outcome.ok());
+        let finished = parse("swiftlet-node-vm: check a ok\nswiftlet-node-vm: done 0\n");
+        assert!(finished.ok());
+        let unmounted = parse("swiftlet-node-vm: problem: cannot mount the payload disk\n");
+        assert_eq!(
+            unmounted.problem.as_deref(),
+            Some("cannot mount the payload disk")
+        );
+    }
+
+    #[test]
+    fn the_image_key_follows_its_inputs() {
+        let kernels = vec!["6.1.0-56-cloud-amd64".to_owned()];
+        let key = image_key(
+            Version::V1_7,
+            None,
+            "http://deb.debian.org/debian",
+            &kernels,
+        );
+        assert_eq!(key.len(), 16);
+        assert_eq!(
+            key,
+            image_key(
+                Version::V1_7,
+                None,
+                "http://deb.debian.org/debian",
+                &kernels
+            )
+        );
+        assert_ne!(
+            key,
+            image_key(
+                Version::V2_1,
+                None,
+                "http://deb.debian.org/debian",
+                &kernels
+            )
+        );
+        assert_ne!(
+            key,
+            image_key(Version::V1_7, None, "http://mirror/debian", &kernels)
+        );
+        assert_ne!(
+            key,
+            image_key(Version::V1_7, None, "http://deb.debian.org/debian", &[])
+        );
+    }
+
+    #[test]
+    fn only_the_matrix_kernels_and_the_vm_containerds_are_taken() {
+        assert_eq!(parse_kernel("6.12").ok(), Some("6.12"));
+        assert!(parse_kernel("host").is_err());
+        assert!(parse_kernel("5.10").is_err());
+        assert!(check_containerd(Version::V1_6).is_err());
+        assert!(check_containerd(Version::V2_1).is_ok());
+    }
+}
