@@ -221,7 +221,7 @@ pub fn prepare_in_background(versions: Vec<Version>) -> thread::JoinHandle<anyho
 /// Linux the nice value is a thread's (`setpriority(2)`, BUGS: "the nice value is a per-thread
 /// attribute"), and a child inherits the value of the thread that forked it. Best effort: at
 /// worst the work competes evenly.
-fn lower_this_threads_priority() {
+pub(crate) fn lower_this_threads_priority() {
     Errno::clear();
     // SAFETY: getpriority and setpriority only read their integer arguments; `who` 0 is the
     // calling thread.

@@ -30,6 +30,7 @@ use std::{
     os::unix::fs::PermissionsExt as _,
     path::{Path, PathBuf},
     process::{Command, Stdio},
+    thread,
     time::{Duration, Instant},
 };
 
@@ -108,6 +109,8 @@ const MARK: &str = "swiftlet-node-vm:";
 
 /// The kernel `cargo xtask test` boots the node with: trixie's own series.
 pub const DEFAULT_KERNEL: &str = "6.12";
+/// The containerd release `cargo xtask test` installs on the node (trixie's own).
+pub const DEFAULT_CONTAINERD: Version = Version::V1_7;
 
 /// `--kernel`: the kernel matrix's series.
 pub fn parse_kernel(given: &str) -> anyhow::Result<&'static str> {
@@ -138,11 +141,7 @@ pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
     crate::tasks::build_suite()?;
     let deb = crate::deb::package()?;
     let images = images::ensure()?;
-    let kernels_dir = sh::root().join("target").join("vm-test");
-    let mut kernels = Vec::new();
-    for (other, _) in vm::KERNELS {
-        kernels.push((other, vm::fetch_kernel(&kernels_dir, other)?));
-    }
+    let kernels = kernels()?;
     let vmlinuz = kernels
         .iter()
         .find(|(s, _)| *s == series)
@@ -200,6 +199,33 @@ pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
 }
 
 /// The key of the image: everything it is built from.
+/// Every kernel of the kernel matrix, fetched (the image holds the modules of each).
+fn kernels() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
+    let kernels_dir = sh::root().join("target").join("vm-test");
+    vm::KERNELS
+        .iter()
+        .map(|&(series, _)| Ok((series, vm::fetch_kernel(&kernels_dir, series)?)))
+        .collect()
+}
+
+/// The kernels and the root filesystem image for `containerd`, made on a thread of their own at
+/// a lower priority: `cargo xtask test` has them made while the suite runs (debootstrap mostly
+/// waits on downloads and the disk), so that a fresh clone's few minutes of image build do not
+/// come after everything else. Join it before anything else fetches kernels or builds an image:
+/// both write to fixed paths under `target/`.
+pub fn prepare_in_background(containerd: Version) -> thread::JoinHandle<anyhow::Result<()>> {
+    thread::spawn(move || {
+        crate::containerd::lower_this_threads_priority();
+        if !sh::is_root() {
+            return Ok(());
+        }
+        let dir = sh::root().join("target").join("node-vm");
+        fs::create_dir_all(&dir)?;
+        let kernels = kernels()?;
+        base_image(&dir, containerd, &kernels).map(|_| ())
+    })
+}
+
 fn image_key(
     containerd: Version,
     containerd_deb: Option<&Path>,

@@ -293,6 +293,8 @@ pub fn test(version: Version) -> anyhow::Result<()> {
             containerd.paths().endpoint(),
         )
         .env("SWIFTLET_TEST_CONTAINERD_STATE", &containerd.paths().state);
+    // The node VM's image is built while the tests run (it waits on downloads and the disk).
+    let node_image = crate::node_vm::prepare_in_background(crate::node_vm::DEFAULT_CONTAINERD);
     let mut child = supervise::spawn(&mut cargo_test)?;
     let outcome = supervise::supervise(
         &mut child,
@@ -312,7 +314,13 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     } else {
         Ok(())
     };
+    // Joined before anything can fail: no debootstrap outlives the task.
+    let node_image = node_image
+        .join()
+        .map_err(|_| anyhow!("building the node VM's image panicked"));
     both(tested, stopped)?;
+    node_image??;
+    println!("xtask: {} the node VM's image is ready", sh::elapsed());
     drop(interrupts);
     // Every area on the other releases too (a selection: the whole suite on each would double
     // CI's time).
@@ -332,7 +340,10 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     // the host beside them).
     crate::vm::run(&crate::vm::parse_kernels(&[])?)?;
     // Then swiftlet installed on a systemd node (its root filesystem cached under target/).
-    crate::node_vm::run(crate::node_vm::DEFAULT_KERNEL, Version::V1_7)?;
+    crate::node_vm::run(
+        crate::node_vm::DEFAULT_KERNEL,
+        crate::node_vm::DEFAULT_CONTAINERD,
+    )?;
     // Last, so that its build had the tests and the matrix to hide behind.
     crate::fuzz::in_suite(fuzz_build)?;
     println!("xtask: {} all tests passed", sh::elapsed());
