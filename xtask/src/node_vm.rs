@@ -209,9 +209,9 @@ fn kernels() -> anyhow::Result<Vec<(&'static str, PathBuf)>> {
 }
 
 /// The kernels and the root filesystem image for `containerd`, made on a thread of their own at
-/// a lower priority: `cargo xtask test` has them made while the suite runs (debootstrap mostly
-/// waits on downloads and the disk), so that a fresh clone's few minutes of image build do not
-/// come after everything else. Join it before anything else fetches kernels or builds an image:
+/// a lower priority: `cargo xtask test` has them made while the suite compiles (debootstrap
+/// mostly waits on downloads and the disk), so that a fresh clone's few minutes of image build
+/// do not come after everything else. Join it before anything else fetches kernels or builds an image:
 /// both write to fixed paths under `target/`.
 pub fn prepare_in_background(containerd: Version) -> thread::JoinHandle<anyhow::Result<()>> {
     thread::spawn(move || {

@@ -245,17 +245,31 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     // the lints and the fuzz build then take only what running them leaves of the CPUs.
     // Meanwhile, the containerd releases of this run and the runtime matrix are fetched and crun
     // is built (a minute that would otherwise come after the build).
+    // So is the node VM's image (downloads and the disk, mostly): not while the tests run, where
+    // debootstrap's unpacking once stalled a CPU-manager benchmark's pod start by seconds.
     let prepared =
         sh::is_root().then(|| crate::containerd::prepare_in_background(Version::ALL.to_vec()));
+    let node_image = sh::is_root()
+        .then(|| crate::node_vm::prepare_in_background(crate::node_vm::DEFAULT_CONTAINERD));
     let built = build_suite();
-    // Joined even when the build failed: no download or crun build outlives the task.
+    // Joined even when the build failed: no download, crun or image build outlives the task.
     let ready = prepared.map(|prepared| {
         prepared
             .join()
             .map_err(|_| anyhow!("fetching containerd and building crun panicked"))
             .and_then(|ready| ready)
     });
+    let node_image = node_image.map(|image| {
+        image
+            .join()
+            .map_err(|_| anyhow!("building the node VM's image panicked"))
+            .and_then(|ready| ready)
+    });
     built?;
+    if let Some(image) = node_image {
+        image?;
+        println!("xtask: {} the node VM's image is ready", sh::elapsed());
+    }
     if let Some(ready) = ready {
         ready?;
         println!(
@@ -293,8 +307,6 @@ pub fn test(version: Version) -> anyhow::Result<()> {
             containerd.paths().endpoint(),
         )
         .env("SWIFTLET_TEST_CONTAINERD_STATE", &containerd.paths().state);
-    // The node VM's image is built while the tests run (it waits on downloads and the disk).
-    let node_image = crate::node_vm::prepare_in_background(crate::node_vm::DEFAULT_CONTAINERD);
     let mut child = supervise::spawn(&mut cargo_test)?;
     let outcome = supervise::supervise(
         &mut child,
@@ -314,13 +326,7 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     } else {
         Ok(())
     };
-    // Joined before anything can fail: no debootstrap outlives the task.
-    let node_image = node_image
-        .join()
-        .map_err(|_| anyhow!("building the node VM's image panicked"));
     both(tested, stopped)?;
-    node_image??;
-    println!("xtask: {} the node VM's image is ready", sh::elapsed());
     drop(interrupts);
     // Every area on the other releases too (a selection: the whole suite on each would double
     // CI's time).
