@@ -110,6 +110,10 @@ enum Task {
         /// 1.7 (trixie's own) or 2.1 (sid's package).
         #[arg(long, value_enum, value_name = "VERSION", default_value = "1.7")]
         containerd: containerd::Version,
+        /// A scenario to run (repeatable); every one, in order, when none is given. They run in
+        /// one boot, each from the node the earlier ones left.
+        #[arg(long = "scenario", value_name = "N")]
+        scenarios: Vec<u32>,
     },
     /// swiftlet as a Debian package: target/deb/swiftlet_<version>_amd64.deb (the binary, the
     /// systemd unit, the default config; see packaging/).
@@ -150,8 +154,14 @@ fn main() {
         ),
         Task::Fuzz { seconds, targets } => fuzz::run(seconds, &targets),
         Task::VmTest { kernels } => vm::parse_kernels(&kernels).and_then(|k| vm::run(&k)),
-        Task::NodeVm { kernel, containerd } => node_vm::parse_kernel(&kernel)
-            .and_then(|k| node_vm::check_containerd(containerd).and_then(|c| node_vm::run(k, c))),
+        Task::NodeVm {
+            kernel,
+            containerd,
+            scenarios,
+        } => node_vm::parse_kernel(&kernel).and_then(|k| {
+            let c = node_vm::check_containerd(containerd)?;
+            node_vm::run(k, c, &node_vm::select_scenarios(&scenarios)?)
+        }),
         Task::Deb => deb::run().map(|_| ()),
         Task::Containerd { action } => containerd::command(action),
         Task::Bench { which } => bench::run(which),

@@ -18,7 +18,9 @@
 //! network with `restrict=on` (DHCP, and nothing outside the VM reachable): the node has an
 //! address and a default route as a real one, and needs nothing from outside.
 //!
-//! Scenario 1 of issue 19 (`xtask/node-vm/scenario1.sh`): `dpkg -i`, the examples as static pods,
+//! The scenarios (`SCENARIOS`, `xtask/node-vm/scenario<N>.sh`) run in one boot, in number order,
+//! each from the node the earlier ones left; `--scenario` picks some. The report has a section
+//! per scenario. Scenario 1 of issue 19 (`xtask/node-vm/scenario1.sh`): `dpkg -i`, the examples as static pods,
 //! `systemctl enable --now swiftlet`; the unit ready (sd_notify), the pods running, the watchdog
 //! kept, oom_score_adj and cgroup as upstream's kubelet.service, and stopping swiftlet leaves the
 //! pods running. Upstream counterpart: none in the kubelet; kind's node image
@@ -92,7 +94,14 @@ const GUEST_FILES: [(&str, &str, u32); 5] = [
     ),
 ];
 
-const SCENARIO_1: &str = include_str!("../node-vm/scenario1.sh");
+/// The scenarios of issue 19, in the order one boot runs them: (number, what it shows, script).
+/// Each script speaks the console protocol `parse` reads and ends with `done <failed>`; a later
+/// one starts from the node the earlier ones left (scenario 1 installs and enables the agent).
+const SCENARIOS: [(u32, &str, &str); 1] = [(
+    1,
+    "dpkg -i, enable --now: ready, watchdog, pods, placement",
+    include_str!("../node-vm/scenario1.sh"),
+)];
 
 /// Changes when the build steps below change in a way the inputs do not show.
 const IMAGE_FORMAT: u32 = 1;
@@ -128,7 +137,29 @@ pub fn check_containerd(version: Version) -> anyhow::Result<Version> {
     }
 }
 
-pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
+/// `--scenario`: the numbers given, in the order one boot runs them; all when none is.
+pub fn select_scenarios(given: &[u32]) -> anyhow::Result<Vec<u32>> {
+    if let Some(unknown) = given
+        .iter()
+        .find(|n| !SCENARIOS.iter().any(|(m, _, _)| m == *n))
+    {
+        bail!(
+            "--scenario {unknown}: the node VM has scenarios {}",
+            SCENARIOS
+                .iter()
+                .map(|(n, _, _)| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    Ok(SCENARIOS
+        .iter()
+        .map(|(n, _, _)| *n)
+        .filter(|n| given.is_empty() || given.contains(n))
+        .collect())
+}
+
+pub fn run(series: &'static str, containerd: Version, scenarios: &[u32]) -> anyhow::Result<()> {
     setup::ensure()?;
     if !sh::is_root() {
         bail!("the node VM is built with debootstrap and chroot: run it as root");
@@ -152,10 +183,11 @@ pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
     let (base, built) = base_image(&dir, containerd, &kernels)?;
     let image_seconds = image_started.elapsed().as_secs();
     let run_dir = dir.join(format!("{series}-{}", containerd.label()));
-    let mut outcome = boot(&vmlinuz, &base, &deb, &images, &run_dir).unwrap_or_else(|e| Outcome {
-        problem: Some(format!("{e:#}")),
-        ..Outcome::default()
-    });
+    let mut outcome =
+        boot(&vmlinuz, &base, &deb, &images, &run_dir, scenarios).unwrap_or_else(|e| Outcome {
+            problem: Some(format!("{e:#}")),
+            ..Outcome::default()
+        });
     outcome.kernel = series.to_owned();
     outcome.containerd = containerd.label().to_owned();
     outcome.timings = vec![
@@ -168,10 +200,7 @@ pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
             },
             image_seconds,
         ),
-        (
-            "VM: boot, scenario 1, power-off".to_owned(),
-            outcome.seconds,
-        ),
+        ("VM: boot, scenarios, power-off".to_owned(), outcome.seconds),
     ];
     let text = report_text(&outcome);
     print!("{text}");
@@ -183,9 +212,9 @@ pub fn run(series: &'static str, containerd: Version) -> anyhow::Result<()> {
     )?;
     if !outcome.ok() {
         bail!(
-            "the node VM's scenario 1 failed on {series} with containerd {} (console and report \
-             under {})",
+            "the node VM failed on {series} with containerd {}: {} (console and report under {})",
             containerd.label(),
+            outcome.failure_summary(),
             run_dir.display()
         );
     }
@@ -402,16 +431,42 @@ struct Check {
     detail: String,
 }
 
+/// What one scenario reported.
 #[derive(Debug, Default)]
-struct Outcome {
-    kernel: String,
-    containerd: String,
+struct Scenario {
+    number: u32,
     checks: Vec<Check>,
     facts: BTreeMap<String, String>,
     /// The agent's journal, when a check failed.
     logs: Vec<String>,
     /// The scenario printed its last line.
     done: bool,
+}
+
+impl Scenario {
+    fn failed(&self) -> usize {
+        self.checks.iter().filter(|c| !c.ok).count()
+    }
+
+    fn ok(&self) -> bool {
+        self.done && self.failed() == 0 && !self.checks.is_empty()
+    }
+
+    fn title(&self) -> &'static str {
+        SCENARIOS
+            .iter()
+            .find(|(n, _, _)| *n == self.number)
+            .map_or("", |(_, title, _)| title)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    kernel: String,
+    containerd: String,
+    /// The scenarios the run was asked for.
+    expected: Vec<u32>,
+    scenarios: Vec<Scenario>,
     problem: Option<String>,
     console_tail: Vec<String>,
     log: Option<PathBuf>,
@@ -420,16 +475,49 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn failed(&self) -> usize {
-        self.checks.iter().filter(|c| !c.ok).count()
+    fn ok(&self) -> bool {
+        self.problem.is_none()
+            && self.scenarios.iter().all(Scenario::ok)
+            && self.expected == self.scenarios.iter().map(|s| s.number).collect::<Vec<_>>()
     }
 
-    fn ok(&self) -> bool {
-        self.problem.is_none() && self.done && self.failed() == 0 && !self.checks.is_empty()
+    /// A fact of whichever scenario reported it first (the kernel, containerd's version).
+    fn fact(&self, name: &str) -> Option<&str> {
+        self.scenarios
+            .iter()
+            .find_map(|s| s.facts.get(name))
+            .map(String::as_str)
+    }
+
+    fn failure_summary(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(problem) = &self.problem {
+            parts.push(problem.clone());
+        }
+        for s in &self.scenarios {
+            let failed: Vec<&str> = s
+                .checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| c.name.as_str())
+                .collect();
+            if !failed.is_empty() {
+                parts.push(format!("scenario {}: {}", s.number, failed.join(", ")));
+            } else if !s.done {
+                parts.push(format!("scenario {} did not finish", s.number));
+            }
+        }
+        for n in &self.expected {
+            if !self.scenarios.iter().any(|s| s.number == *n) {
+                parts.push(format!("scenario {n} did not run"));
+            }
+        }
+        parts.join("; ")
     }
 }
 
-/// Reads the scenario's lines out of the console.
+/// Reads the scenarios' lines out of the console: `scenario N` opens one, the lines until the
+/// next are its own.
 fn parse(console: &str) -> Outcome {
     let mut outcome = Outcome::default();
     for line in console.lines() {
@@ -437,38 +525,57 @@ fn parse(console: &str) -> Outcome {
             continue;
         };
         let (kind, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        if kind == "problem:" {
+            outcome.problem.get_or_insert_with(|| rest.to_owned());
+            continue;
+        }
+        if kind == "scenario" {
+            outcome.scenarios.push(Scenario {
+                number: rest.trim().parse().unwrap_or(0),
+                ..Scenario::default()
+            });
+            continue;
+        }
+        // Lines before any `scenario` line (an older payload) count as scenario 1's.
+        if outcome.scenarios.is_empty() {
+            outcome.scenarios.push(Scenario {
+                number: 1,
+                ..Scenario::default()
+            });
+        }
+        let Some(current) = outcome.scenarios.last_mut() else {
+            continue;
+        };
         match kind {
             "check" => {
                 let mut words = rest.splitn(3, ' ');
                 let name = words.next().unwrap_or_default().to_owned();
                 let ok = words.next() == Some("ok");
                 let detail = words.next().unwrap_or_default().trim().to_owned();
-                outcome.checks.push(Check { name, ok, detail });
+                current.checks.push(Check { name, ok, detail });
             }
             "fact" => {
                 let (name, value) = rest.split_once(' ').unwrap_or((rest, ""));
-                outcome
+                current
                     .facts
                     .insert(name.to_owned(), value.trim().to_owned());
             }
-            "log" => outcome.logs.push(rest.to_owned()),
-            "done" => outcome.done = true,
-            "problem:" => {
-                outcome.problem.get_or_insert_with(|| rest.to_owned());
-            }
+            "log" => current.logs.push(rest.to_owned()),
+            "done" => current.done = true,
             _ => {}
         }
     }
     outcome
 }
 
-/// Boots the node with a fresh overlay and the payload disk; runs scenario 1.
+/// Boots the node with a fresh overlay and the payload disk; runs the scenarios.
 fn boot(
     vmlinuz: &Path,
     base: &Path,
     deb: &Path,
     images: &[images::Image],
     run_dir: &Path,
+    scenarios: &[u32],
 ) -> anyhow::Result<Outcome> {
     if run_dir.exists() {
         fs::remove_dir_all(run_dir)?;
@@ -481,7 +588,7 @@ fn boot(
             .arg(base)
             .arg(&overlay),
     )?;
-    let payload = payload_disk(run_dir, deb, images)?;
+    let payload = payload_disk(run_dir, deb, images, scenarios)?;
     let log_path = run_dir.join("console.log");
     let started = Instant::now();
     println!(
@@ -526,6 +633,7 @@ fn boot(
         .context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
     let console = vm::watch_console(&mut qemu, &log_path, started + RUN_DEADLINE)?;
     let mut outcome = parse(&console.text);
+    outcome.expected = scenarios.to_vec();
     outcome.seconds = started.elapsed().as_secs();
     outcome.log = Some(log_path);
     outcome.console_tail = vm::console_tail(&console.text, 20);
@@ -533,12 +641,16 @@ fn boot(
         outcome.problem = Some(format!(
             "no power-off within {} s; killed{}",
             RUN_DEADLINE.as_secs(),
-            match outcome.checks.last() {
-                Some(check) => format!(" after the check {}", check.name),
+            match outcome
+                .scenarios
+                .last()
+                .and_then(|s| s.checks.last().map(|c| (s.number, c)))
+            {
+                Some((n, check)) => format!(" after scenario {n}'s check {}", check.name),
                 None => String::new(),
             }
         ));
-    } else if !outcome.done {
+    } else if !outcome.scenarios.last().is_some_and(|s| s.done) {
         outcome.problem.get_or_insert_with(|| {
             match vm::KERNEL_CRASH.iter().find(|c| console.text.contains(*c)) {
                 Some(crash) => format!("the guest kernel crashed (\"{crash}\" on the console)"),
@@ -555,13 +667,22 @@ fn boot(
     Ok(outcome)
 }
 
-/// The `payload` disk: the scenario, the package, the images and the example pods.
-fn payload_disk(run_dir: &Path, deb: &Path, images: &[images::Image]) -> anyhow::Result<PathBuf> {
+/// The `payload` disk: the scenarios, the package, the images and the example pods.
+fn payload_disk(
+    run_dir: &Path,
+    deb: &Path,
+    images: &[images::Image],
+    scenarios: &[u32],
+) -> anyhow::Result<PathBuf> {
     let stage = run_dir.join("payload");
-    for sub in ["images", "examples"] {
+    for sub in ["images", "examples", "scenarios"] {
         fs::create_dir_all(stage.join(sub))?;
     }
-    fs::write(stage.join("scenario.sh"), SCENARIO_1)?;
+    // The image's unit runs `scenario.sh`: here, the selected scenarios one after another.
+    fs::write(stage.join("scenario.sh"), driver_script(scenarios))?;
+    for (n, _, script) in SCENARIOS.iter().filter(|(n, _, _)| scenarios.contains(n)) {
+        fs::write(stage.join("scenarios").join(format!("{n}.sh")), script)?;
+    }
     fs::copy(deb, stage.join("swiftlet.deb"))?;
     for image in images {
         let name = image
@@ -594,6 +715,16 @@ fn payload_disk(run_dir: &Path, deb: &Path, images: &[images::Image]) -> anyhow:
     Ok(disk)
 }
 
+fn driver_script(scenarios: &[u32]) -> String {
+    let mut script = String::from("#!/bin/sh\n");
+    for n in scenarios {
+        script.push_str(&format!(
+            "echo '{MARK} scenario {n}'\nsh /payload/scenarios/{n}.sh\n"
+        ));
+    }
+    script
+}
+
 fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in fs::read_dir(dir)?.flatten() {
@@ -608,36 +739,55 @@ fn walk(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
 
 fn report_text(o: &Outcome) -> String {
     let mut text = format!(
-        "\nxtask: node VM, scenario 1: kernel {} ({}), containerd {} ({}): {}\n",
+        "\nxtask: node VM: kernel {} ({}), containerd {} ({}): {}\n",
         o.kernel,
-        o.facts.get("kernel").map_or("?", String::as_str),
+        o.fact("kernel").unwrap_or("?"),
         o.containerd,
-        o.facts.get("containerd").map_or("?", String::as_str),
+        o.fact("containerd").unwrap_or("?"),
         if o.ok() { "ok" } else { "FAILED" }
     );
-    for check in &o.checks {
+    for s in &o.scenarios {
         text.push_str(&format!(
-            "  {:<6} {:<30} {}\n",
-            if check.ok { "ok" } else { "FAILED" },
-            check.name,
-            check.detail
+            "  scenario {} ({}): {}\n",
+            s.number,
+            s.title(),
+            if s.ok() {
+                "ok"
+            } else if s.done {
+                "FAILED"
+            } else {
+                "FAILED (did not finish)"
+            }
         ));
+        for check in &s.checks {
+            text.push_str(&format!(
+                "    {:<6} {:<30} {}\n",
+                if check.ok { "ok" } else { "FAILED" },
+                check.name,
+                check.detail
+            ));
+        }
+        for (name, value) in &s.facts {
+            text.push_str(&format!("    fact   {name:<30} {value}\n"));
+        }
+        if !s.logs.is_empty() {
+            text.push_str("    swiftlet's journal (end):\n");
+            for line in &s.logs {
+                text.push_str(&format!("      {line}\n"));
+            }
+        }
     }
-    for (name, value) in &o.facts {
-        text.push_str(&format!("  fact   {name:<30} {value}\n"));
+    for n in &o.expected {
+        if !o.scenarios.iter().any(|s| s.number == *n) {
+            text.push_str(&format!("  scenario {n}: FAILED (did not run)\n"));
+        }
     }
     for (what, secs) in &o.timings {
-        text.push_str(&format!("  time   {what:<30} {secs} s\n"));
+        text.push_str(&format!("  time   {what:<32} {secs} s\n"));
     }
     if let Some(problem) = &o.problem {
         text.push_str(&format!("  problem: {problem}\n  last console lines:\n"));
         for line in &o.console_tail {
-            text.push_str(&format!("    {line}\n"));
-        }
-    }
-    if !o.logs.is_empty() {
-        text.push_str("  swiftlet's journal (end):\n");
-        for line in &o.logs {
             text.push_str(&format!("    {line}\n"));
         }
     }
@@ -650,16 +800,22 @@ fn report_text(o: &Outcome) -> String {
 
 fn report_json(o: &Outcome) -> serde_json::Value {
     json!({
-        "scenario": 1,
         "kernel": o.kernel,
         "containerd": o.containerd,
         "ok": o.ok(),
         "seconds": o.seconds,
-        "checks": o.checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
-        "facts": o.facts,
+        "scenarios": o.scenarios.iter().map(|s| json!({
+            "scenario": s.number,
+            "title": s.title(),
+            "ok": s.ok(),
+            "done": s.done,
+            "checks": s.checks.iter().map(|c| json!({"name": c.name, "ok": c.ok, "detail": c.detail})).collect::<Vec<_>>(),
+            "facts": s.facts,
+            "journal": s.logs,
+        })).collect::<Vec<_>>(),
+        "expected": o.expected,
         "timings": o.timings.iter().map(|(what, secs)| json!({"what": what, "seconds": secs})).collect::<Vec<_>>(),
         "problem": o.problem,
-        "journal": o.logs,
         "console_tail": o.console_tail,
         "console_log": o.log,
     })
@@ -670,44 +826,67 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_console_gives_checks_facts_and_the_end() {
+    fn the_console_gives_each_scenario_its_checks_facts_and_end() {
         let console = "[  OK  ] Started containerd.service\n\
+            swiftlet-node-vm: scenario 1\n\
             swiftlet-node-vm: fact kernel 6.12.117+deb12-cloud-amd64\n\
             [   40.1] a kernel line swiftlet-node-vm: check unit_ready ok ActiveState=active\n\
-            swiftlet-node-vm: check watchdog_kept FAILED 0 -> 0 over 35s\n\
+            swiftlet-node-vm: done 0\n\
+            swiftlet-node-vm: scenario 5\n\
+            swiftlet-node-vm: check adopted FAILED 2 of 3\n\
             swiftlet-node-vm: log Nov 27 swiftlet[301]: an error\n";
-        let outcome = parse(console);
+        let mut outcome = parse(console);
+        outcome.expected = vec![1, 5];
+        assert_eq!(outcome.fact("kernel"), Some("6.12.117+deb12-cloud-amd64"));
+        assert_eq!(outcome.scenarios.len(), 2);
+        let (first, second) = (&outcome.scenarios[0], &outcome.scenarios[1]);
+        assert_eq!(first.number, 1);
         assert_eq!(
-            outcome.facts.get("kernel").map(String::as_str),
-            Some("6.12.117+deb12-cloud-amd64")
+            first.checks,
+            vec![Check {
+                name: "unit_ready".into(),
+                ok: true,
+                detail: "ActiveState=active".into()
+            }]
         );
+        assert!(first.ok());
+        assert_eq!(second.number, 5);
+        assert!(!second.done);
         assert_eq!(
-            outcome.checks,
-            vec![
-                Check {
-                    name: "unit_ready".into(),
-                    ok: true,
-                    detail: "ActiveState=active".into()
-                },
-                Check {
-                    name: "watchdog_kept".into(),
-                    ok: false,
-                    detail: "0 -> 0 over 35s".into()
-                },
-            ]
-        );
-        assert_eq!(
-            outcome.logs,
+            second.logs,
             vec!["Nov 27 swiftlet[301]: an error".to_owned()]
         );
-        assert!(!outcome.done);
         assert!(!outcome.ok());
-        let finished = parse("swiftlet-node-vm: check a ok\nswiftlet-node-vm: done 0\n");
-        assert!(finished.ok());
+        assert_eq!(outcome.failure_summary(), "scenario 5: adopted");
+
+        // A scenario that never started fails the run, even when the others passed.
+        let mut missing = parse(
+            "swiftlet-node-vm: scenario 1\nswiftlet-node-vm: check a ok\nswiftlet-node-vm: done 0\n",
+        );
+        missing.expected = vec![1];
+        assert!(missing.ok());
+        missing.expected = vec![1, 4];
+        assert!(!missing.ok());
+        assert_eq!(missing.failure_summary(), "scenario 4 did not run");
+
         let unmounted = parse("swiftlet-node-vm: problem: cannot mount the payload disk\n");
         assert_eq!(
             unmounted.problem.as_deref(),
             Some("cannot mount the payload disk")
+        );
+    }
+
+    #[test]
+    fn scenarios_are_selected_in_boot_order() {
+        assert_eq!(
+            select_scenarios(&[]).ok(),
+            Some(SCENARIOS.iter().map(|s| s.0).collect())
+        );
+        assert_eq!(select_scenarios(&[1]).ok(), Some(vec![1]));
+        assert!(select_scenarios(&[99]).is_err());
+        let driver = driver_script(&[1]);
+        assert!(
+            driver.contains("echo 'swiftlet-node-vm: scenario 1'\nsh /payload/scenarios/1.sh\n")
         );
     }
 
