@@ -104,7 +104,7 @@ const SCENARIOS: [(u32, &str, &str); 1] = [(
 )];
 
 /// Changes when the build steps below change in a way the inputs do not show.
-const IMAGE_FORMAT: u32 = 1;
+const IMAGE_FORMAT: u32 = 2;
 
 /// The root disk's size (sparse): the base system takes about 1 GiB, the pods' images and
 /// containerd's snapshots little; the default eviction thresholds (nodefs 10 % free) must hold.
@@ -603,22 +603,23 @@ fn boot(
         // VM: DHCP from qemu, nothing reachable beyond it.
         .args(["-nographic", "-no-reboot"])
         .args(["-nic", "user,restrict=on,model=virtio-net-pci"])
-        // One NVMe controller with the root disk as namespace 1 (`/dev/nvme0n1`) and the payload
-        // as namespace 2: two controllers probe in either order, and the kernel (no initramfs)
-        // finds its root only by that name.
+        // The root disk is the only NVMe namespace, so the kernel (no initramfs) finds it as
+        // `/dev/nvme0n1`: with a second namespace, the kernel's asynchronous namespace scan
+        // names them in either order. The payload is a virtio disk: its driver is a module,
+        // loaded by udev once the root is mounted, and the runner mounts it by its label.
         .arg("-drive")
         .arg(format!(
             "if=none,id=root,format=qcow2,file={}",
             overlay.display()
         ))
+        .args(["-device", "nvme,id=nvme0,serial=swiftlet-node"])
+        .args(["-device", "nvme-ns,drive=root,bus=nvme0,nsid=1"])
         .arg("-drive")
         .arg(format!(
             "if=none,id=payload,format=raw,file={}",
             payload.display()
         ))
-        .args(["-device", "nvme,id=nvme0,serial=swiftlet-node"])
-        .args(["-device", "nvme-ns,drive=root,bus=nvme0,nsid=1"])
-        .args(["-device", "nvme-ns,drive=payload,bus=nvme0,nsid=2"])
+        .args(["-device", "virtio-blk-pci,drive=payload"])
         .arg("-kernel")
         .arg(vmlinuz)
         // `quiet` keeps kernel messages from splitting the scenario's lines.
