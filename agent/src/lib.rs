@@ -22,6 +22,7 @@ pub mod metrics;
 #[cfg(test)]
 mod module_graph_tests;
 pub mod node;
+pub mod nodeshutdown;
 pub mod notify;
 pub mod pleg;
 pub mod pod;

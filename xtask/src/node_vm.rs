@@ -97,11 +97,19 @@ const GUEST_FILES: [(&str, &str, u32); 5] = [
 /// The scenarios of issue 19, in the order one boot runs them: (number, what it shows, script).
 /// Each script speaks the console protocol `parse` reads and ends with `done <failed>`; a later
 /// one starts from the node the earlier ones left (scenario 1 installs and enables the agent).
-const SCENARIOS: [(u32, &str, &str); 1] = [(
-    1,
-    "dpkg -i, enable --now: ready, watchdog, pods, placement",
-    include_str!("../node-vm/scenario1.sh"),
-)];
+const SCENARIOS: [(u32, &str, &str); 2] = [
+    (
+        1,
+        "dpkg -i, enable --now: ready, watchdog, pods, placement",
+        include_str!("../node-vm/scenario1.sh"),
+    ),
+    // Last: it powers the node off (gracefully, through logind) and reports during the shutdown.
+    (
+        6,
+        "graceful node shutdown: inhibitor lock, pods by priority, statuses",
+        include_str!("../node-vm/scenario6.sh"),
+    ),
+];
 
 /// Changes when the build steps below change in a way the inputs do not show.
 const IMAGE_FORMAT: u32 = 2;

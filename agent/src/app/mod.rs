@@ -20,6 +20,7 @@ mod process;
 mod psi;
 mod runtime_driver;
 mod server;
+mod shutdown;
 
 use std::{io, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 

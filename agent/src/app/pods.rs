@@ -56,6 +56,7 @@ use crate::{
     lock::MutexExt as _,
     metrics::Metrics,
     node::{Registration, labels::node_labels},
+    nodeshutdown::ShutdownState,
     pleg::{
         Health as PlegHealth, Pleg, PlegConfig, PodLifecycleEvent, PublishedEvent,
         ebpf::{self, EbpfPleg, EbpfPlegMetrics},
@@ -263,6 +264,8 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     let annotate = cpu_manager.clone().map(|cpus| {
         Arc::new(move |uid: &str| cpus.pod_annotations(uid)) as crate::server::http::Annotator
     });
+    // Read by admission and the Ready condition; set by the node shutdown manager.
+    let node_shutdown = ShutdownState::default();
     let (kubelet, probe_updates) = build_kubelet(
         app,
         &node,
@@ -276,6 +279,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             cpu_manager,
             volumes: volumes.clone(),
             events: events.clone(),
+            node_shutdown: node_shutdown.clone(),
         },
     )?;
     super::events::watch_system_ooms(
@@ -297,7 +301,15 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     )
     .await?;
     let (mut pod_config, updates) = PodConfig::new(Box::new(SystemTime::now));
-    let reporting = node_status(app, &node, &runtime, &pleg.pleg, &eviction);
+    let reporting = node_status(
+        app,
+        &node,
+        &runtime,
+        &pleg.pleg,
+        &eviction,
+        node_shutdown.clone(),
+    );
+    super::shutdown::start(app, &kubelet, node_shutdown, reporting.changed.clone())?;
     start_sources(app, &mut pod_config, &reporting, &kubelet, &volumes, events)?;
     let housekeeping = Housekeeping::new(
         HousekeepingConfig {
@@ -356,6 +368,7 @@ struct CoreParts {
     cpu_manager: Option<Arc<crate::cm::cpumanager::CpuManager>>,
     volumes: Arc<VolumeManager>,
     events: crate::events::Events,
+    node_shutdown: ShutdownState,
 }
 
 /// The probe manager, the pod workers and the kubelet core, built once with all it needs
@@ -407,6 +420,7 @@ fn build_kubelet(
         registration: registration(config),
         security: security_admission(config, runtime.features.clone())?,
         cpu_manager: parts.cpu_manager,
+        node_shutdown: parts.node_shutdown,
         probes,
         volumes: parts.volumes,
         events: parts.events,
@@ -738,6 +752,7 @@ fn node_status(
     runtime: &Runtime,
     pleg: &Arc<dyn Pleg>,
     eviction: &EvictionManager,
+    node_shutdown: ShutdownState,
 ) -> NodeReporting {
     let changed = Arc::new(Notify::new());
     let runtime_health = RuntimeHealth::default();
@@ -764,11 +779,12 @@ fn node_status(
     let readiness: ReadinessCheck = {
         let pleg = pleg.clone();
         Arc::new(move || {
-            // Upstream's order: the runtime's problems, then the PLEG's.
+            // Upstream's order: the runtime's problems, then the PLEG's, then the shutdown's.
             let mut problems: Vec<String> = runtime_health.problem().into_iter().collect();
             if let PlegHealth::Unhealthy(why) = pleg.health() {
                 problems.push(format!("PLEG is not healthy: {why}"));
             }
+            problems.extend(node_shutdown.not_ready().map(str::to_owned));
             (!problems.is_empty()).then(|| problems.join(", "))
         })
     };

@@ -47,6 +47,14 @@ const GATES: &[(&str, bool, Implemented)] = &[
     ("SidecarContainers", true, Implemented::Always(true)),
     // `hostUsers: false` pods (`kuberuntime/userns`).
     ("UserNamespacesSupport", true, Implemented::Always(true)),
+    // Graceful node shutdown (`nodeshutdown`), and its priority groups
+    // (`shutdownGracePeriodByPodPriority`).
+    ("GracefulNodeShutdown", true, Implemented::Switchable),
+    (
+        "GracefulNodeShutdownBasedOnPodPriority",
+        true,
+        Implemented::Switchable,
+    ),
     // Upstream's Evented PLEG (`pleg/evented`), alpha and off upstream.
     (
         "EventedPLEG",

@@ -58,6 +58,7 @@ use super::{
     security::{self, SecurityConfig},
     server::{self, ServerConfig},
     settings::{FileConfig, RunArgs, Settings, with_settings},
+    shutdown,
     types::{CgroupDriver, ChangeDetectionStrategy, Cidr, PlegMode},
     zero,
 };
@@ -160,6 +161,8 @@ with_settings!(config {
     security: SecurityConfig,
     /// `nodeStatusReportFrequency`: how often an unchanged node status is still sent.
     node_status_report_frequency: Duration,
+    /// Graceful node shutdown's priority rows (`shutdown.rs`); none: shut down at once.
+    shutdown: crate::nodeshutdown::ShutdownConfig,
     /// `featureGates` over upstream's defaults (`feature_gates.rs`).
     feature_gates: FeatureGates,
     /// The file's `logging` block; the global flags win over it (`logging.rs`).
@@ -235,6 +238,7 @@ impl Config {
         let mut no_effect = no_effect::set_without_effect(file, &file_origin)?;
         no_effect.extend(gates_without_effect);
         no_effect.extend(logging_without_effect);
+        let node_shutdown = shutdown::resolve(&settings, &feature_gates, &file_origin)?;
         let assembled = Assembled {
             file: match file_origin {
                 Origin::File(p) => Some(p),
@@ -256,6 +260,7 @@ impl Config {
             image_pulls: image_pulls::resolve(&settings)?,
             security: security::resolve(&settings),
             node_status_report_frequency: node_status_report_frequency(file, &settings),
+            shutdown: node_shutdown,
             feature_gates,
             logging,
             no_effect,

@@ -85,6 +85,13 @@ fn seed_example_loads_and_reports_what_has_no_effect() {
     let (_dir, config) = load(&seed, KUBECONFIG);
     let config = config.expect("the seed's example loads");
     assert_eq!(config.max_pods, 110);
+    assert_eq!(
+        config.shutdown,
+        crate::nodeshutdown::ShutdownConfig::from_periods(
+            Duration::from_secs(60),
+            Duration::from_secs(20)
+        )
+    );
     assert_eq!((config.event_record_qps, config.event_burst), (50, 100));
     assert_eq!((config.kube_api_qps, config.kube_api_burst), (50, 100));
     assert_eq!(config.sync_frequency, Duration::from_secs(60));
@@ -108,8 +115,6 @@ fn seed_example_loads_and_reports_what_has_no_effect() {
     assert_eq!(
         no_effect_fields(&config),
         [
-            "shutdownGracePeriod",
-            "shutdownGracePeriodCriticalPods",
             "featureGates.CSIMigration",
             "featureGates.LocalStorageCapacityIsolation",
         ]
@@ -171,11 +176,6 @@ providerID: aws:///eu-west-1a/i-0123
 kernelMemcgNotification: true
 enableSystemLogHandler: false
 enableSystemLogQuery: true
-shutdownGracePeriod: 30s
-shutdownGracePeriodCriticalPods: 10s
-shutdownGracePeriodByPodPriority:
-- priority: 100
-  shutdownGracePeriodSeconds: 20
 crashLoopBackOff:
   maxContainerRestartPeriod: 1m
 reservedMemory:
@@ -275,6 +275,88 @@ fn flags_override_the_file_for_upstream_fields() {
         ),
         (30, 7, 40)
     );
+}
+
+/// The shutdown fields as upstream validates them, into the rows the manager runs by.
+#[test]
+fn graceful_shutdown_settings() {
+    use crate::nodeshutdown::{PriorityGrace, ShutdownConfig};
+    let (_dir, config) = load(
+        "shutdownGracePeriod: 30s\nshutdownGracePeriodCriticalPods: 10s\n",
+        &[],
+    );
+    assert_eq!(
+        config.expect("loads").shutdown,
+        ShutdownConfig::from_periods(Duration::from_secs(30), Duration::from_secs(10))
+    );
+    let (_dir, config) = load(
+        "shutdownGracePeriodByPodPriority:\n- priority: 100000\n  shutdownGracePeriodSeconds: 10\n\
+         - priority: 0\n  shutdownGracePeriodSeconds: 20\n",
+        &[],
+    );
+    assert_eq!(
+        config.expect("loads").shutdown.by_priority,
+        [
+            PriorityGrace {
+                priority: 0,
+                grace_seconds: 20
+            },
+            PriorityGrace {
+                priority: 100_000,
+                grace_seconds: 10
+            }
+        ]
+    );
+    let (_dir, config) = load("shutdownGracePeriod: 0s\n", &[]);
+    assert!(!config.expect("loads").shutdown.is_enabled());
+    // The gate off and nothing asked: no shutdown manager, no error.
+    let (_dir, config) = load("featureGates:\n  GracefulNodeShutdown: false\n", &[]);
+    assert!(!config.expect("loads").shutdown.is_enabled());
+
+    let cases: &[(&str, &str)] = &[
+        (
+            "shutdownGracePeriod: 10s\nshutdownGracePeriodCriticalPods: 20s\n",
+            "field `shutdownGracePeriodCriticalPods`: invalid duration \"20s\": must be <= \
+             shutdownGracePeriod 10s",
+        ),
+        (
+            "shutdownGracePeriod: 500ms\n",
+            "field `shutdownGracePeriod`: invalid duration \"500ms\": must be either zero or \
+             otherwise >= 1 sec",
+        ),
+        (
+            "shutdownGracePeriod: -5s\n",
+            "field `shutdownGracePeriod`: invalid duration \"-5s\": must not be negative",
+        ),
+        (
+            "shutdownGracePeriod: 30s\nshutdownGracePeriodByPodPriority:\n- priority: 1\n  \
+             shutdownGracePeriodSeconds: 5\n",
+            "Cannot specify both shutdownGracePeriodByPodPriority and shutdownGracePeriod at the \
+             same time",
+        ),
+        (
+            "shutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: -5\n",
+            "field `shutdownGracePeriodByPodPriority`: invalid shutdownGracePeriodSeconds \"-5\": \
+             must not be negative (priority 1)",
+        ),
+        (
+            "shutdownGracePeriodByPodPriority:\n- priority: 1\n  seconds: 5\n",
+            "unknown field `seconds`",
+        ),
+        (
+            "featureGates:\n  GracefulNodeShutdown: false\nshutdownGracePeriod: 30s\n",
+            "requires feature gate GracefulNodeShutdown",
+        ),
+        (
+            "featureGates:\n  GracefulNodeShutdownBasedOnPodPriority: false\n\
+             shutdownGracePeriodByPodPriority:\n- priority: 1\n  shutdownGracePeriodSeconds: 5\n",
+            "requires feature gate GracefulNodeShutdownBasedOnPodPriority",
+        ),
+    ];
+    for (yaml, want) in cases {
+        let msg = err(yaml, &[]);
+        assert!(msg.contains(want), "{yaml}: {msg}");
+    }
 }
 
 /// docs/configuration.md lists every field the file accepts.

@@ -8,7 +8,7 @@
 //! Modules depend one way: the leaves (`error.rs`, `duration.rs`, `types.rs`, `defaults.rs`,
 //! `file.rs`, `kernel.rs`, `no_effect.rs`, `logging.rs`, then the rules `input.rs`, `rules.rs` and `registration.rs`), then the table
 //! (`settings.rs`), then the sections that check several settings together (`server.rs`,
-//! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `housekeeping.rs`, `image_pulls.rs`, `security.rs`,
+//! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `housekeeping.rs`, `image_pulls.rs`, `security.rs`, `shutdown.rs`,
 //! `feature_gates.rs`), then loading (`zero.rs`, `load.rs`) and the command line (`cli.rs`). This file only declares and re-exports.
 //!
 //! Not here: what the components do with their settings. Upstream: `cmd/kubelet/app/options` and
@@ -35,6 +35,7 @@ mod rules;
 mod security;
 mod server;
 mod settings;
+mod shutdown;
 mod types;
 mod zero;
 
@@ -54,6 +55,7 @@ pub use reserved::{Reserved, ReservedResources};
 pub use security::SecurityConfig;
 pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig};
 pub use settings::{FileConfig, RunArgs};
+pub use shutdown::FileShutdownGrace;
 pub use types::{
     CgroupDriver, ChangeDetectionStrategy, Cidr, CpuApply, CpuManagerPolicy, PlegMode, TlsVersion,
 };

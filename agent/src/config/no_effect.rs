@@ -117,12 +117,6 @@ macro_rules! with_no_effect {
                 => |v| *v, "swiftlet serves no /logs endpoint";
             enable_system_log_query: [bool] = "enableSystemLogQuery"
                 => |v| !v, "swiftlet serves no /logs endpoint";
-            shutdown_grace_period: [DurationText] = "shutdownGracePeriod"
-                => |d| d.0.is_zero(), "swiftlet has no graceful node shutdown";
-            shutdown_grace_period_critical_pods: [DurationText] = "shutdownGracePeriodCriticalPods"
-                => |d| d.0.is_zero(), "swiftlet has no graceful node shutdown";
-            shutdown_grace_period_by_pod_priority: [Vec<super::no_effect::ShutdownGracePeriodByPodPriority>] = "shutdownGracePeriodByPodPriority"
-                => |v| v.is_empty(), "swiftlet has no graceful node shutdown";
             crash_loop_back_off: [super::no_effect::CrashLoopBackOff] = "crashLoopBackOff"
                 => |v| v.is_default(), "swiftlet's restart back-off has upstream's fixed 5m cap";
             reserved_memory: [Vec<super::no_effect::MemoryReservation>] = "reservedMemory"
@@ -220,7 +214,6 @@ written_as_is!(
     BTreeMap<String, String>,
     BTreeMap<String, Vec<String>>,
     MemorySwap,
-    Vec<ShutdownGracePeriodByPodPriority>,
     CrashLoopBackOff,
     Vec<MemoryReservation>,
     Tracing,
@@ -260,14 +253,6 @@ impl MemorySwap {
     fn is_default(&self) -> bool {
         matches!(self.swap_behavior.as_deref(), None | Some("" | "NoSwap"))
     }
-}
-
-/// An entry of `shutdownGracePeriodByPodPriority`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct ShutdownGracePeriodByPodPriority {
-    pub priority: i32,
-    pub shutdown_grace_period_seconds: i64,
 }
 
 /// `crashLoopBackOff` (upstream `CrashLoopBackOffConfig`).

@@ -56,6 +56,7 @@ use super::{
         log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, resolv_conf, root_dir,
         unsafe_sysctls,
     },
+    shutdown::FileShutdownGrace,
     types::{
         CgroupDriver, ChangeDetectionStrategy, Cidr, CpuApply, CpuManagerPolicy, PlegMode,
         TlsVersion,
@@ -448,6 +449,19 @@ macro_rules! with_settings {
             section cpu_manager_reset_state: [bool] = "cpuManagerResetState",
                 flag "cpu-manager-reset-state" [bool]
                 => flag, default false;
+            /// How long the node's shutdown waits for its pods (`shutdownGracePeriod`): logind is held
+            /// back that long with a delay inhibitor lock; 0 (the default) shuts down at once.
+            section shutdown_grace_period: [Option<Duration>] = "shutdownGracePeriod", file [String]
+                => duration;
+            /// The part of `shutdownGracePeriod` kept for critical pods (priority at least
+            /// 2000000000), killed after the others (`shutdownGracePeriodCriticalPods`).
+            section shutdown_grace_period_critical_pods: [Option<Duration>] = "shutdownGracePeriodCriticalPods", file [String]
+                => duration;
+            /// Shutdown grace by pod priority (`shutdownGracePeriodByPodPriority`), instead of the two
+            /// above: a list of `priority` and `shutdownGracePeriodSeconds`, killed lowest first.
+            section shutdown_grace_period_by_pod_priority: [Option<Vec<FileShutdownGrace>>] = "shutdownGracePeriodByPodPriority",
+                file [Vec<FileShutdownGrace>]
+                => plain;
             /// Size at which a container's log is rotated (`containerLogMaxSize`), a quantity such as
             /// `10Mi`; negative disables rotation.
             section container_log_max_size: [i64] = "containerLogMaxSize",

@@ -41,6 +41,8 @@ pub const NODE_NOT_READY: &str = "NodeNotReady";
 pub const NODE_REBOOTED: &str = "Rebooted";
 pub const SUCCESSFUL_NODE_ALLOCATABLE_ENFORCEMENT: &str = "NodeAllocatableEnforced";
 pub const SYSTEM_OOM: &str = "SystemOOM";
+/// The node shutdown manager saw a shutdown or its cancellation (upstream `NodeShutdown`).
+pub const NODE_SHUTDOWN: &str = "NodeShutdown";
 
 // Garbage collection (kubelet.go `StartGarbageCollection`, images/image_gc_manager.go).
 pub const CONTAINER_GC_FAILED: &str = "ContainerGCFailed";
@@ -67,6 +69,7 @@ pub enum Action {
     EnforceNodeAllocatable,
     WatchOom,
     CollectGarbage,
+    ShutdownNode,
 }
 
 impl Action {
@@ -87,6 +90,7 @@ impl Action {
             Action::EnforceNodeAllocatable => "EnforceNodeAllocatable",
             Action::WatchOom => "WatchOOM",
             Action::CollectGarbage => "CollectGarbage",
+            Action::ShutdownNode => "ShutdownNode",
         }
     }
 }

@@ -41,6 +41,7 @@ use crate::{
     kuberuntime::{manager::KubeRuntimeManager, should_container_be_restarted},
     lock::MutexExt as _,
     node::Registration,
+    nodeshutdown::{PodTerminator, ShutdownState},
     pleg::{EventType, PodCache, PodLifecycleEvent, relist::running_pod_of},
     pod_workers::{
         KillOptions, PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase, is_terminal_phase,
@@ -78,6 +79,8 @@ pub struct Kubelet {
     pressure: OnceLock<watch::Receiver<BTreeSet<NodeCondition>>>,
     /// The CPU manager, under the static policy.
     cpu_manager: Option<Arc<CpuManager>>,
+    /// Whether the node is shutting down: admission turns pods away meanwhile.
+    node_shutdown: ShutdownState,
     /// Housekeeping stops the probes of pods that are gone.
     probes: ProbeManager,
     /// Housekeeping removes the directories of pods nobody wants.
@@ -102,6 +105,7 @@ pub struct KubeletParts {
     pub registration: Registration,
     pub security: SecurityAdmission,
     pub cpu_manager: Option<Arc<CpuManager>>,
+    pub node_shutdown: ShutdownState,
     pub probes: ProbeManager,
     pub volumes: Arc<VolumeManager>,
     pub events: Events,
@@ -121,6 +125,7 @@ impl Kubelet {
             registration,
             security,
             cpu_manager,
+            node_shutdown,
             probes,
             volumes,
             events,
@@ -139,6 +144,7 @@ impl Kubelet {
             rejected: Mutex::new(HashSet::new()),
             pressure: OnceLock::new(),
             cpu_manager,
+            node_shutdown,
             probes,
             volumes,
             sources_complete: std::sync::atomic::AtomicBool::new(false),
@@ -177,6 +183,13 @@ impl Kubelet {
             let conditions = pressure.borrow().clone();
             crate::eviction::admission::admit(pod, &conditions)?;
         }
+        // Upstream's node shutdown admit handler.
+        self.node_shutdown
+            .admission()
+            .map_err(|(reason, message)| admission::Rejection {
+                reason: reason.into(),
+                message: message.into(),
+            })?;
         self.security.admit(pod)?;
         // Last: allocating is the only check with a side effect.
         if let Some(cpus) = &self.cpu_manager {
@@ -350,6 +363,29 @@ impl Kubelet {
             kill: Some(KillOptions {
                 grace_period_override: Some(grace_secs),
                 evict: true,
+                completed: Some(tx),
+            }),
+        });
+        rx
+    }
+
+    /// Kills a pod for the node's shutdown (upstream's shutdown manager's `killPodFunc`): its
+    /// status says so from now on (Failed unless it already Succeeded), its worker kills it
+    /// within `grace_secs`, preStop hooks included.
+    fn terminate_for_shutdown(&self, pod: &Arc<Pod>, grace_secs: i64) -> oneshot::Receiver<()> {
+        self.status.set_terminal_unless_succeeded(
+            pod,
+            crate::nodeshutdown::SHUTDOWN_REASON,
+            crate::nodeshutdown::SHUTDOWN_MESSAGE,
+        );
+        let (tx, rx) = oneshot::channel();
+        self.workers.update_pod(UpdatePodOptions {
+            update_type: UpdateType::Kill,
+            pod: Some(pod.clone()),
+            running_pod: None,
+            kill: Some(KillOptions {
+                grace_period_override: Some(grace_secs),
+                evict: false,
                 completed: Some(tx),
             }),
         });
@@ -575,6 +611,20 @@ impl Kubelet {
             desired_uids.contains(uid) || in_runtime.contains(uid) || phases.contains_key(uid)
         });
         self.runtime.gc(SystemTime::now());
+    }
+}
+
+/// The node shutdown manager's way to the pods: the active ones (as eviction's), killed through
+/// the kubelet's pod workers.
+pub struct KubeletShutdownTerminator(pub Arc<Kubelet>);
+
+impl PodTerminator for KubeletShutdownTerminator {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        self.0.pods_for_eviction()
+    }
+
+    fn terminate(&self, pod: &Arc<Pod>, grace_secs: i64) -> oneshot::Receiver<()> {
+        self.0.terminate_for_shutdown(pod, grace_secs)
     }
 }
 

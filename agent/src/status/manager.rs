@@ -69,6 +69,16 @@ impl StatusManager {
     /// Marks `pod` as ended by the kubelet (phase Failed with this reason and message, and a
     /// `DisruptionTarget` condition), and records that at once.
     pub fn set_terminal(&self, pod: &Arc<Pod>, reason: &str, message: &str) {
+        self.set_terminal_with(pod, reason, message, false);
+    }
+
+    /// [`StatusManager::set_terminal`], but a pod that already Succeeded keeps that phase (the
+    /// node shutdown's status function, upstream).
+    pub fn set_terminal_unless_succeeded(&self, pod: &Arc<Pod>, reason: &str, message: &str) {
+        self.set_terminal_with(pod, reason, message, true);
+    }
+
+    fn set_terminal_with(&self, pod: &Arc<Pod>, reason: &str, message: &str, keep_succeeded: bool) {
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
         self.terminal().insert(
             uid.clone(),
@@ -78,6 +88,7 @@ impl StatusManager {
                 since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::now(),
                 ),
+                keep_succeeded,
             },
         );
         let status = self.get(&uid).unwrap_or_default();
@@ -192,11 +203,15 @@ struct TerminalStatus {
     reason: String,
     message: String,
     since: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    /// A Succeeded phase stays (the node shutdown's); else the phase is Failed (eviction's).
+    keep_succeeded: bool,
 }
 
 impl TerminalStatus {
     fn apply(&self, status: &mut ApiPodStatus) {
-        status.phase = Some("Failed".into());
+        if !(self.keep_succeeded && status.phase.as_deref() == Some("Succeeded")) {
+            status.phase = Some("Failed".into());
+        }
         status.reason = Some(self.reason.clone());
         status.message = Some(self.message.clone());
         let conditions = status.conditions.get_or_insert_with(Vec::new);
@@ -253,6 +268,53 @@ mod tests {
             Some("Running"),
             "forgotten with the pod"
         );
+    }
+
+    #[test]
+    fn a_pod_shut_down_with_the_node_reads_as_upstream_writes_it() {
+        let m = StatusManager::default();
+        let running = pod("a", "web");
+        m.set_pod_status(&running, phase("Running"));
+        m.set_terminal_unless_succeeded(
+            &running,
+            crate::nodeshutdown::SHUTDOWN_REASON,
+            crate::nodeshutdown::SHUTDOWN_MESSAGE,
+        );
+        let s = m.get(&PodUid("a".into())).unwrap_or_default();
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
+        assert_eq!(s.reason.as_deref(), Some("Terminated"));
+        assert_eq!(
+            s.message.as_deref(),
+            Some("Pod was terminated in response to imminent node shutdown.")
+        );
+        let conditions = s.conditions.unwrap_or_default();
+        let target: Vec<_> = conditions
+            .iter()
+            .filter(|c| c.type_ == "DisruptionTarget")
+            .collect();
+        assert_eq!(target.len(), 1);
+        assert_eq!(target[0].status, "True");
+        assert_eq!(target[0].reason.as_deref(), Some("TerminationByKubelet"));
+        assert_eq!(
+            target[0].message.as_deref(),
+            Some("Pod was terminated in response to imminent node shutdown.")
+        );
+
+        // A pod that had already succeeded keeps its phase, as upstream's status function.
+        let done = pod("b", "job");
+        m.set_pod_status(&done, phase("Succeeded"));
+        m.set_terminal_unless_succeeded(
+            &done,
+            crate::nodeshutdown::SHUTDOWN_REASON,
+            crate::nodeshutdown::SHUTDOWN_MESSAGE,
+        );
+        let s = m.get(&PodUid("b".into())).unwrap_or_default();
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(s.reason.as_deref(), Some("Terminated"));
+        // Eviction makes even a succeeded pod Failed (upstream's eviction status function).
+        m.set_terminal(&done, "Evicted", "low on memory");
+        let s = m.get(&PodUid("b".into())).unwrap_or_default();
+        assert_eq!(s.phase.as_deref(), Some("Failed"));
     }
 
     #[test]
