@@ -97,6 +97,10 @@ check logind_drop_in "$(stat -c '%a %U %F' "$dropin" 2>&1) $(grep InhibitDelayMa
     sh -c "test \"\$(stat -c %a $dropin)\" = 644 && test ! -L $dropin && grep -qx 'InhibitDelayMaxSec=30' $dropin"
 locks=$(systemd-inhibit --list --no-pager --no-legend 2>&1 | tr -s ' ' | tr '\n' ';')
 check inhibitor_lock_held "$locks" sh -c "systemd-inhibit --list --no-pager --no-legend | grep -w swiftlet | grep -w shutdown | grep -qw delay"
+# logind's own record of it, which the shutdown checks read when D-Bus may be going away.
+state_file=$(grep -l '^WHO=swiftlet' /run/systemd/inhibit/* 2>/dev/null | head -1)
+check inhibitor_state_file "$state_file: $(grep -E '^(WHAT|MODE)=' "${state_file:-/dev/null}" 2>&1 | tr '\n' ' ')" \
+    sh -c "test -n '$state_file' && grep -qx 'MODE=delay' '$state_file'"
 
 # The checks that run during the shutdown, while swiftlet still serves.
 cat >/run/swiftlet-shutdown-check.sh <<'CHECKS'
@@ -130,8 +134,26 @@ for pod in regular critical; do
 done
 order=$(tr '\n' ' ' <"$marks/order" 2>/dev/null)
 check regular_before_critical "preStop order: $order" test "$order" = "regular critical "
-stopped=$(curl -sf --max-time 10 http://127.0.0.1:10255/pods | jq -c '[.items[] | {name: .metadata.name, containers: [.status.containerStatuses[]? | .state | keys[0]]}]')
-check containers_stopped "$stopped" sh -c "echo '$stopped' | jq -e 'all(.[]; all(.containers[]; . == \"terminated\"))' >/dev/null"
+# The last group's kill may outlast its seconds (the manager then goes on, as upstream, and the
+# pod workers finish it): the containers must be seen stopped while swiftlet still runs.
+stopped=""
+i=0
+while [ $i -lt 90 ]; do
+    stopped=$(curl -sf --max-time 10 http://127.0.0.1:10255/pods | jq -c '[.items[] | select(.metadata.name | startswith("late-") | not) | {name: .metadata.name, containers: [.status.containerStatuses[]? | .state | keys[0]]}]')
+    echo "$stopped" | jq -e 'all(.[]; all(.containers[]; . == "terminated"))' >/dev/null 2>&1 && break
+    sleep 1
+    i=$((i + 1))
+done
+check containers_stopped "after ${i}s: $stopped" sh -c "echo '$stopped' | jq -e 'length == 2 and all(.[]; all(.containers[]; . == \"terminated\"))' >/dev/null"
+# The manager's own account of the order: the regular group was done (or out of time) before
+# the critical pod was killed.
+journal=$(journalctl -u swiftlet --no-pager -o cat | grep -E 'done waiting for all pods|pod killing timed out|killing pod with gracePeriod' | sed -e 's/^[^ ]* *[A-Z]* *swiftlet::nodeshutdown::manager: //')
+line() { echo "$journal" | grep -n -E "$1" | head -1 | cut -d: -f1; }
+regular=$(line 'killing pod.*pod=regular-')
+regular_done=$(line '(done waiting|timed out).*priority=0( |$)')
+critical=$(line 'killing pod.*pod=critical-')
+check manager_order "lines regular=$regular done=$regular_done critical=$critical: $(echo "$journal" | tr '\n' ';')" \
+    test -n "$regular" -a -n "$regular_done" -a -n "$critical" -a "${regular:-0}" -lt "${regular_done:-0}" -a "${regular_done:-0}" -lt "${critical:-0}"
 held=$(grep -l '^WHO=swiftlet' /run/systemd/inhibit/* 2>/dev/null | tr '\n' ' ')
 check lock_released "swiftlet's inhibitors in /run/systemd/inhibit: [$held]" test -z "$held"
 ready=$(curl -sf --max-time 10 http://127.0.0.1:10255/node | jq -c '.status.conditions[]? | select(.type == "Ready") | {status, reason, message}')
@@ -171,7 +193,8 @@ StandardError=tty
 TTYPath=/dev/ttyS0
 EOF
 systemctl daemon-reload
-check check_unit_started "$(systemctl is-active swiftlet-shutdown-check 2>&1)" systemctl start swiftlet-shutdown-check
+systemctl start swiftlet-shutdown-check
+check check_unit_started "$(systemctl is-active swiftlet-shutdown-check 2>&1)" systemctl -q is-active swiftlet-shutdown-check
 
 if [ "$failed" -gt 0 ]; then
     journalctl -u swiftlet --no-pager -o cat | tail -60 | sed "s/^/$M log /"
