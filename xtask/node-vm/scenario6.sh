@@ -98,7 +98,8 @@ check logind_drop_in "$(stat -c '%a %U %F' "$dropin" 2>&1) $(grep InhibitDelayMa
 locks=$(systemd-inhibit --list --no-pager --no-legend 2>&1 | tr -s ' ' | tr '\n' ';')
 check inhibitor_lock_held "$locks" sh -c "systemd-inhibit --list --no-pager --no-legend | grep -w swiftlet | grep -w shutdown | grep -qw delay"
 # logind's own record of it, which the shutdown checks read when D-Bus may be going away.
-state_file=$(grep -l '^WHO=swiftlet' /run/systemd/inhibit/* 2>/dev/null | head -1)
+# Regular files only: each lock also has a FIFO there, which a reader would block on.
+state_file=$(find /run/systemd/inhibit -maxdepth 1 -type f -exec grep -l '^WHO=swiftlet' {} + 2>/dev/null | head -1)
 check inhibitor_state_file "$state_file: $(grep -E '^(WHAT|MODE)=' "${state_file:-/dev/null}" 2>&1 | tr '\n' ' ')" \
     sh -c "test -n '$state_file' && grep -qx 'MODE=delay' '$state_file'"
 
@@ -154,7 +155,7 @@ regular_done=$(line '(done waiting|timed out).*priority=0( |$)')
 critical=$(line 'killing pod.*pod=critical-')
 check manager_order "lines regular=$regular done=$regular_done critical=$critical: $(echo "$journal" | tr '\n' ';')" \
     test -n "$regular" -a -n "$regular_done" -a -n "$critical" -a "${regular:-0}" -lt "${regular_done:-0}" -a "${regular_done:-0}" -lt "${critical:-0}"
-held=$(grep -l '^WHO=swiftlet' /run/systemd/inhibit/* 2>/dev/null | tr '\n' ' ')
+held=$(find /run/systemd/inhibit -maxdepth 1 -type f -exec grep -l '^WHO=swiftlet' {} + 2>/dev/null | tr '\n' ' ')
 check lock_released "swiftlet's inhibitors in /run/systemd/inhibit: [$held]" test -z "$held"
 ready=$(curl -sf --max-time 10 http://127.0.0.1:10255/node | jq -c '.status.conditions[]? | select(.type == "Ready") | {status, reason, message}')
 check node_not_ready "$ready" sh -c "echo '$ready' | jq -e '.status == \"False\" and .reason == \"KubeletNotReady\" and (.message | contains(\"node is shutting down\"))' >/dev/null"

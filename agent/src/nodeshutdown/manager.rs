@@ -66,7 +66,7 @@ impl NodeShutdownManager {
         };
         let mut first = true;
         loop {
-            let signals = match self.connect(&mut running).await {
+            let signals = match self.connect(&mut running, &shutdown).await {
                 Ok(signals) => signals,
                 Err(e) if first => {
                     tracing::error!(error = %e, "unable to watch the node for shutdown events: node shutdown will not be graceful");
@@ -96,7 +96,11 @@ impl NodeShutdownManager {
     /// Connects, raises logind's delay when it is below the grace period, subscribes to
     /// `PrepareForShutdown`, then takes the lock (subscribed first, so that no announcement falls
     /// between the two).
-    async fn connect(&self, running: &mut Running) -> Result<ShutdownSignals, Error> {
+    async fn connect(
+        &self,
+        running: &mut Running,
+        shutdown: &CancellationToken,
+    ) -> Result<ShutdownSignals, Error> {
         self.inhibitor.connect().await?;
         let requested = self.config.period_requested();
         let current = self.inhibitor.current_inhibit_delay().await?;
@@ -111,8 +115,7 @@ impl NodeShutdownManager {
             self.wait_for_delay(requested).await?;
         }
         let signals = self.inhibitor.monitor_shutdown().await?;
-        self.apply(running, Input::Connected, &CancellationToken::new())
-            .await;
+        self.apply(running, Input::Connected, shutdown).await;
         Ok(signals)
     }
 
