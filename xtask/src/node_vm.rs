@@ -23,7 +23,9 @@
 //! per scenario. Scenario 1 of issue 19 (`xtask/node-vm/scenario1.sh`): `dpkg -i`, the examples as static pods,
 //! `systemctl enable --now swiftlet`; the unit ready (sd_notify), the pods running, the watchdog
 //! kept, oom_score_adj and cgroup as upstream's kubelet.service, and stopping swiftlet leaves the
-//! pods running. Upstream counterpart: none in the kubelet; kind's node image
+//! pods running. Scenario 4 (`scenario4.sh`): containerd restarted, then stopped for 40 s with
+//! a container killed meanwhile; scenario 5 (`scenario5.sh`): the agent restarted and killed
+//! under pods with an exclusive CPU and volumes. Upstream counterpart: none in the kubelet; kind's node image
 //! (`images/base/Dockerfile`) and kubeadm's kubelet.service are what this mirrors.
 
 use std::{
@@ -97,11 +99,23 @@ const GUEST_FILES: [(&str, &str, u32); 5] = [
 /// The scenarios of issue 19, in the order one boot runs them: (number, what it shows, script).
 /// Each script speaks the console protocol `parse` reads and ends with `done <failed>`; a later
 /// one starts from the node the earlier ones left (scenario 1 installs and enables the agent).
-const SCENARIOS: [(u32, &str, &str); 1] = [(
-    1,
-    "dpkg -i, enable --now: ready, watchdog, pods, placement",
-    include_str!("../node-vm/scenario1.sh"),
-)];
+const SCENARIOS: [(u32, &str, &str); 3] = [
+    (
+        1,
+        "dpkg -i, enable --now: ready, watchdog, pods, placement",
+        include_str!("../node-vm/scenario1.sh"),
+    ),
+    (
+        4,
+        "containerd restarted and away 40 s: pods kept, agent up, exit caught up",
+        include_str!("../node-vm/scenario4.sh"),
+    ),
+    (
+        5,
+        "agent restarted and killed: pods adopted, exclusive CPU and volumes intact",
+        include_str!("../node-vm/scenario5.sh"),
+    ),
+];
 
 /// Changes when the build steps below change in a way the inputs do not show.
 const IMAGE_FORMAT: u32 = 2;
