@@ -26,6 +26,7 @@ fact() { echo "$M fact $1 $2"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }'; }
 prop() { systemctl show -P "$1" swiftlet; }
+scenario_started=$(uptime_s)
 # Polls `$@` every second for up to $1 seconds.
 wait_for() {
     limit=$1
@@ -71,7 +72,12 @@ tasks_match() {
 }
 node_ready() { ready_condition | grep -q '^True'; }
 runtime_down() { ready_condition | grep -q '^False .*container runtime is down'; }
-dump_tasks() { ctr -n k8s.io tasks ls 2>&1 | tr -s ' \n' ' '; }
+# A snapshot for a report line: ids cut to 12 characters.
+brief() { echo "$1" | awk '{ printf "%s %s %s; ", $1, substr($2, 1, 12), $3 }'; }
+# The running tasks, ids cut to 12 characters.
+dump_tasks() {
+    ctr -n k8s.io tasks ls 2>&1 | awk '$3 == "RUNNING" { n++; s = s " " substr($1, 1, 12) } END { print n " running:" s }'
+}
 
 OUTAGE=40
 manifests=$(sed -n 's/^staticPodPath: *//p' /etc/swiftlet/config.yaml)
@@ -116,7 +122,7 @@ fact containerd_restart_seconds "$(since "$t")"
 # The agent's next relist and runtime check come within their periods (1 s, 5 s).
 sleep 10
 after=$(snapshot)
-check restart_keeps_pods "$(echo "$after" | tr '\n' ' ')" test "$after" = "$before"
+check restart_keeps_pods "$(brief "$after")" test "$after" = "$before"
 check restart_keeps_tasks "$(dump_tasks)" tasks_match "$after" "$pods"
 check restart_keeps_agent "MainPID $pid -> $(prop MainPID), NRestarts $restarts -> $(prop NRestarts)" \
     test "$(prop MainPID)" = "$pid" -a "$(prop NRestarts)" = "$restarts"
@@ -165,7 +171,7 @@ check victim_restarted_once "restartCount $victim_restarts -> $(echo "$v" | jq .
 after=$(snapshot)
 others_before=$(echo "$before" | grep -v '^outage/victim ')
 others_after=$(echo "$after" | grep -v '^outage/victim ')
-check others_untouched "$(echo "$others_after" | tr '\n' ' ')" test "$others_after" = "$others_before"
+check others_untouched "$(brief "$others_after")" test "$others_after" = "$others_before"
 check tasks_after "$(dump_tasks)" tasks_match "$after" "$pods"
 check status_running_again "$(prop StatusText)" test "$(prop StatusText)" = running
 check agent_never_restarted "MainPID $pid -> $(prop MainPID), NRestarts $restarts -> $(prop NRestarts)" \
@@ -179,4 +185,5 @@ fi
 rm -f "$manifests"/outage.yaml
 systemctl stop swiftlet
 systemctl kill --signal=SIGKILL kubepods.slice 2>/dev/null
+fact scenario_seconds "$(since "$scenario_started")"
 echo "$M done $failed"

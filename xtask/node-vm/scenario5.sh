@@ -26,6 +26,7 @@ fact() { echo "$M fact $1 $2"; }
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
 since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }'; }
 prop() { systemctl show -P "$1" swiftlet; }
+scenario_started=$(uptime_s)
 wait_for() {
     limit=$1
     shift
@@ -58,7 +59,12 @@ tasks_match() {
     done
     test "$(echo "$tasks" | grep -c .)" = $(($(echo "$1" | grep -c .) + $2))
 }
-dump_tasks() { ctr -n k8s.io tasks ls 2>&1 | tr -s ' \n' ' '; }
+# A snapshot for a report line: ids cut to 12 characters.
+brief() { echo "$1" | awk '{ printf "%s %s %s; ", $1, substr($2, 1, 12), $3 }'; }
+# The running tasks, ids cut to 12 characters.
+dump_tasks() {
+    ctr -n k8s.io tasks ls 2>&1 | awk '$3 == "RUNNING" { n++; s = s " " substr($1, 1, 12) } END { print n " running:" s }'
+}
 
 config=/etc/swiftlet/config.yaml
 state=/var/lib/swiftlet/cpu_manager_state
@@ -150,7 +156,7 @@ compare() {
     wait_for 120 all_ready "$pods"
     sleep 5
     look
-    check "${1}_adopted" "$(echo "$snapshot" | tr '\n' ' ')" test "$snapshot" = "$before_snapshot"
+    check "${1}_adopted" "$(brief "$snapshot")" test "$snapshot" = "$before_snapshot"
     check "${1}_tasks" "$(dump_tasks)" tasks_match "$snapshot" "$pods"
     check "${1}_cpu_intact" "cpus=$cpus checkpoint=$checkpoint" \
         test "$cpus|$checkpoint" = "$(echo "$before" | cut -d'|' -f1-2)"
@@ -188,4 +194,5 @@ systemctl stop swiftlet
 systemctl kill --signal=SIGKILL kubepods.slice 2>/dev/null
 cp /run/swiftlet-config.yaml.orig "$config"
 rm -f "$state"
+fact scenario_seconds "$(since "$scenario_started")"
 echo "$M done $failed"
