@@ -102,11 +102,29 @@ impl KernelExits {
     pub(super) fn contains(&self, container: &str) -> bool {
         self.by_container.contains_key(container)
     }
+
+    /// Forgets the exits of the containers of `status`'s pod that it (the runtime's own) no
+    /// longer lists: removed, their ends need no more waiting for or amending.
+    fn forget_unlisted(&mut self, status: &PodStatus) {
+        let unlisted: Vec<String> = self
+            .by_container
+            .iter()
+            .filter(|(id, exit)| {
+                exit.pod == status.uid && !status.containers.iter().any(|c| &c.id.id == *id)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        unlisted.iter().for_each(|id| self.remove(id));
+    }
 }
 
 #[derive(Default)]
 pub struct KernelFacts {
     pub(super) exits: KernelExits,
+    /// Exits the runtime lost ([`lost_by_the_runtime`]): every status of the runtime shows its
+    /// placeholder for as long as it keeps the container, so the kernel's account is kept to
+    /// amend each; bounded, and forgotten with the container or its pod.
+    lost: KernelExits,
     /// Containers an OOM kill hit, kept after their cgroup is gone (their exited status stays
     /// in the runtime); bounded.
     oom_killed: VecDeque<String>,
@@ -155,6 +173,7 @@ impl KernelFacts {
     /// Failed pod still shows why it failed, a deleted one leaves no stale series.
     pub fn forget_pod(&mut self, pod: &PodUid) {
         self.exits.remove_pod(pod);
+        self.lost.remove_pod(pod);
         if let Some((namespace, name)) = self.oom_series.remove(pod)
             && let Some(m) = &self.metrics
         {
@@ -177,18 +196,17 @@ impl KernelFacts {
             self.exits.remove(&sandbox.id);
         }
         if source == Source::Runtime {
-            let unlisted: Vec<String> = self
-                .exits
-                .by_container
-                .iter()
-                .filter(|(id, exit)| {
-                    exit.pod == status.uid && !status.containers.iter().any(|c| &c.id.id == *id)
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            unlisted.iter().for_each(|id| self.exits.remove(id));
+            self.exits.forget_unlisted(status);
+            self.lost.forget_unlisted(status);
         }
         for c in &mut status.containers {
+            if c.state == ContainerState::Exited
+                && lost_by_the_runtime(c)
+                && let Some(exit) = self.lost.by_container.get(&c.id.id)
+            {
+                amend_exit(c, exit);
+                continue;
+            }
             let Some(exit) = self.exits.by_container.get(&c.id.id) else {
                 continue;
             };
@@ -198,7 +216,7 @@ impl KernelFacts {
                 }
                 if lost_by_the_runtime(c) {
                     // The kernel saw the exit the runtime lost: its account, not the runtime's
-                    // placeholder and recovery time.
+                    // placeholder and recovery time, in this status and every later one.
                     tracing::info!(
                         container = c.id.id,
                         kernel = exit.exit_code,
@@ -207,6 +225,7 @@ impl KernelFacts {
                     let exit = exit.clone();
                     self.exits.remove(&c.id.id);
                     amend_exit(c, &exit);
+                    self.lost.insert(c.id.id.clone(), exit);
                     continue;
                 }
                 if c.exit_code != Some(exit.exit_code) {
@@ -267,6 +286,20 @@ mod tests {
             (ContainerState::Exited, Some(137), Some(t(100)), "Error")
         );
         assert!(!facts.exit_pending(&id), "the runtime's end confirms it");
+        // Every later status of the runtime still shows its placeholder: amended too.
+        let mut later = runtime()
+            .ready_sandbox()
+            .exited(&spec, 255)
+            .map_latest(|c| c.reason = "Unknown".into())
+            .running(&spec)
+            .build();
+        later.containers[1].id.id.clone_from(&id);
+        facts.amend(&mut later, Source::Runtime);
+        assert_eq!(later.containers[1].exit_code, Some(137));
+        // Once the runtime removed the container, nothing of it is kept.
+        let mut removed = runtime().ready_sandbox().running(&spec).build();
+        facts.amend(&mut removed, Source::Runtime);
+        assert!(facts.lost.by_container.is_empty());
 
         // A runtime that knows the exit keeps its own account.
         let mut known = runtime().ready_sandbox().exited(&spec, 3).build();
