@@ -2,7 +2,8 @@
 //! when it is ready (`READY=1`, once the runtime, the PLEG and the servers are up), what it is
 //! doing (`STATUS=`), that it is alive (`WATCHDOG=1`) and that it is stopping (`STOPPING=1`).
 //! Owns the notification socket and the watchdog's decision; not what "healthy" means (the
-//! caller passes the same check `/healthz` answers with) nor when the agent is ready (the
+//! caller passes the same check `/healthz` answers with, and the conditions that only show in
+//! the status line, such as a container runtime outage) nor when the agent is ready (the
 //! composition root decides). Without `NOTIFY_SOCKET` (not started by systemd, or by a unit that
 //! is not `Type=notify`) every call is a no-op.
 //!
@@ -157,43 +158,83 @@ pub fn watchdog_interval_from_env() -> Option<Duration> {
     )
 }
 
-/// What one watchdog tick sends, given the agent's health now and at the last tick: a healthy
-/// agent pets (and says it is running again after a problem); an unhealthy one does not pet, so
-/// that systemd restarts it once `WatchdogSec` passes, and says why in its status.
-pub fn tick(health: Option<&str>, was_healthy: bool) -> Vec<State> {
-    match health {
-        None if was_healthy => vec![State::Watchdog],
-        None => vec![State::Status("running".to_owned()), State::Watchdog],
-        Some(problem) => vec![State::Status(format!("unhealthy: {problem}"))],
+/// How often the agent's status line is brought up to date when the watchdog asks for nothing
+/// more often: a runtime outage shows in `systemctl status` within this.
+pub const STATUS_PERIOD: Duration = Duration::from_secs(2);
+
+/// The status line for the agent's health: a `problem` (what fails `/healthz`) first, else a
+/// `condition` (what the agent reports without failing, e.g. the node not ready while the runtime
+/// is down), else `running`.
+pub fn status_text(problem: Option<&str>, condition: Option<&str>) -> String {
+    match (problem, condition) {
+        (Some(problem), _) => format!("unhealthy: {problem}"),
+        (None, Some(condition)) => format!("running; {}", condition.replace('\n', "; ")),
+        (None, None) => "running".to_owned(),
     }
 }
 
-/// Pets the watchdog every `interval` while `health` says nothing is wrong, until `shutdown`.
+/// What one tick sends, given the status line last sent: `STATUS=` when the line changed, and
+/// `WATCHDOG=1` when `pet` (the unit has a watchdog) and nothing fails. A condition does not stop
+/// the petting: systemd restarts an agent that hangs or is broken, not one whose container runtime
+/// is away (see [`watchdog`]).
+pub fn tick(problem: Option<&str>, condition: Option<&str>, pet: bool, last: &str) -> Vec<State> {
+    let text = status_text(problem, condition);
+    let mut states = Vec::new();
+    if text != last {
+        states.push(State::Status(text));
+    }
+    if pet && problem.is_none() {
+        states.push(State::Watchdog);
+    }
+    states
+}
+
+/// Keeps the service manager told until `shutdown`: every `period`, the status line when it
+/// changed, and, with `pet`, the watchdog while `health` says nothing is wrong.
+///
+/// What withholds the watchdog is the agent's own failure (`/healthz`: a kernel event stream that
+/// ended, a PLEG that stopped relisting), never a container runtime outage alone. The kubelet's
+/// `/healthz` does not check the runtime either (its checks are ping, log and the sync loop); the
+/// runtime's state goes to the node's Ready condition instead, as here (`conditions`, shown in the
+/// status line). A restart would not bring the runtime back, would make the agent start without
+/// one (it refuses to: it needs the runtime's version and cgroup driver) and churn every
+/// `RestartSec` until the runtime returns, and would throw away what the running agent knows (the
+/// PLEG's kernel events of containers that exited meanwhile, probe states, back-offs). Running
+/// on, the agent reconnects by itself and catches up with one relist.
 pub async fn watchdog(
     notifier: Notifier,
-    interval: Duration,
+    period: Duration,
+    pet: bool,
     health: impl Fn() -> Option<String> + Send + 'static,
+    conditions: impl Fn() -> Option<String> + Send + 'static,
     shutdown: CancellationToken,
 ) {
-    let mut ticks = tokio::time::interval(interval);
+    let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut was_healthy = true;
+    let mut last = status_text(None, None);
     loop {
         tokio::select! {
             _ = ticks.tick() => {}
             () = shutdown.cancelled() => return,
         }
         let problem = health();
-        if let Some(problem) = &problem
-            && was_healthy
-        {
-            tracing::error!(
-                problem,
-                "not petting the systemd watchdog while the agent is unhealthy"
-            );
+        let condition = conditions();
+        let states = tick(problem.as_deref(), condition.as_deref(), pet, &last);
+        for state in &states {
+            if let State::Status(text) = state {
+                match (&problem, pet) {
+                    (Some(problem), true) => tracing::error!(
+                        problem,
+                        "not petting the systemd watchdog while the agent is unhealthy"
+                    ),
+                    _ => tracing::info!(status = text, "service status"),
+                }
+                last.clone_from(text);
+            }
         }
-        notifier.tell(&tick(problem.as_deref(), was_healthy));
-        was_healthy = problem.is_none();
+        if !states.is_empty() {
+            notifier.tell(&states);
+        }
     }
 }
 
@@ -269,27 +310,51 @@ mod tests {
     }
 
     #[test]
-    fn only_a_healthy_agent_pets() {
-        assert_eq!(tick(None, true), vec![State::Watchdog]);
+    fn only_a_healthy_agent_pets_and_a_condition_only_changes_the_status() {
+        assert_eq!(tick(None, None, true, "running"), vec![State::Watchdog]);
+        assert_eq!(tick(None, None, false, "running"), vec![]);
         assert_eq!(
-            tick(Some("runtime: down"), true),
+            tick(Some("runtime: down"), None, true, "running"),
             vec![State::Status("unhealthy: runtime: down".to_owned())]
         );
         assert_eq!(
-            tick(None, false),
+            tick(None, None, true, "unhealthy: runtime: down"),
             vec![State::Status("running".to_owned()), State::Watchdog]
+        );
+        let down = Some("node not ready: container runtime is down");
+        assert_eq!(
+            tick(None, down, true, "running"),
+            vec![
+                State::Status("running; node not ready: container runtime is down".to_owned()),
+                State::Watchdog
+            ]
+        );
+        assert_eq!(
+            tick(
+                None,
+                down,
+                true,
+                "running; node not ready: container runtime is down"
+            ),
+            vec![State::Watchdog]
+        );
+        assert_eq!(
+            status_text(None, Some("a: one\nb: two")),
+            "running; a: one; b: two"
         );
     }
 
     #[tokio::test]
     async fn the_watchdog_task_stops_petting_while_unhealthy_and_ends_on_shutdown() {
         let (_dir, socket, notifier) = fake_manager();
-        // The agent's health at each tick: fine, fine, a problem, fine again.
+        // The agent at each tick: fine, fine, a problem, fine, the runtime away, fine.
         let checks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let conditions = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(watchdog(
             notifier,
             Duration::from_millis(5),
+            true,
             {
                 let checks = checks.clone();
                 move || {
@@ -297,10 +362,17 @@ mod tests {
                     (n == 2).then(|| "kernel events: lost".to_owned())
                 }
             },
+            {
+                let conditions = conditions.clone();
+                move || {
+                    let n = conditions.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    (n == 4).then(|| "node not ready: container runtime is down".to_owned())
+                }
+            },
             shutdown.clone(),
         ));
         let received = tokio::task::spawn_blocking(move || {
-            (0..4).map(|_| receive(&socket)).collect::<Vec<_>>()
+            (0..6).map(|_| receive(&socket)).collect::<Vec<_>>()
         })
         .await
         .expect("join");
@@ -310,7 +382,9 @@ mod tests {
                 "WATCHDOG=1\n",
                 "WATCHDOG=1\n",
                 "STATUS=unhealthy: kernel events: lost\n",
-                "STATUS=running\nWATCHDOG=1\n"
+                "STATUS=running\nWATCHDOG=1\n",
+                "STATUS=running; node not ready: container runtime is down\nWATCHDOG=1\n",
+                "STATUS=running\nWATCHDOG=1\n",
             ]
         );
         shutdown.cancel();

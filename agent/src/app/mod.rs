@@ -312,8 +312,10 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
     result
 }
 
-/// Tells systemd the agent serves (runtime, PLEG and servers up) and starts petting its watchdog
-/// when the unit has one, on the same health `/healthz` reports (see `crate::notify`).
+/// Tells systemd the agent serves (runtime, PLEG and servers up), then keeps its status line
+/// current and pets its watchdog when the unit has one, on the same health `/healthz` reports
+/// (see `crate::notify`): every [`crate::notify::STATUS_PERIOD`], or half the watchdog's timeout
+/// if that is shorter.
 fn notify_ready(
     notifier: &crate::notify::Notifier,
     health: &Health,
@@ -327,22 +329,29 @@ fn notify_ready(
     if !notifier.enabled() {
         return;
     }
-    if let Some(interval) = crate::notify::watchdog_interval_from_env() {
+    let watchdog = crate::notify::watchdog_interval_from_env();
+    if let Some(interval) = watchdog {
         tracing::info!(?interval, "petting the systemd watchdog");
-        let (notifier, health, shutdown) = (notifier.clone(), health.clone(), shutdown.clone());
-        tasks.spawn(async move {
-            crate::notify::watchdog(
-                notifier,
-                interval,
-                move || health.problems(),
-                shutdown.clone(),
-            )
-            .await;
-            // Ending is only for shutdown; the task set takes an early end as the agent's failure.
-            shutdown.cancelled().await;
-            Ok(())
-        });
     }
+    let period = watchdog.map_or(crate::notify::STATUS_PERIOD, |interval| {
+        interval.min(crate::notify::STATUS_PERIOD)
+    });
+    let (notifier, shutdown) = (notifier.clone(), shutdown.clone());
+    let (failing, conditions) = (health.clone(), health.clone());
+    tasks.spawn(async move {
+        crate::notify::watchdog(
+            notifier,
+            period,
+            watchdog.is_some(),
+            move || failing.problems(),
+            move || conditions.conditions(),
+            shutdown.clone(),
+        )
+        .await;
+        // Ending is only for shutdown; the task set takes an early end as the agent's failure.
+        shutdown.cancelled().await;
+        Ok(())
+    });
 }
 
 /// A subscription to the kernel events the pump publishes.

@@ -788,6 +788,10 @@ fn node_status(
             (!problems.is_empty()).then(|| problems.join(", "))
         })
     };
+    // The node not ready shows in the unit's status line; it fails neither `/healthz` nor the
+    // watchdog (`crate::notify::watchdog` says why).
+    app.health
+        .add_condition("node not ready", readiness.clone());
     let pressure: PressureCheck = {
         let conditions = eviction.conditions();
         Arc::new(move || {

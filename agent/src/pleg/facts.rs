@@ -37,6 +37,28 @@ pub enum Source {
     Cache,
 }
 
+/// containerd's account of an exit it did not see: when it restarts and finds a container's task
+/// gone (the container exited while containerd was down and the shim could not tell it), it
+/// reports exit code 255, reason `Unknown`, finished at its own recovery (`unknownExitCode`,
+/// `unknownExitReason` in its CRI plugin's `restart.go`).
+fn lost_by_the_runtime(c: &crate::container::ContainerStatus) -> bool {
+    c.reason == "Unknown" && c.exit_code == Some(255)
+}
+
+/// Puts the kernel's account of `exit` into `c`.
+fn amend_exit(c: &mut crate::container::ContainerStatus, exit: &KernelExit) {
+    c.state = ContainerState::Exited;
+    c.exit_code = Some(exit.exit_code);
+    c.finished_at = Some(exit.finished_at);
+    // containerd's reasons; an OOM kill is marked by the caller.
+    c.reason = if exit.exit_code == 0 {
+        "Completed"
+    } else {
+        "Error"
+    }
+    .into();
+}
+
 /// The counters the facts keep (absent under the relist PLEG alone, which learns no facts).
 #[derive(Clone)]
 pub struct FactsMetrics {
@@ -80,11 +102,29 @@ impl KernelExits {
     pub(super) fn contains(&self, container: &str) -> bool {
         self.by_container.contains_key(container)
     }
+
+    /// Forgets the exits of the containers of `status`'s pod that it (the runtime's own) no
+    /// longer lists: removed, their ends need no more waiting for or amending.
+    fn forget_unlisted(&mut self, status: &PodStatus) {
+        let unlisted: Vec<String> = self
+            .by_container
+            .iter()
+            .filter(|(id, exit)| {
+                exit.pod == status.uid && !status.containers.iter().any(|c| &c.id.id == *id)
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        unlisted.iter().for_each(|id| self.remove(id));
+    }
 }
 
 #[derive(Default)]
 pub struct KernelFacts {
     pub(super) exits: KernelExits,
+    /// Exits the runtime lost ([`lost_by_the_runtime`]): every status of the runtime shows its
+    /// placeholder for as long as it keeps the container, so the kernel's account is kept to
+    /// amend each; bounded, and forgotten with the container or its pod.
+    lost: KernelExits,
     /// Containers an OOM kill hit, kept after their cgroup is gone (their exited status stays
     /// in the runtime); bounded.
     oom_killed: VecDeque<String>,
@@ -133,6 +173,7 @@ impl KernelFacts {
     /// Failed pod still shows why it failed, a deleted one leaves no stale series.
     pub fn forget_pod(&mut self, pod: &PodUid) {
         self.exits.remove_pod(pod);
+        self.lost.remove_pod(pod);
         if let Some((namespace, name)) = self.oom_series.remove(pod)
             && let Some(m) = &self.metrics
         {
@@ -155,23 +196,36 @@ impl KernelFacts {
             self.exits.remove(&sandbox.id);
         }
         if source == Source::Runtime {
-            let unlisted: Vec<String> = self
-                .exits
-                .by_container
-                .iter()
-                .filter(|(id, exit)| {
-                    exit.pod == status.uid && !status.containers.iter().any(|c| &c.id.id == *id)
-                })
-                .map(|(id, _)| id.clone())
-                .collect();
-            unlisted.iter().for_each(|id| self.exits.remove(id));
+            self.exits.forget_unlisted(status);
+            self.lost.forget_unlisted(status);
         }
         for c in &mut status.containers {
+            if c.state == ContainerState::Exited
+                && lost_by_the_runtime(c)
+                && let Some(exit) = self.lost.by_container.get(&c.id.id)
+            {
+                amend_exit(c, exit);
+                continue;
+            }
             let Some(exit) = self.exits.by_container.get(&c.id.id) else {
                 continue;
             };
             if c.state == ContainerState::Exited {
                 if source == Source::Cache {
+                    continue;
+                }
+                if lost_by_the_runtime(c) {
+                    // The kernel saw the exit the runtime lost: its account, not the runtime's
+                    // placeholder and recovery time, in this status and every later one.
+                    tracing::info!(
+                        container = c.id.id,
+                        kernel = exit.exit_code,
+                        "the runtime lost this exit (its reason Unknown); reporting the kernel's"
+                    );
+                    let exit = exit.clone();
+                    self.exits.remove(&c.id.id);
+                    amend_exit(c, &exit);
+                    self.lost.insert(c.id.id.clone(), exit);
                     continue;
                 }
                 if c.exit_code != Some(exit.exit_code) {
@@ -184,16 +238,7 @@ impl KernelFacts {
                 self.exits.remove(&id);
                 continue;
             }
-            c.state = ContainerState::Exited;
-            c.exit_code = Some(exit.exit_code);
-            c.finished_at = Some(exit.finished_at);
-            // containerd's reasons; an OOM kill is marked below.
-            c.reason = if exit.exit_code == 0 {
-                "Completed"
-            } else {
-                "Error"
-            }
-            .into();
+            amend_exit(c, exit);
         }
         // containerd may not have seen the OOM kill when it reports the exit; the kernel has.
         for c in &mut status.containers {
@@ -204,5 +249,70 @@ impl KernelFacts {
                 c.reason = "OOMKilled".into();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pod::fixtures::{UID, container, runtime, t};
+
+    #[test]
+    fn an_exit_the_runtime_lost_is_reported_as_the_kernel_saw_it() {
+        let spec = container("app");
+        // containerd restarted after the container died: 255, Unknown, finished at its restart.
+        let mut status = runtime()
+            .ready_sandbox()
+            .exited(&spec, 255)
+            .map_latest(|c| {
+                c.reason = "Unknown".into();
+                c.finished_at = Some(t(500));
+            })
+            .build();
+        let id = status.containers[0].id.id.clone();
+        let mut facts = KernelFacts::new(None);
+        facts.record_exit(
+            id.clone(),
+            KernelExit {
+                pod: PodUid::from(UID),
+                exit_code: 137,
+                finished_at: t(100),
+            },
+        );
+        facts.amend(&mut status, Source::Runtime);
+        let c = &status.containers[0];
+        assert_eq!(
+            (c.state, c.exit_code, c.finished_at, c.reason.as_str()),
+            (ContainerState::Exited, Some(137), Some(t(100)), "Error")
+        );
+        assert!(!facts.exit_pending(&id), "the runtime's end confirms it");
+        // Every later status of the runtime still shows its placeholder: amended too.
+        let mut later = runtime()
+            .ready_sandbox()
+            .exited(&spec, 255)
+            .map_latest(|c| c.reason = "Unknown".into())
+            .running(&spec)
+            .build();
+        later.containers[1].id.id.clone_from(&id);
+        facts.amend(&mut later, Source::Runtime);
+        assert_eq!(later.containers[1].exit_code, Some(137));
+        // Once the runtime removed the container, nothing of it is kept.
+        let mut removed = runtime().ready_sandbox().running(&spec).build();
+        facts.amend(&mut removed, Source::Runtime);
+        assert!(facts.lost.by_container.is_empty());
+
+        // A runtime that knows the exit keeps its own account.
+        let mut known = runtime().ready_sandbox().exited(&spec, 3).build();
+        let id = known.containers[0].id.id.clone();
+        facts.record_exit(
+            id,
+            KernelExit {
+                pod: PodUid::from(UID),
+                exit_code: 137,
+                finished_at: t(100),
+            },
+        );
+        facts.amend(&mut known, Source::Runtime);
+        assert_eq!(known.containers[0].exit_code, Some(3));
     }
 }

@@ -414,3 +414,49 @@ fn grace_periods_follow_override_then_deletion_then_spec_and_only_shrink() {
         DEFAULT_GRACE_PERIOD_SECS
     );
 }
+
+#[tokio::test]
+async fn a_pod_whose_last_look_failed_is_not_synced_on_no_status() {
+    let syncer = Arc::new(FakeSyncer::default());
+    let cache = Arc::new(PodCache::default());
+    let w = PodWorkers::new(
+        syncer.clone(),
+        cache.clone(),
+        WorkerConfig {
+            resync_interval: Duration::from_secs(60),
+            backoff_period: Duration::from_secs(10),
+            status_wait_limit: Duration::from_millis(50),
+        },
+        None,
+    );
+    // The runtime went away: the PLEG could not look at the pod. Syncing on an empty status now
+    // would start a second sandbox once the runtime answers again.
+    let uid = PodUid::from("a");
+    cache.set_error(
+        &uid,
+        "rpc error: connection refused".into(),
+        SystemTime::now(),
+    );
+    w.update_pod(update(UpdateType::Create, &pod("a", "a", "1")));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(syncer.calls(), vec![], "no sync on a failed look");
+    let now = Instant::now();
+    assert!(w.take_due(now + Duration::from_secs(5)).is_empty());
+    assert_eq!(
+        w.take_due(now + Duration::from_secs(11)),
+        vec![uid.clone()],
+        "retried after the back-off"
+    );
+    // The runtime answers again: the next sync goes ahead on the status.
+    cache.set(
+        &uid,
+        PodStatus::empty(uid.clone(), "a", "default"),
+        SystemTime::now(),
+    );
+    w.update_pod(update(UpdateType::Sync, &pod("a", "a", "1")));
+    let calls = syncer.wait_for(|c| c.len() == 1).await;
+    assert_eq!(
+        calls,
+        vec![Call::Sync("a".into(), UpdateType::Sync, "1".into())]
+    );
+}

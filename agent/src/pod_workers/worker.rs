@@ -24,6 +24,18 @@ struct Step {
     retry_after: Option<Duration>,
 }
 
+/// Why one iteration did not complete.
+#[derive(Debug, thiserror::Error)]
+enum WorkError<E> {
+    /// The PLEG's last look at the pod failed (the runtime unreachable, typically): acting on no
+    /// status would take the pod for one with nothing running, and start a second sandbox beside
+    /// the one that runs (upstream `podWorkerLoop`: "error determining status").
+    #[error("unable to fetch pod status from cache: {0}")]
+    Status(String),
+    #[error(transparent)]
+    Sync(E),
+}
+
 /// What one iteration works on, copied out of the shared state.
 struct Work {
     phase: WorkerPhase,
@@ -97,7 +109,7 @@ impl<S: PodSyncer> PodWorkers<S> {
         })
     }
 
-    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Step, S::Error> {
+    async fn run(&self, uid: &PodUid, work: &Work) -> Result<Step, WorkError<S::Error>> {
         // The first sync waits too: until the PLEG has listed the runtime once, an empty cache
         // would look like a pod with nothing running, and a restarted agent would start
         // duplicates of what already runs instead of adopting it.
@@ -106,6 +118,10 @@ impl<S: PodSyncer> PodWorkers<S> {
             .cache
             .get_newer_than(uid, since, self.config.status_wait_limit)
             .await;
+        // A runtime pod alone (an orphan being stopped) needs no status, as upstream.
+        if let (Some(_), None, Some(error)) = (&work.pod, &cached.status, &cached.error) {
+            return Err(WorkError::Status(error.clone()));
+        }
         let status = |pod: &Pod| {
             cached.status.clone().unwrap_or_else(|| {
                 PodStatus::empty(
@@ -116,7 +132,10 @@ impl<S: PodSyncer> PodWorkers<S> {
             })
         };
         let span = tracing::info_span!("pod_sync", pod = %uid, phase = ?work.phase);
-        self.dispatch(work, status).instrument(span).await
+        self.dispatch(work, status)
+            .instrument(span)
+            .await
+            .map_err(WorkError::Sync)
     }
 
     async fn dispatch(
@@ -161,7 +180,7 @@ impl<S: PodSyncer> PodWorkers<S> {
     }
 
     /// Applies a sync's outcome: the next phase, waiters told, the next look scheduled.
-    fn complete(&self, uid: &PodUid, work: &Work, outcome: Result<Step, S::Error>) {
+    fn complete(&self, uid: &PodUid, work: &Work, outcome: Result<Step, WorkError<S::Error>>) {
         let now = Instant::now();
         let mut inner = self.lock();
         let Some(status) = inner.pods.get_mut(uid) else {

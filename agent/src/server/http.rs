@@ -18,11 +18,16 @@ use crate::{metrics::Metrics, status::StatusManager};
 pub type HealthCheck = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 /// Health as the components report it: healthy until one says why it is not, either by setting a
-/// problem or through a check evaluated at each request.
+/// problem or through a check evaluated at each request. Apart from that, conditions that leave
+/// the agent healthy but are worth telling (the node not ready because the container runtime is
+/// down): the service manager's status line tells them, and they neither change `/healthz` (as
+/// the kubelet's, which checks no runtime: its answer stays `ok`, what probes and tests expect)
+/// nor hold back the watchdog (see `crate::notify`).
 #[derive(Clone, Default)]
 pub struct Health {
     problems: Arc<Mutex<Vec<(&'static str, String)>>>,
     checks: Arc<Mutex<Vec<(&'static str, HealthCheck)>>>,
+    conditions: Arc<Mutex<Vec<(&'static str, HealthCheck)>>>,
     /// Facts worth telling with a healthy answer (e.g. a fallback in force).
     notes: Arc<Mutex<Vec<(&'static str, String)>>>,
 }
@@ -55,6 +60,21 @@ impl Health {
             body.push_str(&format!("{component}: {note}\n"));
         }
         body
+    }
+
+    /// Adds a condition evaluated at each look: told, never a failure.
+    pub fn add_condition(&self, component: &'static str, check: HealthCheck) {
+        self.conditions.lock_unpoisoned().push((component, check));
+    }
+
+    /// The conditions in force, one line each; `None` when there is none.
+    pub fn conditions(&self) -> Option<String> {
+        let conditions = self.conditions.lock_unpoisoned().clone();
+        let lines: Vec<String> = conditions
+            .iter()
+            .filter_map(|(component, check)| check().map(|why| format!("{component}: {why}")))
+            .collect();
+        (!lines.is_empty()).then(|| lines.join("\n"))
     }
 
     /// Adds a check run at every health request.
@@ -205,5 +225,28 @@ mod tests {
         assert_eq!(health.problems(), None);
         health.add_check("pleg", Arc::new(|| Some("stale".to_owned())));
         assert_eq!(health.problems().as_deref(), Some("pleg: stale"));
+    }
+
+    #[test]
+    fn a_condition_is_told_but_never_changes_the_answer() {
+        let health = Health::default();
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let seen = down.clone();
+        health.add_condition(
+            "node not ready",
+            Arc::new(move || {
+                seen.load(std::sync::atomic::Ordering::SeqCst)
+                    .then(|| "container runtime is down".to_owned())
+            }),
+        );
+        assert_eq!(health.problems(), None);
+        assert_eq!(
+            health.conditions().as_deref(),
+            Some("node not ready: container runtime is down")
+        );
+        assert_eq!(health_answer(&health), (StatusCode::OK, "ok\n".to_owned()));
+        down.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(health.conditions(), None);
+        assert_eq!(health_answer(&health), (StatusCode::OK, "ok\n".to_owned()));
     }
 }
