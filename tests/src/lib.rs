@@ -11,6 +11,7 @@ pub mod apiserver;
 pub mod bench;
 pub mod cgroup;
 pub mod cluster;
+pub mod driver;
 pub mod manifest;
 pub mod node;
 pub mod process;

@@ -158,12 +158,41 @@ impl Node {
                 // run, and agents of other test runs may share this machine.
                 .arg("--pod-logs-dir")
                 .arg(self.pod_logs_dir())
-                .args(&self.extra_args)
+                .args(self.with_driver(&self.extra_args))
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
         self.startup_log = agent.wait_stderr_lines("swiftlet is running");
         self.agent = Some(agent);
+    }
+
+    /// `args` with the run's cgroup driver (`crate::driver`) in the agent's configuration file:
+    /// the test's own `--config` file copied with the driver's line added, or a file of that
+    /// line alone. Unchanged under the default driver.
+    fn with_driver(&self, args: &[String]) -> Vec<String> {
+        let Some(line) = crate::driver::config_line() else {
+            return args.to_vec();
+        };
+        let merged = self.dir.join("config-with-driver.yaml");
+        let mut args = args.to_vec();
+        let given = args.iter().position(|a| a == "--config");
+        let mut text = match given.and_then(|i| args.get(i + 1)) {
+            Some(file) => std::fs::read_to_string(file)
+                .unwrap_or_else(|e| panic!("the test's --config {file}: {e}")),
+            None => String::new(),
+        };
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(line);
+        text.push('\n');
+        std::fs::write(&merged, text).unwrap_or_else(|e| panic!("write {}: {e}", merged.display()));
+        let merged = merged.to_string_lossy().into_owned();
+        match given {
+            Some(i) if i + 1 < args.len() => args[i + 1] = merged,
+            _ => args.extend(["--config".to_owned(), merged]),
+        }
+        args
     }
 
     /// Restarts the agent with `extra_args` in place of the flags it was started with.

@@ -16,7 +16,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
     EVENT_WAIT,
     manifest::{self, PodManifest},
@@ -62,12 +61,7 @@ fn container_dir(node: &Node, name: &str) -> PathBuf {
         .and_then(|id| id.split_once("://").map(|(_, id)| id.to_owned()))
         .expect("container id");
     let uid = pod.metadata.uid.clone().expect("uid");
-    let layout = CgroupLayout::detect().expect("layout");
-    let kubepods = layout.cgroup2_root().expect("cgroup2").join("kubepods");
-    ["", "burstable", "besteffort"]
-        .iter()
-        .map(|qos| kubepods.join(qos).join(format!("pod{uid}")).join(&id))
-        .find(|d| d.exists())
+    swiftlet_tests::driver::container_cgroup(&uid, &id)
         .unwrap_or_else(|| panic!("no cgroup for {name}'s container {id}"))
 }
 

@@ -528,8 +528,17 @@ fn pods_run_in_their_qos_cgroups_with_their_limits() {
         .v1_controller("memory")
         .unwrap_or_else(|| layout.cgroup2_root().expect("cgroup2").to_owned());
     let uid = |p: &k8s_openapi::api::core::v1::Pod| p.metadata.uid.clone().unwrap_or_default();
-    let burstable_dir = memory_root.join(format!("kubepods/burstable/pod{}", uid(&burstable)));
-    let best_effort_dir = memory_root.join(format!("kubepods/besteffort/pod{}", uid(&best_effort)));
+    // Where the run's cgroup driver puts them (`kubepods/burstable/pod<uid>`, or the slices).
+    let burstable_dir = swiftlet_tests::driver::pod_cgroup_in(
+        &memory_root,
+        swiftlet::pod::qos::QosClass::Burstable,
+        &uid(&burstable),
+    );
+    let best_effort_dir = swiftlet_tests::driver::pod_cgroup_in(
+        &memory_root,
+        swiftlet::pod::qos::QosClass::BestEffort,
+        &uid(&best_effort),
+    );
     assert!(burstable_dir.is_dir(), "{}", burstable_dir.display());
     assert!(best_effort_dir.is_dir(), "{}", best_effort_dir.display());
     // The pod-level memory limit is the sum of its containers' (every container has one).
@@ -566,7 +575,8 @@ fn pods_run_in_their_qos_cgroups_with_their_limits() {
         .and_then(|c| c.container_id.clone())
         .map(|id| id.trim_start_matches("containerd://").to_owned())
         .unwrap_or_default();
-    let container_dir = best_effort_dir.join(&container_id);
+    let container_dir = swiftlet_tests::driver::container_cgroup(&uid(&best_effort), &container_id)
+        .unwrap_or_else(|| panic!("no cgroup for container {container_id}"));
     let free_pids = procs_of(&container_dir);
     assert!(
         !free_pids.is_empty(),

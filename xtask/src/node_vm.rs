@@ -40,7 +40,7 @@ use anyhow::{Context as _, anyhow, bail};
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
-use crate::{containerd::Version, images, setup, sh, vm};
+use crate::{containerd::Version, images, node_suite, setup, sh, vm};
 
 /// Debian's release the node runs: systemd 257, containerd 1.7.24, crun 1.21.
 const SUITE: &str = "trixie";
@@ -97,11 +97,21 @@ const GUEST_FILES: [(&str, &str, u32); 5] = [
 /// The scenarios of issue 19, in the order one boot runs them: (number, what it shows, script).
 /// Each script speaks the console protocol `parse` reads and ends with `done <failed>`; a later
 /// one starts from the node the earlier ones left (scenario 1 installs and enables the agent).
-const SCENARIOS: [(u32, &str, &str); 1] = [(
-    1,
-    "dpkg -i, enable --now: ready, watchdog, pods, placement",
-    include_str!("../node-vm/scenario1.sh"),
-)];
+const SCENARIOS: [(u32, &str, &str); 2] = [
+    (
+        1,
+        "dpkg -i, enable --now: ready, watchdog, pods, placement",
+        include_str!("../node-vm/scenario1.sh"),
+    ),
+    (
+        2,
+        "the host suite's tests on pure v2: both drivers, runc and crun",
+        include_str!("../node-vm/scenario2.sh"),
+    ),
+];
+
+/// The scenario that runs the host suite's test executables (`node_suite`).
+const SUITE_SCENARIO: u32 = 2;
 
 /// Changes when the build steps below change in a way the inputs do not show.
 const IMAGE_FORMAT: u32 = 2;
@@ -110,8 +120,19 @@ const IMAGE_FORMAT: u32 = 2;
 /// containerd's snapshots little; the default eviction thresholds (nodefs 10 % free) must hold.
 const DISK_SIZE: &str = "6G";
 
-/// Boot, scenario and power-off under software emulation (boot alone takes about 45 s).
+/// Boot and power-off under software emulation (boot alone takes about 45 s), with scenario 1.
 const RUN_DEADLINE: Duration = Duration::from_secs(15 * 60);
+/// What scenario 2 adds to it: its ten test runs take about 6-8 minutes under TCG, and each
+/// is bounded by the script's own per-test timeout.
+const SUITE_DEADLINE: Duration = Duration::from_secs(20 * 60);
+
+fn run_deadline(scenarios: &[u32]) -> Duration {
+    if scenarios.contains(&SUITE_SCENARIO) {
+        RUN_DEADLINE + SUITE_DEADLINE
+    } else {
+        RUN_DEADLINE
+    }
+}
 
 /// Marks the scenario's console lines.
 const MARK: &str = "swiftlet-node-vm:";
@@ -168,8 +189,14 @@ pub fn run(series: &'static str, containerd: Version, scenarios: &[u32]) -> anyh
     let dir = sh::root().join("target").join("node-vm");
     fs::create_dir_all(&dir)?;
     // The suite's build (`cargo xtask test` has made it already): a build of the agent alone
-    // would unify features differently and compile it a second time.
-    crate::tasks::build_suite()?;
+    // would unify features differently and compile it a second time. Scenario 2 takes test
+    // executables out of it.
+    let suite = if scenarios.contains(&SUITE_SCENARIO) {
+        Some(node_suite::build()?)
+    } else {
+        crate::tasks::build_suite()?;
+        None
+    };
     let deb = crate::deb::package()?;
     let images = images::ensure()?;
     let kernels = kernels()?;
@@ -183,11 +210,19 @@ pub fn run(series: &'static str, containerd: Version, scenarios: &[u32]) -> anyh
     let (base, built) = base_image(&dir, containerd, &kernels)?;
     let image_seconds = image_started.elapsed().as_secs();
     let run_dir = dir.join(format!("{series}-{}", containerd.label()));
-    let mut outcome =
-        boot(&vmlinuz, &base, &deb, &images, &run_dir, scenarios).unwrap_or_else(|e| Outcome {
-            problem: Some(format!("{e:#}")),
-            ..Outcome::default()
-        });
+    let mut outcome = boot(
+        &vmlinuz,
+        &base,
+        &deb,
+        &images,
+        suite.as_ref(),
+        &run_dir,
+        scenarios,
+    )
+    .unwrap_or_else(|e| Outcome {
+        problem: Some(format!("{e:#}")),
+        ..Outcome::default()
+    });
     outcome.kernel = series.to_owned();
     outcome.containerd = containerd.label().to_owned();
     outcome.timings = vec![
@@ -574,6 +609,7 @@ fn boot(
     base: &Path,
     deb: &Path,
     images: &[images::Image],
+    suite: Option<&node_suite::Binaries>,
     run_dir: &Path,
     scenarios: &[u32],
 ) -> anyhow::Result<Outcome> {
@@ -588,7 +624,7 @@ fn boot(
             .arg(base)
             .arg(&overlay),
     )?;
-    let payload = payload_disk(run_dir, deb, images, scenarios)?;
+    let payload = payload_disk(run_dir, deb, images, suite, scenarios)?;
     let log_path = run_dir.join("console.log");
     let started = Instant::now();
     println!(
@@ -632,7 +668,8 @@ fn boot(
         .stderr(Stdio::piped())
         .spawn()
         .context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
-    let console = vm::watch_console(&mut qemu, &log_path, started + RUN_DEADLINE)?;
+    let deadline = run_deadline(scenarios);
+    let console = vm::watch_console(&mut qemu, &log_path, started + deadline)?;
     let mut outcome = parse(&console.text);
     outcome.expected = scenarios.to_vec();
     outcome.seconds = started.elapsed().as_secs();
@@ -641,7 +678,7 @@ fn boot(
     if console.timed_out {
         outcome.problem = Some(format!(
             "no power-off within {} s; killed{}",
-            RUN_DEADLINE.as_secs(),
+            deadline.as_secs(),
             match outcome
                 .scenarios
                 .last()
@@ -668,11 +705,13 @@ fn boot(
     Ok(outcome)
 }
 
-/// The `payload` disk: the scenarios, the package, the images and the example pods.
+/// The `payload` disk: the scenarios, the package, the images and the example pods; with
+/// scenario 2, the suite's test executables.
 fn payload_disk(
     run_dir: &Path,
     deb: &Path,
     images: &[images::Image],
+    suite: Option<&node_suite::Binaries>,
     scenarios: &[u32],
 ) -> anyhow::Result<PathBuf> {
     let stage = run_dir.join("payload");
@@ -685,6 +724,9 @@ fn payload_disk(
         fs::write(stage.join("scenarios").join(format!("{n}.sh")), script)?;
     }
     fs::copy(deb, stage.join("swiftlet.deb"))?;
+    if let Some(suite) = suite {
+        node_suite::stage(&stage, suite)?;
+    }
     for image in images {
         let name = image
             .tar
