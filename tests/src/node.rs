@@ -16,7 +16,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{EVENT_WAIT, process::Running, swiftlet_bin};
+use crate::{event_wait, process::Running, swiftlet_bin};
 
 static ONE_AGENT: Mutex<()> = Mutex::new(());
 
@@ -206,14 +206,14 @@ impl Node {
         if let Some(mut agent) = self.agent.take() {
             let pid = nix::unistd::Pid::from_raw(agent.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + EVENT_WAIT;
+            let deadline = Instant::now() + event_wait();
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = agent.child.try_wait() {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            panic!("swiftlet did not stop within {EVENT_WAIT:?} of SIGTERM");
+            panic!("swiftlet did not stop within {:?} of SIGTERM", event_wait());
         }
     }
 
@@ -256,7 +256,7 @@ impl Node {
     /// Polls `/pods` until `want` holds for pod `name` (bounded: a missing state fails the test
     /// with the last status seen, it never hangs it).
     pub fn wait_pod(&self, name: &str, what: &str, want: impl Fn(&Pod) -> bool) -> Pod {
-        let deadline = Instant::now() + EVENT_WAIT;
+        let deadline = Instant::now() + event_wait();
         let mut last = None;
         while Instant::now() < deadline {
             if let Some(pod) = self.pod(name) {
@@ -278,7 +278,7 @@ impl Node {
 
     /// Polls until pod `name` is no longer listed.
     pub fn wait_gone(&self, name: &str) {
-        let deadline = Instant::now() + EVENT_WAIT;
+        let deadline = Instant::now() + event_wait();
         while Instant::now() < deadline {
             if self.pod(name).is_none() {
                 return;
@@ -373,7 +373,7 @@ impl Drop for Node {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        let deadline = Instant::now() + EVENT_WAIT;
+        let deadline = Instant::now() + event_wait();
         while self.agent.is_some()
             && Instant::now() < deadline
             && self.pods().iter().any(leaves_at_drop)

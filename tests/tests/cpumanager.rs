@@ -17,7 +17,7 @@ use std::{
 };
 
 use swiftlet_tests::{
-    EVENT_WAIT,
+    event_wait,
     manifest::{self, PodManifest},
     node::{Node, status},
     privileged, runtime_endpoint, with_cri,
@@ -85,7 +85,7 @@ fn cpus_allowed(node: &Node, name: &str) -> String {
 
 /// Waits until pod `name`'s container may run on exactly `want`.
 fn wait_cpus(node: &Node, name: &str, want: &str) {
-    let deadline = Instant::now() + EVENT_WAIT;
+    let deadline = Instant::now() + event_wait();
     let mut last = String::new();
     while Instant::now() < deadline {
         last = cpus_allowed(node, name);

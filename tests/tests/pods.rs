@@ -229,7 +229,7 @@ fn manifests_added_changed_and_removed_while_running() {
                 })
                 .collect::<Vec<_>>()
         };
-        let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+        let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
         while !leftovers().is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -326,7 +326,7 @@ fn exit_statuses(ids: &[&str], act: impl FnOnce()) -> HashMap<String, Option<i32
         }
         act();
         let mut exits = HashMap::new();
-        let wait = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, async {
+        let wait = tokio::time::timeout(swiftlet_tests::event_wait(), async {
             while exits.len() < ids.len() {
                 if let StreamItem::Event(e) = events.next().await.expect("stream")
                     && let EventBody::Exit(exit) = &e.body
@@ -629,7 +629,7 @@ fn the_node_object_is_served_locally() {
     let Some(node) = node("the_node_object_is_served_locally", "nodeobj") else {
         return;
     };
-    let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+    let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
     let object = loop {
         let body = swiftlet_tests::http_get(node.port, "/node");
         let object: serde_json::Value = serde_json::from_str(&body).expect("a Node as JSON");

@@ -13,6 +13,10 @@ CONFIG=/etc/containerd/config.toml
 ORIGINAL=/run/swiftlet-node-vm-containerd.toml
 # Each test is bounded on its own, well below the run's deadline.
 TEST_TIMEOUT=480
+# The tests' waits for a state are bounds, not measurements (`swiftlet_tests::event_wait`):
+# under TCG a pod's sandbox alone took 17 s (0.3 s on the host), so each bound is 4 times its
+# host value.
+WAIT_SCALE=4
 failed=0
 check() {
     name=$1
@@ -72,7 +76,7 @@ run_test() {
     test=$3
     out=/tmp/suite-$driver-$test.log
     started=$(uptime_s)
-    (cd /tmp && env CI=true RUST_BACKTRACE=1 \
+    (cd /tmp && env CI=true RUST_BACKTRACE=1 SWIFTLET_TEST_WAIT_SCALE="$WAIT_SCALE" \
         SWIFTLET_TEST_CGROUP_DRIVER="$driver" \
         SWIFTLET_TEST_RUNTIME_ENDPOINT=unix:///run/containerd/containerd.sock \
         SWIFTLET_TEST_CONTAINERD_STATE=/run/containerd \
@@ -88,7 +92,13 @@ run_test() {
         [ "$rc" = 124 ] && why="timed out after ${TEST_TIMEOUT}s; $why"
         echo "$M check $driver:$test FAILED exit=$rc ${seconds}s: ${why:-$(tail -1 "$out")}"
         failed=$((failed + 1))
-        tail -80 "$out" | sed "s/^/$M log [$driver:$test] /"
+        # The panic, the agent's warnings and errors, and the end (the whole output would
+        # flood the console: the pods' statuses are printed in full).
+        {
+            grep -A3 'panicked at' "$out" | head -12
+            grep -E ' (WARN|ERROR) ' "$out" | grep -v 'ClusterDNS' | tail -40
+            tail -25 "$out"
+        } | cut -c1-400 | sed "s/^/$M log [$driver:$test] /"
     fi
 }
 
