@@ -11,6 +11,7 @@ pub mod apiserver;
 pub mod bench;
 pub mod cgroup;
 pub mod cluster;
+pub mod driver;
 pub mod manifest;
 pub mod node;
 pub mod process;
@@ -166,13 +167,39 @@ pub(crate) fn sibling_binary(name: &str) -> PathBuf {
 /// so that a missing event fails the test instead of hanging it.
 pub const EVENT_WAIT: Duration = Duration::from_secs(30);
 
+/// Multiplies [`EVENT_WAIT`] in [`event_wait`]: a whole number, 1 unless given.
+pub const WAIT_SCALE_ENV: &str = "SWIFTLET_TEST_WAIT_SCALE";
+
+/// [`EVENT_WAIT`] times `SWIFTLET_TEST_WAIT_SCALE`. Still only a bound: the node VM runs the
+/// tests under software emulation (qemu's TCG), where a pod's sandbox alone takes tens of
+/// seconds, so it stretches every bound alike instead of each test guessing its own. A value
+/// that is not a whole number from 1 to 20 fails the test naming the variable.
+pub fn event_wait() -> Duration {
+    let value = std::env::var_os(WAIT_SCALE_ENV);
+    let scale = wait_scale(value.as_deref().map(|v| v.to_string_lossy()).as_deref())
+        .unwrap_or_else(|e| panic!("{e}"));
+    EVENT_WAIT * scale
+}
+
+fn wait_scale(value: Option<&str>) -> Result<u32, String> {
+    match value {
+        None | Some("") => Ok(1),
+        Some(v) => v
+            .parse::<u32>()
+            .ok()
+            .filter(|n| (1..=20).contains(n))
+            .ok_or_else(|| format!("{WAIT_SCALE_ENV}={v:?}: expected a whole number from 1 to 20")),
+    }
+}
+
 /// Reads events until `want` matches one, returning it with everything read before it.
 pub async fn read_until(
     events: &mut KernelEvents,
     mut want: impl FnMut(&KernelEvent) -> bool,
 ) -> (KernelEvent, Vec<StreamItem>) {
     let mut before = Vec::new();
-    let found = tokio::time::timeout(EVENT_WAIT, async {
+    let wait = event_wait();
+    let found = tokio::time::timeout(wait, async {
         loop {
             match events.next().await.expect("the event stream keeps working") {
                 StreamItem::Event(event) if want(&event) => return event,
@@ -184,7 +211,7 @@ pub async fn read_until(
     match found {
         Ok(event) => (event, before),
         Err(_) => panic!(
-            "no matching event within {EVENT_WAIT:?}; saw {} other items: {before:#?}",
+            "no matching event within {wait:?}; saw {} other items: {before:#?}",
             before.len()
         ),
     }
@@ -207,9 +234,9 @@ pub async fn unix_channel(
         .await
 }
 
-/// Waits (bounded by [`EVENT_WAIT`]) until `want` holds; panics naming `what` if it never does.
+/// Waits (bounded by [`event_wait`]) until `want` holds; panics naming `what` if it never does.
 pub fn eventually(what: &str, want: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + EVENT_WAIT;
+    let deadline = std::time::Instant::now() + event_wait();
     while std::time::Instant::now() < deadline {
         if want() {
             return;
@@ -250,4 +277,22 @@ pub fn http_response(response: &str) -> (u16, String) {
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     (status, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wait_scale_is_a_small_whole_number() {
+        assert_eq!(wait_scale(None), Ok(1));
+        assert_eq!(wait_scale(Some("4")), Ok(4));
+        for bad in ["0", "21", "1.5", "x"] {
+            let error = wait_scale(Some(bad)).expect_err(bad);
+            assert!(
+                error.contains(WAIT_SCALE_ENV) && error.contains(bad),
+                "{error}"
+            );
+        }
+    }
 }

@@ -16,7 +16,7 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::{EVENT_WAIT, process::Running, swiftlet_bin};
+use crate::{event_wait, process::Running, swiftlet_bin};
 
 static ONE_AGENT: Mutex<()> = Mutex::new(());
 
@@ -158,12 +158,41 @@ impl Node {
                 // run, and agents of other test runs may share this machine.
                 .arg("--pod-logs-dir")
                 .arg(self.pod_logs_dir())
-                .args(&self.extra_args)
+                .args(self.with_driver(&self.extra_args))
                 .args(crate::default_eviction_args(&self.extra_args))
                 .env("RUST_LOG", "info,swiftlet=debug"),
         );
         self.startup_log = agent.wait_stderr_lines("swiftlet is running");
         self.agent = Some(agent);
+    }
+
+    /// `args` with the run's cgroup driver (`crate::driver`) in the agent's configuration file:
+    /// the test's own `--config` file copied with the driver's line added, or a file of that
+    /// line alone. Unchanged under the default driver.
+    fn with_driver(&self, args: &[String]) -> Vec<String> {
+        let Some(line) = crate::driver::config_line() else {
+            return args.to_vec();
+        };
+        let merged = self.dir.join("config-with-driver.yaml");
+        let mut args = args.to_vec();
+        let given = args.iter().position(|a| a == "--config");
+        let mut text = match given.and_then(|i| args.get(i + 1)) {
+            Some(file) => std::fs::read_to_string(file)
+                .unwrap_or_else(|e| panic!("the test's --config {file}: {e}")),
+            None => String::new(),
+        };
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(line);
+        text.push('\n');
+        std::fs::write(&merged, text).unwrap_or_else(|e| panic!("write {}: {e}", merged.display()));
+        let merged = merged.to_string_lossy().into_owned();
+        match given {
+            Some(i) if i + 1 < args.len() => args[i + 1] = merged,
+            _ => args.extend(["--config".to_owned(), merged]),
+        }
+        args
     }
 
     /// Restarts the agent with `extra_args` in place of the flags it was started with.
@@ -177,14 +206,14 @@ impl Node {
         if let Some(mut agent) = self.agent.take() {
             let pid = nix::unistd::Pid::from_raw(agent.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let deadline = Instant::now() + EVENT_WAIT;
+            let deadline = Instant::now() + event_wait();
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = agent.child.try_wait() {
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            panic!("swiftlet did not stop within {EVENT_WAIT:?} of SIGTERM");
+            panic!("swiftlet did not stop within {:?} of SIGTERM", event_wait());
         }
     }
 
@@ -227,7 +256,7 @@ impl Node {
     /// Polls `/pods` until `want` holds for pod `name` (bounded: a missing state fails the test
     /// with the last status seen, it never hangs it).
     pub fn wait_pod(&self, name: &str, what: &str, want: impl Fn(&Pod) -> bool) -> Pod {
-        let deadline = Instant::now() + EVENT_WAIT;
+        let deadline = Instant::now() + event_wait();
         let mut last = None;
         while Instant::now() < deadline {
             if let Some(pod) = self.pod(name) {
@@ -249,7 +278,7 @@ impl Node {
 
     /// Polls until pod `name` is no longer listed.
     pub fn wait_gone(&self, name: &str) {
-        let deadline = Instant::now() + EVENT_WAIT;
+        let deadline = Instant::now() + event_wait();
         while Instant::now() < deadline {
             if self.pod(name).is_none() {
                 return;
@@ -344,7 +373,7 @@ impl Drop for Node {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
-        let deadline = Instant::now() + EVENT_WAIT;
+        let deadline = Instant::now() + event_wait();
         while self.agent.is_some()
             && Instant::now() < deadline
             && self.pods().iter().any(leaves_at_drop)

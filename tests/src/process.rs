@@ -8,7 +8,7 @@ use std::{
     thread,
 };
 
-use crate::EVENT_WAIT;
+use crate::event_wait;
 
 pub struct Running {
     pub child: Child,
@@ -49,7 +49,7 @@ impl Running {
     pub fn wait_stdout(&self, mut want: impl FnMut(&str) -> bool) -> String {
         let mut seen = Vec::new();
         loop {
-            match self.stdout.recv_timeout(EVENT_WAIT) {
+            match self.stdout.recv_timeout(event_wait()) {
                 Ok(line) if want(&line) => return line,
                 Ok(line) => seen.push(line),
                 Err(e) => panic!("no matching stdout line ({e}); saw {seen:#?}"),
@@ -69,7 +69,7 @@ impl Drop for Running {
 fn wait_line(rx: &mpsc::Receiver<String>, needle: &str, what: &str) -> (String, Vec<String>) {
     let mut seen = Vec::new();
     loop {
-        match rx.recv_timeout(EVENT_WAIT) {
+        match rx.recv_timeout(event_wait()) {
             Ok(line) if line.contains(needle) => return (line, seen),
             Ok(line) => seen.push(line),
             Err(e) => panic!("no {what} line containing {needle:?} ({e}); saw {seen:#?}"),

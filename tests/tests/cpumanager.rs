@@ -16,9 +16,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
-    EVENT_WAIT,
+    event_wait,
     manifest::{self, PodManifest},
     node::{Node, status},
     privileged, runtime_endpoint, with_cri,
@@ -62,12 +61,7 @@ fn container_dir(node: &Node, name: &str) -> PathBuf {
         .and_then(|id| id.split_once("://").map(|(_, id)| id.to_owned()))
         .expect("container id");
     let uid = pod.metadata.uid.clone().expect("uid");
-    let layout = CgroupLayout::detect().expect("layout");
-    let kubepods = layout.cgroup2_root().expect("cgroup2").join("kubepods");
-    ["", "burstable", "besteffort"]
-        .iter()
-        .map(|qos| kubepods.join(qos).join(format!("pod{uid}")).join(&id))
-        .find(|d| d.exists())
+    swiftlet_tests::driver::container_cgroup(&uid, &id)
         .unwrap_or_else(|| panic!("no cgroup for {name}'s container {id}"))
 }
 
@@ -91,7 +85,7 @@ fn cpus_allowed(node: &Node, name: &str) -> String {
 
 /// Waits until pod `name`'s container may run on exactly `want`.
 fn wait_cpus(node: &Node, name: &str, want: &str) {
-    let deadline = Instant::now() + EVENT_WAIT;
+    let deadline = Instant::now() + event_wait();
     let mut last = String::new();
     while Instant::now() < deadline {
         last = cpus_allowed(node, name);

@@ -63,9 +63,10 @@ fn node(test: &str, name: &str, extra: &[&str]) -> Option<Node> {
     let config = std::env::temp_dir().join(format!("swiftlet-{name}-{}.yaml", std::process::id()));
     std::fs::write(
         &config,
+        // A slice under the systemd driver (`swiftlet_tests::driver`).
         format!(
-            "cgroupRoot: /swiftlet-eviction-{name}-{}\n",
-            std::process::id()
+            "cgroupRoot: {}\n",
+            swiftlet_tests::driver::own_cgroup_root(&format!("swiftlet-eviction-{name}"))
         ),
     )
     .expect("config file");

@@ -299,7 +299,7 @@ fn lost_events_force_a_relist_and_no_death_is_missed() {
             .expect("agent running"),
     );
     nix::sys::signal::kill(agent, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
-    let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+    let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
     while std::path::Path::new(&format!("/proc/{init}")).exists()
         && std::time::Instant::now() < deadline
     {
@@ -363,7 +363,7 @@ async fn pod_events_reach_grpc_watchers_with_the_refreshed_status() {
         "watched.yaml",
         &pod("watched", "Never", "sleep 1; exit 9", ""),
     );
-    let died = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, async {
+    let died = tokio::time::timeout(swiftlet_tests::event_wait(), async {
         loop {
             let event = stream.message().await.expect("stream").expect("open");
             if let Some(v1::event::Kind::Pod(pod)) = event.kind

@@ -229,7 +229,7 @@ fn manifests_added_changed_and_removed_while_running() {
                 })
                 .collect::<Vec<_>>()
         };
-        let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+        let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
         while !leftovers().is_empty() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
@@ -326,7 +326,7 @@ fn exit_statuses(ids: &[&str], act: impl FnOnce()) -> HashMap<String, Option<i32
         }
         act();
         let mut exits = HashMap::new();
-        let wait = tokio::time::timeout(swiftlet_tests::EVENT_WAIT, async {
+        let wait = tokio::time::timeout(swiftlet_tests::event_wait(), async {
             while exits.len() < ids.len() {
                 if let StreamItem::Event(e) = events.next().await.expect("stream")
                     && let EventBody::Exit(exit) = &e.body
@@ -528,8 +528,17 @@ fn pods_run_in_their_qos_cgroups_with_their_limits() {
         .v1_controller("memory")
         .unwrap_or_else(|| layout.cgroup2_root().expect("cgroup2").to_owned());
     let uid = |p: &k8s_openapi::api::core::v1::Pod| p.metadata.uid.clone().unwrap_or_default();
-    let burstable_dir = memory_root.join(format!("kubepods/burstable/pod{}", uid(&burstable)));
-    let best_effort_dir = memory_root.join(format!("kubepods/besteffort/pod{}", uid(&best_effort)));
+    // Where the run's cgroup driver puts them (`kubepods/burstable/pod<uid>`, or the slices).
+    let burstable_dir = swiftlet_tests::driver::pod_cgroup_in(
+        &memory_root,
+        swiftlet::pod::qos::QosClass::Burstable,
+        &uid(&burstable),
+    );
+    let best_effort_dir = swiftlet_tests::driver::pod_cgroup_in(
+        &memory_root,
+        swiftlet::pod::qos::QosClass::BestEffort,
+        &uid(&best_effort),
+    );
     assert!(burstable_dir.is_dir(), "{}", burstable_dir.display());
     assert!(best_effort_dir.is_dir(), "{}", best_effort_dir.display());
     // The pod-level memory limit is the sum of its containers' (every container has one).
@@ -566,7 +575,8 @@ fn pods_run_in_their_qos_cgroups_with_their_limits() {
         .and_then(|c| c.container_id.clone())
         .map(|id| id.trim_start_matches("containerd://").to_owned())
         .unwrap_or_default();
-    let container_dir = best_effort_dir.join(&container_id);
+    let container_dir = swiftlet_tests::driver::container_cgroup(&uid(&best_effort), &container_id)
+        .unwrap_or_else(|| panic!("no cgroup for container {container_id}"));
     let free_pids = procs_of(&container_dir);
     assert!(
         !free_pids.is_empty(),
@@ -619,7 +629,7 @@ fn the_node_object_is_served_locally() {
     let Some(node) = node("the_node_object_is_served_locally", "nodeobj") else {
         return;
     };
-    let deadline = std::time::Instant::now() + swiftlet_tests::EVENT_WAIT;
+    let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
     let object = loop {
         let body = swiftlet_tests::http_get(node.port, "/node");
         let object: serde_json::Value = serde_json::from_str(&body).expect("a Node as JSON");

@@ -14,8 +14,8 @@ use k8s_openapi::api::{core::v1::Pod, node::v1::RuntimeClass};
 use kube::{Api, api::PostParams};
 use serde_json::json;
 use swiftlet_tests::{
-    EVENT_WAIT,
     cluster::{self, runtime},
+    event_wait,
     node::{
         BUSYBOX, Node,
         status::{container, phase, running, terminated},
@@ -62,7 +62,7 @@ fn init_pid(id: &str) -> i32 {
 fn wait_pod(node: &Node, name: &str, what: &str, want: impl Fn(&Pod) -> bool) -> Pod {
     cluster::wait_for(
         &format!("pod {name} never {what}"),
-        EVENT_WAIT * 2,
+        event_wait() * 2,
         || {
             node.pods()
                 .into_iter()

@@ -11,6 +11,7 @@ mod containerd;
 mod deb;
 mod fuzz;
 mod images;
+mod node_suite;
 mod node_vm;
 mod runtimes;
 mod setup;

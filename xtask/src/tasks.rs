@@ -349,7 +349,7 @@ pub fn test(version: Version) -> anyhow::Result<()> {
     crate::node_vm::run(
         crate::node_vm::DEFAULT_KERNEL,
         crate::node_vm::DEFAULT_CONTAINERD,
-        &crate::node_vm::select_scenarios(&[])?,
+        &crate::node_vm::SUITE_SCENARIOS,
     )?;
     // Last, so that its build had the tests and the matrix to hide behind.
     crate::fuzz::in_suite(fuzz_build)?;
