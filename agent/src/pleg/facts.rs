@@ -297,7 +297,11 @@ mod tests {
         facts.amend(&mut later, Source::Runtime);
         assert_eq!(later.containers[1].exit_code, Some(137));
         // Once the runtime removed the container, nothing of it is kept.
-        let mut removed = runtime().ready_sandbox().running(&spec).build();
+        let mut removed = runtime()
+            .ready_sandbox()
+            .running(&spec)
+            .map_latest(|c| c.id.id = "a-new-instance".into())
+            .build();
         facts.amend(&mut removed, Source::Runtime);
         assert!(facts.lost.by_container.is_empty());
 
