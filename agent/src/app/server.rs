@@ -41,6 +41,7 @@ pub async fn summary_provider(
     let observer = NodeObserver {
         layout,
         pods_cgroup: config.pod_cgroups().pods_parent().to_owned(),
+        pod_cgroups: config.pod_cgroups(),
         memory_capacity,
         allocatable_memory: memory_capacity - config.reserved.memory_bytes(),
         nodefs,

@@ -28,6 +28,7 @@ use super::{
     thresholds::{PsiSignalResource, PsiWindow, Signal},
 };
 use crate::{
+    cgroup::PodCgroupLayout,
     cm::{
         CgroupLayout,
         psi::{Psi, PsiResource},
@@ -42,6 +43,9 @@ pub struct NodeObserver {
     /// The cgroup all pods are below, relative to the cgroup root: `kubepods`, or `cgroupRoot`
     /// without `cgroupsPerQOS` (upstream `GetPodCgroupRoot`).
     pub pods_cgroup: String,
+    /// How container cgroups are named below a pod's: the container's id with cgroupfs, the
+    /// runtime's scope (`cri-containerd-<id>.scope`) with systemd.
+    pub pod_cgroups: PodCgroupLayout,
     pub memory_capacity: i64,
     /// Memory capacity minus kube and system reservations (what the pods' cgroup may use).
     pub allocatable_memory: i64,
@@ -61,6 +65,19 @@ impl NodeObserver {
             CgroupLayout::Unified { root } => Some(root.join(path)),
             other => other.v1_controller("memory").map(|d| d.join(path)),
         }
+    }
+
+    /// The cgroup of container `id` below its pod's cgroup `pod_path` (relative to the root):
+    /// the first of the driver's names that exists, else the first.
+    pub fn container_cgroup(&self, pod_path: &str, id: &str) -> String {
+        let names = self.pod_cgroups.container_dir_names(id);
+        let path = |name: &String| format!("{pod_path}/{name}");
+        names
+            .iter()
+            .map(path)
+            .find(|p| self.memory_dir(p).is_some_and(|d| d.is_dir()))
+            .or_else(|| names.first().map(path))
+            .unwrap_or_else(|| format!("{pod_path}/{id}"))
     }
 
     fn cgroup2_dir(&self, path: &str) -> Option<PathBuf> {
@@ -241,9 +258,13 @@ impl NodeObserver {
                 && let Ok(entries) = std::fs::read_dir(&dir)
             {
                 for entry in entries.flatten() {
-                    let id = entry.file_name().to_string_lossy().into_owned();
+                    // The directory is named by the driver: the id itself, or a scope.
+                    let dir_name = entry.file_name().to_string_lossy().into_owned();
+                    let Some(id) = self.pod_cgroups.container_id_of_dir(&dir_name) else {
+                        continue;
+                    };
                     if let Some(name) = names.get(&id)
-                        && let Some(ws) = self.working_set(&format!("{path}/{id}"))
+                        && let Some(ws) = self.working_set(&format!("{path}/{dir_name}"))
                     {
                         containers.push((name.clone(), ws));
                     }
@@ -347,6 +368,7 @@ mod tests {
         let o = NodeObserver {
             layout: CgroupLayout::Unified { root },
             pods_cgroup: "kubepods".into(),
+            pod_cgroups: PodCgroupLayout::new(Path::new("/"), true),
             memory_capacity: 1 << 30,
             allocatable_memory: 512 << 20,
             nodefs: dir.path().to_owned(),
@@ -387,6 +409,56 @@ mod tests {
             }
         );
         assert!(o[&Signal::NodeFsAvailable].capacity > 0);
+    }
+
+    /// With the systemd driver a container's cgroup is the runtime's scope below the pod's
+    /// slice: the eviction message's per-container usage must find it there.
+    #[test]
+    fn container_usage_is_found_under_either_driver() {
+        use crate::cgroup::pods::CgroupDriver;
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "hog", "namespace": "default", "uid": "u-1"},
+        }))
+        .expect("a pod");
+        let pods = vec![Arc::new(pod)];
+        for (driver, pod_path, dir) in [
+            (CgroupDriver::Cgroupfs, "kubepods/besteffort/podu-1", "c1"),
+            (
+                CgroupDriver::Systemd,
+                "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu_1.slice",
+                "cri-containerd-c1.scope",
+            ),
+        ] {
+            let tmp = tempfile::tempdir().expect("tempdir");
+            let root = tmp.path().join("cgroup");
+            let container = root.join(pod_path).join(dir);
+            write(&container.join("memory.current"), "300\n");
+            write(&container.join("memory.stat"), "inactive_file 100\n");
+            let observer = NodeObserver {
+                layout: CgroupLayout::Unified { root },
+                pods_cgroup: "kubepods".into(),
+                pod_cgroups: PodCgroupLayout::for_driver(driver, Path::new("/"), true),
+                memory_capacity: 1 << 30,
+                allocatable_memory: 512 << 20,
+                nodefs: tmp.path().to_owned(),
+                imagefs: tmp.path().to_owned(),
+                proc: tmp.path().join("proc"),
+                psi: Vec::new(),
+            };
+            let usage = observer.pod_usage(
+                &pods,
+                &|_| Some(pod_path.to_owned()),
+                &|_| HashMap::from([("c1".to_owned(), "main".to_owned())]),
+                tmp.path(),
+            );
+            let containers = usage.values().next().map(|u| u.containers.clone());
+            assert_eq!(containers, Some(vec![("main".to_owned(), 200)]), "{driver}");
+            assert_eq!(
+                observer.container_cgroup(pod_path, "c1"),
+                format!("{pod_path}/{dir}"),
+                "{driver}"
+            );
+        }
     }
 
     #[test]

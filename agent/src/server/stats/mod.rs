@@ -193,7 +193,7 @@ impl SummaryProvider {
             let containers = running_containers(&pod)
                 .into_iter()
                 .map(|(name, id, started)| {
-                    let cgroup = format!("{path}/{id}");
+                    let cgroup = self.observer.container_cgroup(&path, &id);
                     let logs = (!only_cpu_and_memory)
                         .then(|| self.logs(&log_dir.join(&name), now))
                         .flatten();

@@ -64,6 +64,7 @@ fn provider(layout: CgroupLayout, dir: &Path, clock: Arc<Mutex<SystemTime>>) -> 
     let observer = NodeObserver {
         layout,
         pods_cgroup: "kubepods".into(),
+        pod_cgroups: crate::cgroup::PodCgroupLayout::new(Path::new("/"), true),
         memory_capacity: 4 << 30,
         allocatable_memory: 3 << 30,
         nodefs: dir.to_owned(),
