@@ -5,23 +5,8 @@
 # kubelet (oom_score_adj -999, its own cgroup under system.slice). Each check prints one line:
 #   swiftlet-node-vm: check NAME ok|FAILED DETAIL
 # and facts worth reporting print `swiftlet-node-vm: fact NAME VALUE`.
-M="swiftlet-node-vm:"
+. "$(dirname "$0")/lib.sh"
 P=/payload
-failed=0
-check() {
-    name=$1
-    detail=$2
-    shift 2
-    if "$@"; then
-        echo "$M check $name ok $detail"
-    else
-        echo "$M check $name FAILED $detail"
-        failed=$((failed + 1))
-    fi
-}
-fact() { echo "$M fact $1 $2"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-prop() { systemctl show -P "$1" swiftlet; }
 
 state=$(timeout 600 systemctl is-system-running --wait)
 fact boot_seconds "$(uptime_s)"

@@ -6,7 +6,7 @@
 # driver (`SystemdCgroup`), and crun gets a state folder of its own (the runtime-handler test
 # tells the runtimes' containers apart by it); the node's configuration is put back at the end.
 # One check per test and driver: `swiftlet-node-vm: check <driver>:<test> ok|FAILED <detail>`.
-M="swiftlet-node-vm:"
+. "$(dirname "$0")/lib.sh"
 P=/payload
 S=$P/suite
 CONFIG=/etc/containerd/config.toml
@@ -18,23 +18,7 @@ TEST_TIMEOUT=480
 # (busybox sh filling a 450 MiB variable: 9 s on a busy host) did not reach the threshold
 # within 4 times the host bound, so each bound is 8 times its host value.
 WAIT_SCALE=8
-failed=0
-check() {
-    name=$1
-    detail=$2
-    shift 2
-    if "$@"; then
-        echo "$M check $name ok $detail"
-    else
-        echo "$M check $name FAILED $detail"
-        failed=$((failed + 1))
-    fi
-}
-fact() { echo "$M fact $1 $2"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.0f", b - a }'; }
 
-scenario_started=$(uptime_s)
 timeout 600 systemctl is-system-running --wait >/dev/null
 # Scenario 1 leaves the agent stopped; alone, this scenario finds it not installed. Either way
 # no other agent may manage the runtime's pods while the tests' agents do.

@@ -9,75 +9,15 @@
 # status line) while /healthz stays ok, as the kubelet's; after the runtime returns the node is
 # ready again and the container that exited meanwhile shows its exit and is restarted once.
 # Starts from the node scenario 1 left (swiftlet stopped, the pods killed) and leaves it so.
-M="swiftlet-node-vm:"
-failed=0
-check() {
-    name=$1
-    detail=$2
-    shift 2
-    if "$@"; then
-        echo "$M check $name ok $detail"
-    else
-        echo "$M check $name FAILED $detail"
-        failed=$((failed + 1))
-    fi
-}
-fact() { echo "$M fact $1 $2"; }
-uptime_s() { cut -d' ' -f1 /proc/uptime; }
-since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.1f", b - a }'; }
-prop() { systemctl show -P "$1" swiftlet; }
-scenario_started=$(uptime_s)
-# Polls `$@` every second for up to $1 seconds.
-wait_for() {
-    limit=$1
-    shift
-    i=0
-    while [ $i -lt "$limit" ]; do
-        "$@" && return 0
-        sleep 1
-        i=$((i + 1))
-    done
-    return 1
-}
-# The pods, their names without the node's suffix that static pods get (`sleeper-<node>`).
-pods_json() {
-    curl -sf --max-time 5 http://127.0.0.1:10255/pods |
-        jq --arg suffix "-$(hostname)" '.items[].metadata.name |= rtrimstr($suffix)'
-}
-# Every pod Running with all its containers ready; at least $1 pods.
-all_ready() {
-    pods_json | jq -e --argjson n "$1" '[.items[] | select(.status.phase == "Running"
-        and (.status.containerStatuses | length) > 0
-        and ([.status.containerStatuses[].ready] | all))] | length >= $n' >/dev/null 2>&1
-}
-# One line per container: pod/container id restartCount.
-snapshot() {
-    pods_json | jq -r '.items[] | .metadata.name as $p | (.status.containerStatuses // [])[]
-        | "\($p)/\(.name) \(.containerID | sub("^containerd://"; "")) \(.restartCount)"' | sort
-}
+. "$(dirname "$0")/lib.sh"
 container() { pods_json | jq -c --arg p "$1" --arg c "$2" '.items[] | select(.metadata.name == $p)
     | .status.containerStatuses[] | select(.name == $c)'; }
 ready_condition() {
     curl -sf --max-time 5 http://127.0.0.1:10255/node |
         jq -r '.status.conditions[] | select(.type == "Ready") | "\(.status) \(.message)"'
 }
-# Each container of the snapshot has exactly one running task, and the running tasks are those
-# containers and one sandbox per pod.
-tasks_match() {
-    tasks=$(ctr -n k8s.io tasks ls 2>/dev/null | awk '$3 == "RUNNING" { print $1 }')
-    for id in $(echo "$1" | cut -d' ' -f2); do
-        test "$(echo "$tasks" | grep -c "^$id\$")" = 1 || return 1
-    done
-    test "$(echo "$tasks" | grep -c .)" = $(($(echo "$1" | grep -c .) + $2))
-}
 node_ready() { ready_condition | grep -q '^True'; }
 runtime_down() { ready_condition | grep -q '^False .*container runtime is down'; }
-# A snapshot for a report line: ids cut to 12 characters.
-brief() { echo "$1" | awk '{ printf "%s %s %s; ", $1, substr($2, 1, 12), $3 }'; }
-# The running tasks, ids cut to 12 characters.
-dump_tasks() {
-    ctr -n k8s.io tasks ls 2>&1 | awk '$3 == "RUNNING" { n++; s = s " " substr($1, 1, 12) } END { print n " running:" s }'
-}
 
 OUTAGE=40
 manifests=$(sed -n 's/^staticPodPath: *//p' /etc/swiftlet/config.yaml)

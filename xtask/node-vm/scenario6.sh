@@ -9,20 +9,7 @@
 # ExecStop reads swiftlet's /pods and /node and the marks, and prints the `check` lines and this
 # scenario's `done` line on the console. This script then only waits: the image's runner must
 # not reach its forced power-off. qemu runs with -no-reboot, so the power-off ends the VM.
-M="swiftlet-node-vm:"
-failed=0
-check() {
-    name=$1
-    detail=$2
-    shift 2
-    if "$@"; then
-        echo "$M check $name ok $detail"
-    else
-        echo "$M check $name FAILED $detail"
-        failed=$((failed + 1))
-    fi
-}
-fact() { echo "$M fact $1 $2"; }
+. "$(dirname "$0")/lib.sh"
 
 marks=/var/lib/swiftlet-shutdown-marks
 manifests=$(sed -n 's/^staticPodPath: *//p' /etc/swiftlet/config.yaml)

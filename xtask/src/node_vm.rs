@@ -128,6 +128,9 @@ const SCENARIOS: [(u32, &str, &str); 5] = [
     ),
 ];
 
+/// Sourced by every scenario (`. "$(dirname "$0")/lib.sh"`).
+const SCENARIO_LIB: &str = include_str!("../node-vm/lib.sh");
+
 /// The scenario that runs the host suite's test executables (`node_suite`).
 const SUITE_SCENARIO: u32 = 2;
 
@@ -744,6 +747,8 @@ fn payload_disk(
     }
     // The image's unit runs `scenario.sh`: here, the selected scenarios one after another.
     fs::write(stage.join("scenario.sh"), driver_script(scenarios))?;
+    // What every scenario sources: the console protocol and shared looks at the node.
+    fs::write(stage.join("scenarios").join("lib.sh"), SCENARIO_LIB)?;
     for (n, _, script) in SCENARIOS.iter().filter(|(n, _, _)| scenarios.contains(n)) {
         fs::write(stage.join("scenarios").join(format!("{n}.sh")), script)?;
     }
@@ -951,6 +956,16 @@ mod tests {
         );
         assert_eq!(select_scenarios(&[1]).ok(), Some(vec![1]));
         assert!(select_scenarios(&[99]).is_err());
+        // The console protocol lives in lib.sh: a scenario without it would print nothing parsed.
+        for (n, _, script) in SCENARIOS {
+            assert!(
+                script.contains(". \"$(dirname \"$0\")/lib.sh\""),
+                "scenario {n} does not source lib.sh"
+            );
+        }
+        assert!(
+            SCENARIO_LIB.contains("check() {") && SCENARIO_LIB.contains("M=\"swiftlet-node-vm:\"")
+        );
         let driver = driver_script(&[1]);
         assert!(
             driver.contains("echo 'swiftlet-node-vm: scenario 1'\nsh /payload/scenarios/1.sh\n")
