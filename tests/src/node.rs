@@ -55,11 +55,20 @@ pub struct Node {
     _exclusive: MutexGuard<'static, ()>,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
+/// Three distinct free ports: each listener is held until all are bound, since a port released
+/// by one probe may be the very one the kernel hands the next (the agent then fails "Address
+/// already in use" on its second listener).
+fn free_ports() -> [u16; 3] {
+    let listeners: Vec<std::net::TcpListener> = (0..3)
+        .filter_map(|_| std::net::TcpListener::bind("127.0.0.1:0").ok())
+        .collect();
+    let port = |i: usize| {
+        listeners
+            .get(i)
+            .and_then(|l| l.local_addr().ok())
+            .map_or(0, |a| a.port())
+    };
+    [port(0), port(1), port(2)]
 }
 
 /// The busybox image test pods run (`cargo xtask` builds and imports it; there is no registry).
@@ -114,7 +123,8 @@ impl Node {
     /// (Re)starts the agent process (stopping the running one first, with SIGTERM).
     pub fn restart(&mut self) {
         self.stop();
-        self.port = free_port();
+        let [port, kubelet_port, healthz_port] = free_ports();
+        self.port = port;
         // Nodes run side by side: never the default 10250. A test's own --port wins.
         let port_given = self.extra_args.iter().any(|a| a == "--port");
         self.kubelet_port = match self.extra_args.iter().position(|a| a == "--port") {
@@ -123,11 +133,11 @@ impl Node {
                 .get(i + 1)
                 .and_then(|p| p.parse().ok())
                 .unwrap_or(0),
-            None => free_port(),
+            None => kubelet_port,
         };
         let own_port = (!port_given).then(|| ["--port".to_owned(), self.kubelet_port.to_string()]);
         let healthz_given = self.extra_args.iter().any(|a| a == "--http-address");
-        self.healthz_port = if healthz_given { 0 } else { free_port() };
+        self.healthz_port = if healthz_given { 0 } else { healthz_port };
         let own_healthz = (!healthz_given).then(|| {
             [
                 "--http-address".to_owned(),

@@ -191,8 +191,6 @@ fn run_warns_once_per_config_field_without_effect() {
     drop(swiftlet);
     assert!(lines.iter().all(|l| l.starts_with('{')), "{lines:#?}");
     for field in [
-        "shutdownGracePeriod",
-        "shutdownGracePeriodCriticalPods",
         "featureGates.CSIMigration",
         "featureGates.LocalStorageCapacityIsolation",
     ] {
@@ -200,11 +198,19 @@ fn run_warns_once_per_config_field_without_effect() {
         let count = lines.iter().filter(|l| l.contains(&tag)).count();
         assert_eq!(count, 1, "{field}: {lines:#?}");
     }
+    // The seed's graceful node shutdown fields take effect now (the node shutdown manager).
+    for field in ["shutdownGracePeriod", "shutdownGracePeriodCriticalPods"] {
+        let tag = format!("\"field\":\"{field}\"");
+        assert!(
+            !lines.iter().any(|l| l.contains(&tag)),
+            "{field}: {lines:#?}"
+        );
+    }
     let warnings = lines
         .iter()
         .filter(|l| l.contains("has no effect in swiftlet"))
         .count();
-    assert_eq!(warnings, 4, "{lines:#?}");
+    assert_eq!(warnings, 2, "{lines:#?}");
     let _ = std::fs::remove_dir_all(dir);
 }
 
