@@ -355,18 +355,7 @@ impl Kubelet {
             Action::EvictPod,
             message,
         ));
-        let (tx, rx) = oneshot::channel();
-        self.workers.update_pod(UpdatePodOptions {
-            update_type: UpdateType::Kill,
-            pod: Some(pod.clone()),
-            running_pod: None,
-            kill: Some(KillOptions {
-                grace_period_override: Some(grace_secs),
-                evict: true,
-                completed: Some(tx),
-            }),
-        });
-        rx
+        self.kill_within(pod, grace_secs, true)
     }
 
     /// Kills a pod for the node's shutdown (upstream's shutdown manager's `killPodFunc`): its
@@ -378,6 +367,11 @@ impl Kubelet {
             crate::nodeshutdown::SHUTDOWN_REASON,
             crate::nodeshutdown::SHUTDOWN_MESSAGE,
         );
+        self.kill_within(pod, grace_secs, false)
+    }
+
+    /// Has the pod's worker kill it within `grace_secs`; the receiver completes once it is dead.
+    fn kill_within(&self, pod: &Arc<Pod>, grace_secs: i64, evict: bool) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         self.workers.update_pod(UpdatePodOptions {
             update_type: UpdateType::Kill,
@@ -385,7 +379,7 @@ impl Kubelet {
             running_pod: None,
             kill: Some(KillOptions {
                 grace_period_override: Some(grace_secs),
-                evict: false,
+                evict,
                 completed: Some(tx),
             }),
         });

@@ -132,15 +132,7 @@ pub fn pod_grace(pod: &Pod, group_seconds: i64) -> i64 {
 mod tests {
     use super::*;
 
-    fn pod(name: &str, priority: Option<i32>, grace: Option<i64>) -> Arc<Pod> {
-        crate::testing::pod()
-            .named("default", name, name)
-            .spec(|s| {
-                s.priority = priority;
-                s.termination_grace_period_seconds = grace;
-            })
-            .arc()
-    }
+    use crate::nodeshutdown::tests::pod;
 
     fn row(priority: i32, grace_seconds: i64) -> PriorityGrace {
         PriorityGrace {

@@ -26,7 +26,8 @@ struct Harness {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn pod(
+/// A pod of `priority` with its own grace period (the groups' tests use it too).
+pub(super) fn pod(
     name: &str,
     priority: Option<i32>,
     grace: Option<i64>,
