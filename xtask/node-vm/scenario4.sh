@@ -81,6 +81,9 @@ kill -9 "$victim_pid"
 wait_for $((OUTAGE + 20)) runtime_down
 fact runtime_down_reported_after "$(since "$down_at")"
 check node_not_ready "$(ready_condition)" runtime_down
+# The status line is refreshed on its own period (2 s), so it may trail the node's condition.
+status_down() { prop StatusText | grep -q 'container runtime is down'; }
+wait_for 10 status_down
 status_line=$(prop StatusText)
 check status_tells "$status_line" sh -c "echo '$status_line' | grep -q 'container runtime is down'"
 healthz=$(curl -s --max-time 5 -w ' %{http_code}' http://127.0.0.1:10248/healthz | tr '\n' ' ')

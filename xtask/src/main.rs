@@ -115,6 +115,10 @@ enum Task {
         /// one boot, each from the node the earlier ones left.
         #[arg(long = "scenario", value_name = "N")]
         scenarios: Vec<u32>,
+        /// Scenario 2's selection of the host suite's tests: full (every test under each
+        /// driver it lists), or ci (what `cargo xtask test` runs: every area once, and crun).
+        #[arg(long, value_enum, value_name = "SELECTION", default_value = "full")]
+        suite: node_suite::Size,
     },
     /// swiftlet as a Debian package: target/deb/swiftlet_<version>_amd64.deb (the binary, the
     /// systemd unit, the default config; see packaging/).
@@ -159,9 +163,10 @@ fn main() {
             kernel,
             containerd,
             scenarios,
+            suite,
         } => node_vm::parse_kernel(&kernel).and_then(|k| {
             let c = node_vm::check_containerd(containerd)?;
-            node_vm::run(k, c, &node_vm::select_scenarios(&scenarios)?)
+            node_vm::run(k, c, &node_vm::select_scenarios(&scenarios)?, suite)
         }),
         Task::Deb => deb::run().map(|_| ()),
         Task::Containerd { action } => containerd::command(action),
