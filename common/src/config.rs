@@ -62,6 +62,23 @@ pub struct ProgramConfig {
     pub _pad: u32,
     /// At most one pressure record per source per CPU in this many ns (0: no limit).
     pub pressure_min_interval_ns: u64,
+    // fentry memory cgroup level programs: struct offsets from BTF, FIELD_ABSENT when the
+    // kernel's BTF lacks one (the programs are then not attached)
+    /// `page_counter.usage` (an `atomic_long_t`, pages).
+    pub memcg_pc_usage: u32,
+    /// `page_counter.parent`.
+    pub memcg_pc_parent: u32,
+    /// `mem_cgroup.css`.
+    pub memcg_css: u32,
+    /// `mem_cgroup.memory` (the `page_counter` of memory.current).
+    pub memcg_memory: u32,
+    /// `cgroup_subsys_state.cgroup`.
+    pub memcg_css_cgroup: u32,
+    /// `cgroup.kn`.
+    pub memcg_cgroup_kn: u32,
+    /// `kernfs_node.id` (a u64: the cgroup2 id).
+    pub memcg_kn_id: u32,
+    pub _pad_memcg: u32,
 }
 
 impl ProgramConfig {
@@ -98,7 +115,15 @@ impl ProgramConfig {
         task_run_delay: FIELD_ABSENT,
         _pad: 0,
         pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
+        memcg_pc_usage: FIELD_ABSENT,
+        memcg_pc_parent: FIELD_ABSENT,
+        memcg_css: FIELD_ABSENT,
+        memcg_memory: FIELD_ABSENT,
+        memcg_css_cgroup: FIELD_ABSENT,
+        memcg_cgroup_kn: FIELD_ABSENT,
+        memcg_kn_id: FIELD_ABSENT,
+        _pad_memcg: 0,
     };
 }
 
-const _: () = assert!(size_of::<ProgramConfig>() == 30 * 4 + 8);
+const _: () = assert!(size_of::<ProgramConfig>() == 30 * 4 + 8 + 8 * 4);

@@ -16,16 +16,18 @@ pub enum EventKind {
     CgroupMkdir = 4,
     CgroupRmdir = 5,
     Pressure = 6,
+    MemcgLevel = 7,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 7] = [
         EventKind::Exit,
         EventKind::Exec,
         EventKind::Oom,
         EventKind::CgroupMkdir,
         EventKind::CgroupRmdir,
         EventKind::Pressure,
+        EventKind::MemcgLevel,
     ];
 
     /// The kind for a raw header value, or `None` for a kind this build does not know.
@@ -37,6 +39,7 @@ impl EventKind {
             4 => Some(EventKind::CgroupMkdir),
             5 => Some(EventKind::CgroupRmdir),
             6 => Some(EventKind::Pressure),
+            7 => Some(EventKind::MemcgLevel),
             _ => None,
         }
     }
@@ -50,6 +53,7 @@ impl EventKind {
             EventKind::CgroupMkdir => "cgroup_mkdir",
             EventKind::CgroupRmdir => "cgroup_rmdir",
             EventKind::Pressure => "pressure",
+            EventKind::MemcgLevel => "memcg_level",
         }
     }
 
@@ -61,6 +65,7 @@ impl EventKind {
             EventKind::Oom => size_of::<OomEvent>(),
             EventKind::CgroupMkdir | EventKind::CgroupRmdir => size_of::<CgroupEvent>(),
             EventKind::Pressure => size_of::<PressureEvent>(),
+            EventKind::MemcgLevel => size_of::<MemcgLevelEvent>(),
         }
     }
 }
@@ -263,7 +268,24 @@ pub struct PressureLimit {
     pub suppressed: u64,
 }
 
+/// A charge is taking the watched memory cgroup's usage to or past the armed level (see
+/// [`crate::MemcgWatch`]). One record per arming: the program disarms the trigger as it emits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct MemcgLevelEvent {
+    pub header: EventHeader,
+    /// The watched cgroup's cgroup2 id (its directory's inode).
+    pub cgroup_id: u64,
+    /// `page_counter.usage` of the watched cgroup before the charge, in pages.
+    pub usage_pages: u64,
+    /// Pages being charged (a whole per-CPU stock batch, usually 64).
+    pub nr_pages: u64,
+    /// The armed level, in pages.
+    pub level_pages: u64,
+}
+
 const _: () = assert!(size_of::<EventHeader>() == 24);
+const _: () = assert!(size_of::<MemcgLevelEvent>() == 56);
 const _: () = assert!(size_of::<ExitEvent>() == 64);
 const _: () = assert!(size_of::<ExecEvent>() == 320);
 const _: () = assert!(size_of::<OomEvent>() == 120);

@@ -12,6 +12,7 @@ mod config;
 mod counters;
 mod events;
 mod filter;
+mod memcg;
 mod sched;
 
 pub use config::{
@@ -19,10 +20,11 @@ pub use config::{
 };
 pub use counters::{KindCounters, MAX_KIND};
 pub use events::{
-    COMM_LEN, CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, OomEvent, OomFields,
-    PATH_LEN, PRESSURE_SOURCES, PressureEvent, PressureLimit, PressureSource,
+    COMM_LEN, CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, MemcgLevelEvent, OomEvent,
+    OomFields, PATH_LEN, PRESSURE_SOURCES, PressureEvent, PressureLimit, PressureSource,
 };
 pub use filter::{FILTER_ACTIVE, MAX_WATCHED, WatchedCgroup};
+pub use memcg::{MEMCG_MAX_HOPS, MemcgWatch};
 pub use sched::{
     FOREIGN_ENTRIES, ForeignKey, MAX_CPUS, RUNQ_BUCKETS, RUNQ_ENTRIES, RunqHist, SchedCounters,
     SchedCpuState, runq_bucket, runq_upper_bound_us,
@@ -53,6 +55,8 @@ pub mod names {
     /// Per-CPU [`crate::PressureLimit`], indexed by [`crate::PressureSource`]: the rate limit of
     /// pressure records.
     pub const PRESSURE_LIMIT: &str = "PRESSURE_LIMIT";
+    /// One [`crate::MemcgWatch`]: the memory cgroup level trigger.
+    pub const MEMCG_WATCH: &str = "MEMCG_WATCH";
     /// The [`crate::ProgramConfig`] global.
     pub const CONFIG: &str = "CONFIG";
 
@@ -84,6 +88,14 @@ pub mod names {
     /// The scheduler audit's program, a BTF tracepoint (`tp_btf`) on `sched_switch`, loaded
     /// only by the audit (never with [`PROGRAMS`]).
     pub const SCHED_SWITCH: &str = "sched_switch";
+
+    /// The memory cgroup level programs (fentry), optional: `(program, kernel function)`. The
+    /// first two fire on charges, the last discovers the watched counter.
+    pub const MEMCG_PROGRAMS: [(&str, &str); 3] = [
+        ("memcg_try_charge", "page_counter_try_charge"),
+        ("memcg_charge", "page_counter_charge"),
+        ("memcg_discover", "memory_current_read"),
+    ];
 
     /// The maps only the scheduler audit uses, which the event programs' loader shrinks to one
     /// entry each (the object is one, so every load creates every map).
@@ -128,6 +140,10 @@ mod pod_impls {
     unsafe impl aya::Pod for crate::PressureEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::PressureLimit {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::MemcgLevelEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::MemcgWatch {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::KindCounters {}
     // SAFETY: as above.

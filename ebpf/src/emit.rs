@@ -111,6 +111,12 @@ pub fn now() -> u64 {
 #[inline(always)]
 pub fn submit<T: 'static>(kind: EventKind, entry: RingBufEntry<T>) {
     entry.submit(0);
+    count_submitted(kind);
+}
+
+/// Counts a record its program submitted itself (with its own flags).
+#[inline(always)]
+pub fn count_submitted(kind: EventKind) {
     bump(kind, |c| c.submitted += 1);
 }
 

@@ -1,6 +1,8 @@
 //! swiftlet's kernel side: tracepoint programs that turn process exits and execs, OOM kills,
 //! cgroup creation/removal and memory reclaim (rate limited) into records in one BPF ring buffer,
-//! filtered to the cgroup subtrees the agent watches (node-wide reclaim is not filtered); and,
+//! filtered to the cgroup subtrees the agent watches (node-wide reclaim is not filtered); fentry
+//! programs on the memory controller's charges that fire once when the pods' cgroup reaches an
+//! armed level (`memcg.rs`, optional); and,
 //! loaded apart by the scheduler audit, a context-switch program that aggregates foreign time on
 //! exclusive CPUs and run-queue latency in per-CPU maps (`sched.rs`). Every entry point is a
 //! one-line wrapper around a `try_*` function; failures are counted per CPU (`COUNTERS`,
@@ -13,13 +15,14 @@ mod emit;
 mod exec;
 mod exit;
 mod filter;
+mod memcg;
 mod oom;
 mod pressure;
 mod sched;
 
 use aya_ebpf::{
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
+    macros::{btf_tracepoint, fentry, tracepoint},
+    programs::{BtfTracePointContext, FEntryContext, TracePointContext},
 };
 use swiftlet_common::{EventKind, PressureSource, ProgramConfig};
 
@@ -90,6 +93,21 @@ pub fn vmscan_kswapd_wake(ctx: TracePointContext) -> u32 {
         EventKind::Pressure,
         pressure::try_pressure(&ctx, PressureSource::KswapdWake),
     )
+}
+
+#[fentry(function = "page_counter_try_charge")]
+pub fn memcg_try_charge(ctx: FEntryContext) -> u32 {
+    emit::finish(EventKind::MemcgLevel, memcg::try_charge(&ctx))
+}
+
+#[fentry(function = "page_counter_charge")]
+pub fn memcg_charge(ctx: FEntryContext) -> u32 {
+    emit::finish(EventKind::MemcgLevel, memcg::try_charge(&ctx))
+}
+
+#[fentry(function = "memory_current_read")]
+pub fn memcg_discover(ctx: FEntryContext) -> u32 {
+    emit::finish(EventKind::MemcgLevel, memcg::try_discover(&ctx))
 }
 
 #[btf_tracepoint(function = "sched_switch")]

@@ -10,7 +10,10 @@
 
 use std::path::Path;
 
-use swiftlet::kernel::{KernelEvents, LoadOptions, SchedAudit, canary};
+use swiftlet::{
+    cm::CgroupLayout,
+    kernel::{KernelBtf, KernelEvents, LoadOptions, SchedAudit, canary},
+};
 use swiftlet_common::names;
 use swiftlet_tests::privileged;
 
@@ -94,13 +97,45 @@ async fn every_program_loads_and_attaches_with_this_kernels_fields() {
         "the OOM program reads the memory figures exactly where the tracepoint has them \
          ({release})"
     );
+    // The memory level trigger's layout and functions are in every supported kernel's BTF; its
+    // programs attach wherever the memory controller is on cgroup v2.
+    let btf = KernelBtf::open(Path::new("/sys/kernel/btf/vmlinux")).expect("kernel BTF");
+    let memcg = btf
+        .memcg_layout()
+        .unwrap_or_else(|e| panic!("memcg layout on {release}: {e}"));
+    for (_, function) in names::MEMCG_PROGRAMS {
+        assert!(
+            btf.has_function(function),
+            "{function} in the BTF of {release}"
+        );
+    }
+    let v2 = matches!(CgroupLayout::detect(), Ok(CgroupLayout::Unified { .. }));
+    if v2 {
+        assert_eq!(
+            info.memcg_level,
+            Ok(()),
+            "the memory level programs attach on cgroup v2 ({release})"
+        );
+        for (program, _) in names::MEMCG_PROGRAMS {
+            assert!(info.programs.contains(&program), "{program} on {release}");
+        }
+    } else {
+        assert!(
+            info.memcg_level
+                .as_ref()
+                .is_err_and(|why| why.contains("not on cgroup v2")),
+            "{:?}",
+            info.memcg_level
+        );
+    }
     let audit = SchedAudit::load(Path::new("/sys/kernel/btf/vmlinux"))
         .unwrap_or_else(|e| panic!("scheduler audit on {release}: {e} (hint: {:?})", e.hint()));
     drop(audit);
     report(
         test,
         &format!(
-            "loaded {} programs + sched_switch; process ends told by {}; OOM memory figures {}",
+            "loaded {} programs + sched_switch; process ends told by {}; OOM memory figures {}; \
+             memory level trigger {} (page_counter.parent at {})",
             info.programs.len(),
             if info.exit_group_dead_field {
                 "the tracepoint's group_dead"
@@ -112,6 +147,11 @@ async fn every_program_loads_and_attaches_with_this_kernels_fields() {
             } else {
                 "absent (tracepoint without them, before 6.8)"
             },
+            match &info.memcg_level {
+                Ok(()) => "attached (fentry)".to_owned(),
+                Err(why) => format!("left out: {why}"),
+            },
+            memcg.pc_parent,
         ),
     );
 }

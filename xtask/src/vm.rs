@@ -26,7 +26,12 @@ use crate::{setup, sh};
 
 /// The test files (`tests/tests/<name>.rs`) that make the matrix: everything the eBPF programs
 /// and their loader do against a kernel.
-const TEST_FILES: [&str; 3] = ["kernel_events", "kernel_features", "sched_audit"];
+const TEST_FILES: [&str; 4] = [
+    "kernel_events",
+    "kernel_features",
+    "memcg_level",
+    "sched_audit",
+];
 
 /// Tests that cannot run in the VMs, and why; they run on the host (`cargo xtask test`).
 const NOT_IN_VMS: [(&str, &str); 2] = [

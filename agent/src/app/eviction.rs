@@ -1,6 +1,7 @@
 //! Building the eviction manager: where its figures come from on this node, how it evicts
 //! (through the kubelet's pod workers), and what wakes it (the kernel programs on the event bus,
-//! PSI triggers, memory cgroup notifications), each as asked by `evictionWakeups`.
+//! PSI triggers, memory cgroup notifications, the pods' memory level on cgroup v2), each as asked
+//! by `evictionWakeups`.
 
 use std::{
     collections::HashMap,
@@ -21,7 +22,7 @@ use crate::{
         EvictionManager, EvictionMetrics, Sources, observe::NodeObserver, thresholds::Signal,
         wakeups,
     },
-    kernel::StreamItem,
+    kernel::{MemcgTrigger, StreamItem},
     kubelet::{Kubelet, KubeletEvictor},
     kuberuntime::manager::KubeRuntimeManager,
     pleg::PodCache,
@@ -38,6 +39,8 @@ pub struct EvictionParts<'a> {
     pub images: &'a dyn ImageService,
     /// The kernel programs' events, when they run.
     pub kernel: Option<broadcast::Receiver<Arc<StreamItem>>>,
+    /// The kernel's memory cgroup level trigger, when attached.
+    pub memcg_trigger: Option<MemcgTrigger>,
 }
 
 pub async fn start(
@@ -52,6 +55,7 @@ pub async fn start(
         runtime,
         images,
         kernel,
+        memcg_trigger,
     } = parts;
     let App {
         config,
@@ -90,6 +94,22 @@ pub async fn start(
 
     let mut wake_tasks = JoinSet::new();
     let mut woken_by = vec![format!("every {:?}", eviction.monitoring_period)];
+    if eviction.wakeups.level || eviction.wakeups.poll {
+        woken_by.extend(wakeups::spawn_level(
+            observer.clone(),
+            eviction.thresholds.clone(),
+            manager.observations(),
+            wakeups::LevelInputs {
+                level: eviction.wakeups.level,
+                poll: eviction.wakeups.poll,
+                trigger: memcg_trigger,
+                events: kernel.as_ref().map(|rx| rx.resubscribe()),
+            },
+            waker.clone(),
+            &mut wake_tasks,
+            shutdown.clone(),
+        ));
+    }
     if eviction.wakeups.kernel {
         match kernel {
             Some(events) => {

@@ -223,7 +223,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
     }
     let systemd = runtime_driver::resolve(&mut config, &metrics, &runtime, systemd).await?;
     let cgroups = pods::cgroups(&config, systemd).await?;
-    let (source, kernel_bus) =
+    let (source, kernel_bus, memcg_trigger) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);
     let (kube_events, _) = broadcast::channel(BUS_CAPACITY);
@@ -257,6 +257,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
             source,
             published: published.clone(),
             kernel_bus,
+            memcg_trigger,
             kube_events: kube_events.clone(),
             credential_providers,
         },
@@ -359,7 +360,8 @@ type KernelBus = broadcast::Receiver<Arc<StreamItem>>;
 
 /// Loads the kernel programs and starts pumping their events onto `bus`; what drives the PLEG
 /// follows (the kernel events, or a relist alone when they are unavailable and not required),
-/// and the eviction manager's subscription to the bus when there is one.
+/// and the eviction manager's subscription to the bus and its memory level trigger when there is
+/// one.
 fn kernel_events(
     config: &Config,
     metrics: &Metrics,
@@ -367,9 +369,18 @@ fn kernel_events(
     bus: &broadcast::Sender<Arc<StreamItem>>,
     tasks: &mut JoinSet<Result<(), Error>>,
     shutdown: &CancellationToken,
-) -> Result<(pods::PlegSource, Option<KernelBus>), Error> {
+) -> Result<
+    (
+        pods::PlegSource,
+        Option<KernelBus>,
+        Option<kernel::MemcgTrigger>,
+    ),
+    Error,
+> {
     let want_kernel_pleg = config.pleg == PlegMode::Ebpf;
     let mut load = config.kernel.load_options();
+    // The charge programs cost a trampoline on every memory charge: only when they wake someone.
+    load.memcg_level = config.eviction.wakeups.level;
     if want_kernel_pleg {
         // The kernel-event PLEG needs the pods' events, and only those. Without QoS cgroups and
         // with `cgroupRoot: /`, pods sit at the top of the hierarchy next to everything else:
@@ -378,8 +389,10 @@ fn kernel_events(
         load.watch.push(format!("/{}", pods.pods_parent()).into());
     }
     let mut kernel_bus = None;
+    let mut memcg_trigger = None;
     let source = match KernelEvents::load(&load) {
         Ok(events) => {
+            memcg_trigger = events.memcg_trigger();
             metrics
                 .registry
                 .register(Box::new(KernelCountersCollector::new(events.counters())?))?;
@@ -430,7 +443,7 @@ fn kernel_events(
             pods::PlegSource::Relist { period }
         }
     };
-    Ok((source, kernel_bus))
+    Ok((source, kernel_bus, memcg_trigger))
 }
 
 /// Runs until a signal or until a task ends (an error of the agent), then cancels everything

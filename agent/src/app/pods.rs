@@ -169,6 +169,8 @@ pub struct PodsInput {
     pub source: PlegSource,
     pub published: broadcast::Sender<Arc<PublishedEvent>>,
     pub kernel_bus: Option<broadcast::Receiver<Arc<StreamItem>>>,
+    /// The kernel's memory cgroup level trigger, when attached.
+    pub memcg_trigger: Option<crate::kernel::MemcgTrigger>,
     /// The gRPC stream's bus of Kubernetes Events.
     pub kube_events: broadcast::Sender<Arc<crate::events::Published>>,
     /// The image credential provider plugins, loaded at start ([`credential_providers`]).
@@ -297,6 +299,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             runtime: &manager,
             images: runtime.client.as_ref(),
             kernel: input.kernel_bus,
+            memcg_trigger: input.memcg_trigger,
         },
     )
     .await?;

@@ -120,6 +120,10 @@ pub fn text_line(item: &StreamItem) -> String {
             line.push_str(&format!(" suppressed={}", p.suppressed));
             line
         }
+        EventBody::MemcgLevel(m) => format!(
+            "{head} usage_pages={} nr_pages={} level_pages={}",
+            m.usage_pages, m.nr_pages, m.level_pages
+        ),
     }
 }
 

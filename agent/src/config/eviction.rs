@@ -205,7 +205,8 @@ fn min_reclaims(settings: &Settings) -> Result<BTreeMap<Signal, ThresholdValue>,
     Ok(out)
 }
 
-/// `evictionWakeups`: any of `psi`, `kernel`, `memcg`; empty or `none` for none; default all.
+/// `evictionWakeups`: any of `psi`, `kernel`, `memcg`, `level`, `poll`; empty or `none` for none;
+/// default all but `poll`.
 fn wakeups(settings: &Settings) -> Result<Wakeups, ConfigError> {
     let Some(Given {
         value: names,
@@ -221,9 +222,15 @@ fn wakeups(settings: &Settings) -> Result<Wakeups, ConfigError> {
             "psi" => wakeups.psi = true,
             "kernel" => wakeups.kernel = true,
             "memcg" => wakeups.memcg = true,
+            "level" => wakeups.level = true,
+            "poll" => wakeups.poll = true,
             "none" if names.len() == 1 => {}
             "none" => return Err(bad("\"none\" cannot be combined with other values")),
-            _ => return Err(bad("expected \"psi\", \"kernel\", \"memcg\" or \"none\"")),
+            _ => {
+                return Err(bad(
+                    "expected \"psi\", \"kernel\", \"memcg\", \"level\", \"poll\" or \"none\"",
+                ));
+            }
         }
     }
     Ok(wakeups)

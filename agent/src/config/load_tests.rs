@@ -537,7 +537,9 @@ enforceNodeAllocatable: [pods]
             Wakeups {
                 psi: true,
                 kernel: false,
-                memcg: true
+                memcg: true,
+                level: false,
+                poll: false,
             }
         );
         assert_eq!(
@@ -631,6 +633,18 @@ enforceNodeAllocatable: [pods]
         let config = result.expect("loads");
         assert!(config.eviction.thresholds.is_empty());
         assert_eq!(config.eviction.wakeups, Wakeups::NONE);
+
+        // The v2 memory level by the kernel's trigger and by the poll, side by side.
+        let (_dir, result) = load("", &["--eviction-wakeups", "level,poll"]);
+        let config = result.expect("loads");
+        assert_eq!(
+            config.eviction.wakeups,
+            Wakeups {
+                level: true,
+                poll: true,
+                ..Wakeups::NONE
+            }
+        );
     }
 
     #[test]
@@ -740,7 +754,7 @@ enforceNodeAllocatable: [pods]
             ),
             (
                 &["--eviction-wakeups", "psi,bpf"],
-                "flag --eviction-wakeups: field `evictionWakeups`: invalid value \"bpf\": expected \"psi\", \"kernel\", \"memcg\" or \"none\"",
+                "flag --eviction-wakeups: field `evictionWakeups`: invalid value \"bpf\": expected \"psi\", \"kernel\", \"memcg\", \"level\", \"poll\" or \"none\"",
             ),
             (
                 &["--eviction-monitoring-period", "0s"],

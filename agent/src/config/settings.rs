@@ -409,7 +409,8 @@ macro_rules! with_settings {
                 file [String]
                 => positive_duration, default defaults::EVICTION_MONITORING_PERIOD;
             /// Kernel signals that wake the eviction manager between checks (`evictionWakeups`): any of
-            /// `psi`, `kernel`, `memcg`; empty or `none` for the periodic check alone.
+            /// `psi`, `kernel`, `memcg`, `level`, `poll` (default all but `poll`); empty or `none`
+            /// for the periodic check alone.
             section eviction_wakeups: [Option<Given<Vec<String>>>] = "evictionWakeups",
                 flag "eviction-wakeups" [Vec<String>] (value_name = "LIST"),
                 file [Vec<String>]

@@ -1,6 +1,7 @@
 //! The eviction manager's loop (upstream `managerImpl.synchronize` and `Start`), woken by kernel
 //! signals — PSI triggers, memory cgroup notifications, OOM kills and reclaim from the eBPF
-//! programs — and by a periodic check as the safety net. Each wake-up reads fresh figures, decides
+//! programs, the pods' memory cgroup reaching the level armed after each decision — and by a
+//! periodic check as the safety net. Each wake-up reads fresh figures, decides
 //! with upstream's rules, updates the node conditions and evicts at most one pod; after an
 //! eviction it waits for the pod's containers to stop and looks again at once.
 //!
@@ -49,16 +50,23 @@ pub enum WakeSource {
     Reclaim,
     /// The check right after an eviction completed.
     Retry,
+    /// The pods' memory cgroup reached the level the last decision armed (cgroup v2): the kernel
+    /// programs saw the charge that took it there.
+    MemcgLevel,
+    /// The same level, seen by polling `memory.current` (where the kernel programs cannot run).
+    MemcgPoll,
 }
 
 impl WakeSource {
-    pub const ALL: [WakeSource; 6] = [
+    pub const ALL: [WakeSource; 8] = [
         WakeSource::Periodic,
         WakeSource::Psi,
         WakeSource::Memcg,
         WakeSource::Oom,
         WakeSource::Reclaim,
         WakeSource::Retry,
+        WakeSource::MemcgLevel,
+        WakeSource::MemcgPoll,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +77,8 @@ impl WakeSource {
             WakeSource::Oom => "oom",
             WakeSource::Reclaim => "reclaim",
             WakeSource::Retry => "retry",
+            WakeSource::MemcgLevel => "memcg_level",
+            WakeSource::MemcgPoll => "memcg_poll",
         }
     }
 }
@@ -149,7 +159,7 @@ impl EvictionMetrics {
             Opts::new(
                 "swiftlet_eviction_wakeups_total",
                 "Eviction manager wake-ups, by what woke it (periodic, psi, memcg, oom, reclaim, \
-                 retry)",
+                 retry, memcg_level, memcg_poll)",
             ),
             &["source"],
         )?;
@@ -211,6 +221,15 @@ pub struct Waker {
 }
 
 impl Waker {
+    /// A waker whose wake-ups arrive on the returned receiver, for tests of the wake-up tasks.
+    #[cfg(test)]
+    pub(crate) fn for_test() -> (Waker, mpsc::Receiver<Wake>) {
+        let (tx, rx) = mpsc::channel(64);
+        let wakeups =
+            IntCounterVec::new(Opts::new("test_wakeups", "test"), &["source"]).expect("a counter");
+        (Waker { tx, wakeups }, rx)
+    }
+
     pub fn wake(&self, source: WakeSource) {
         self.wakeups.with_label_values(&[source.as_str()]).inc();
         let _ = self.tx.try_send(Wake {

@@ -7,6 +7,9 @@
 //!   signals a crossing either way.
 //! - cgroup v2: `memory.events` of the pods' cgroup changes (inotify) on `high`, `max`, `oom`
 //!   and `oom_kill` (upstream has nothing here: its notifier is a no-op on v2, k/k#106331).
+//! - cgroup v2, the v1 usage threshold's counterpart: the pods' `memory.current` reaching a level
+//!   (`wakeups.rs` arms it), seen by the kernel programs (`kernel::MemcgTrigger`), or where they
+//!   cannot run by [`CurrentReader`] polls.
 //!
 //! Not here: computing the usage level each threshold means (`manager.rs` re-arms them after
 //! every decision, since inactive file moves). Upstream: `pkg/kubelet/eviction/
@@ -114,6 +117,43 @@ impl MemoryEvents {
     }
 }
 
+/// A v2 cgroup's `memory.current`, held open and read with `pread` (a poll costs one syscall).
+pub struct CurrentReader {
+    file: File,
+    pub path: PathBuf,
+}
+
+impl CurrentReader {
+    /// Opens `dir/memory.current` without following a symlink.
+    pub fn open(dir: &Path) -> Result<CurrentReader, MemcgError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = dir.join("memory.current");
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        Ok(CurrentReader { file, path })
+    }
+
+    /// The usage now, in bytes.
+    pub fn read(&self) -> Result<u64, MemcgError> {
+        use std::os::unix::fs::FileExt as _;
+        // "18446744073709551615\n" at most.
+        let mut buf = [0u8; 32];
+        let n = self.file.read_at(&mut buf, 0).map_err(io_err(&self.path))?;
+        std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .ok_or_else(|| {
+                io_err(&self.path)(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "not a byte count",
+                ))
+            })
+    }
+}
+
 /// Whether `dir` is a v1 memory cgroup that takes usage thresholds.
 pub fn supports_usage_thresholds(dir: &Path) -> bool {
     dir.join("cgroup.event_control").exists() && dir.join("memory.usage_in_bytes").exists()
@@ -122,6 +162,26 @@ pub fn supports_usage_thresholds(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_current_reader_reads_the_byte_count_each_time() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("memory.current");
+        std::fs::write(&path, "4096\n").expect("write");
+        let reader = CurrentReader::open(dir.path()).expect("open");
+        assert_eq!(reader.read().expect("read"), 4096);
+        std::fs::write(&path, "123456789\n").expect("write");
+        assert_eq!(reader.read().expect("read again"), 123_456_789);
+        std::fs::write(&path, "max\n").expect("write");
+        let err = reader.read().expect_err("not a number");
+        assert!(err.to_string().contains("memory.current"), "{err}");
+        let link = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink(&path, link.path().join("memory.current")).expect("symlink");
+        assert!(
+            CurrentReader::open(link.path()).is_err(),
+            "a symlink is not followed"
+        );
+    }
 
     /// On a v1 memory controller, crossing a usage threshold signals the eventfd.
     #[tokio::test]

@@ -112,18 +112,29 @@ pub struct Wakeups {
     pub kernel: bool,
     /// Memory cgroup notifications: v1 usage thresholds, v2 `memory.events`.
     pub memcg: bool,
+    /// cgroup v2: the pods' cgroup reaching the memory level a threshold means, seen by the
+    /// kernel programs in the charge itself; where they cannot run, by polling `memory.current`.
+    pub level: bool,
+    /// cgroup v2: polling `memory.current` for that level every 10 ms, also where the kernel
+    /// programs run (to compare the two).
+    pub poll: bool,
 }
 
 impl Wakeups {
+    /// The default: everything but the poll, which `level` falls back to by itself.
     pub const ALL: Wakeups = Wakeups {
         psi: true,
         kernel: true,
         memcg: true,
+        level: true,
+        poll: false,
     };
     pub const NONE: Wakeups = Wakeups {
         psi: false,
         kernel: false,
         memcg: false,
+        level: false,
+        poll: false,
     };
 }
 

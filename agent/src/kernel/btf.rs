@@ -1,6 +1,8 @@
 //! Struct layouts of the running kernel, read from its BTF (`/sys/kernel/btf/vmlinux`). The exit
-//! program reads `task_struct` and `signal_struct` fields that no tracepoint exposes; their offsets
-//! change with every kernel build, so they are resolved here and handed to the program at load.
+//! program reads `task_struct` and `signal_struct` fields that no tracepoint exposes, the memory
+//! cgroup level programs `page_counter`, `mem_cgroup` and `cgroup` fields; their offsets change
+//! with every kernel build (and config: `page_counter.parent` is at 160 on Debian's 6.1, 232 on
+//! its 6.12), so they are resolved here and handed to the programs at load.
 
 use std::path::Path;
 
@@ -20,8 +22,11 @@ pub struct TaskLayout {
 
 impl TaskLayout {
     pub fn from_btf_file(path: &Path) -> Result<TaskLayout, Error> {
-        let btf = open(path)?;
-        let offset = |strukt: &str, member: &str| member_offset(&btf, strukt, member);
+        Self::from_btf(&open(path)?)
+    }
+
+    fn from_btf(btf: &Btf) -> Result<TaskLayout, Error> {
+        let offset = |strukt: &str, member: &str| member_offset(btf, strukt, member);
         Ok(TaskLayout {
             task_signal: offset("task_struct", "signal")?,
             task_exit_code: offset("task_struct", "exit_code")?,
@@ -50,6 +55,65 @@ impl SchedLayout {
             task_run_delay: offset("task_struct", "sched_info")?
                 + offset("sched_info", "run_delay")?,
         })
+    }
+}
+
+/// Byte offsets the memory cgroup level programs (`ebpf/src/memcg.rs`) read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemcgLayout {
+    pub pc_usage: u32,
+    pub pc_parent: u32,
+    pub memcg_css: u32,
+    pub memcg_memory: u32,
+    pub css_cgroup: u32,
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
+}
+
+impl MemcgLayout {
+    pub fn from_btf_file(path: &Path) -> Result<MemcgLayout, Error> {
+        Self::from_btf(&open(path)?)
+    }
+
+    fn from_btf(btf: &Btf) -> Result<MemcgLayout, Error> {
+        let offset = |strukt: &str, member: &str| member_offset(btf, strukt, member);
+        Ok(MemcgLayout {
+            pc_usage: offset("page_counter", "usage")?,
+            pc_parent: offset("page_counter", "parent")?,
+            memcg_css: offset("mem_cgroup", "css")?,
+            memcg_memory: offset("mem_cgroup", "memory")?,
+            css_cgroup: offset("cgroup_subsys_state", "cgroup")?,
+            cgroup_kn: offset("cgroup", "kn")?,
+            kn_id: offset("kernfs_node", "id")?,
+        })
+    }
+}
+
+/// The kernel's BTF, parsed once for every layout and function check a load needs (a parse
+/// costs seconds in the kernel matrix's emulated VMs).
+pub struct KernelBtf {
+    btf: Btf,
+}
+
+impl KernelBtf {
+    pub fn open(path: &Path) -> Result<KernelBtf, Error> {
+        Ok(KernelBtf { btf: open(path)? })
+    }
+
+    pub fn task_layout(&self) -> Result<TaskLayout, Error> {
+        TaskLayout::from_btf(&self.btf)
+    }
+
+    pub fn memcg_layout(&self) -> Result<MemcgLayout, Error> {
+        MemcgLayout::from_btf(&self.btf)
+    }
+
+    /// Whether the kernel has an out-of-line function `name` (a BTF `FUNC`: one that fentry can
+    /// attach to, unless the kernel lacks ftrace).
+    pub fn has_function(&self, name: &str) -> bool {
+        self.btf
+            .resolve_types_by_name(name)
+            .is_ok_and(|types| types.iter().any(|t| matches!(t, Type::Func(_))))
     }
 }
 
@@ -123,6 +187,42 @@ mod tests {
         assert!(layout.task_signal > 0 && layout.task_exit_code > 0);
         assert_ne!(layout.signal_flags, layout.signal_group_exit_code);
         assert_eq!(layout.task_signal % 8, 0, "a pointer is 8-aligned");
+    }
+
+    /// The memory cgroup level programs' offsets on this kernel, and the functions they attach
+    /// to. The layout's facts that hold on every kernel since 5.5 are asserted; the VMs' kernels
+    /// are covered by the kernel matrix (`tests/tests/kernel_features.rs`).
+    #[test]
+    fn resolves_memcg_layout_from_the_running_kernel() {
+        let path = Path::new("/sys/kernel/btf/vmlinux");
+        if !path.exists() {
+            eprintln!("skipped: this kernel has no BTF at {}", path.display());
+            return;
+        }
+        let btf = KernelBtf::open(path).expect("BTF parses");
+        let layout = btf.memcg_layout().expect("memcg layout");
+        assert_eq!(layout.pc_usage, 0, "usage leads page_counter everywhere");
+        assert_eq!(layout.memcg_css, 0, "css leads mem_cgroup");
+        assert_eq!(layout.css_cgroup, 0, "cgroup leads cgroup_subsys_state");
+        assert!(layout.pc_parent > layout.pc_usage && layout.pc_parent % 8 == 0);
+        assert!(layout.memcg_memory > 0 && layout.memcg_memory % 8 == 0);
+        assert!(layout.cgroup_kn > 0 && layout.kn_id > 0);
+        for function in [
+            "page_counter_try_charge",
+            "page_counter_charge",
+            "memory_current_read",
+        ] {
+            assert!(btf.has_function(function), "{function} is a BTF FUNC");
+        }
+        assert!(
+            !btf.has_function("page_counter"),
+            "a struct is not a function"
+        );
+        assert!(!btf.has_function("swiftlet_no_such_function"));
+        assert_eq!(
+            MemcgLayout::from_btf_file(path).expect("memcg layout"),
+            layout
+        );
     }
 
     #[test]

@@ -70,6 +70,16 @@ pub enum Error {
     },
     #[error("waiting on the events ring buffer: {0}")]
     Io(#[source] io::Error),
+    #[error("the kernel has no function `{function}` that fentry programs can attach to")]
+    KernelFunction { function: &'static str },
+    #[error("{}: the memory cgroup level program did not learn the cgroup's counter from reading it", path.display())]
+    MemcgDiscovery { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    CgroupFile {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("CPU {cpu} is beyond the {max} CPUs the scheduler audit covers")]
     CpuOutOfRange { cpu: u32, max: u32 },
     #[error("reading the possible CPUs ({path}): {source}")]
@@ -135,7 +145,19 @@ impl Error {
                  them"
                     .into()
             }
-            Error::Map { .. } | Error::Io(_) | Error::PossibleCpus { .. } => return None,
+            Error::KernelFunction { .. } => {
+                "the kernel lacks BTF for it, or ftrace (fentry); the memory level is polled instead"
+                    .into()
+            }
+            Error::MemcgDiscovery { .. } => {
+                "the cgroup needs the memory controller on cgroup v2; the memory level is polled \
+                 instead"
+                    .into()
+            }
+            Error::Map { .. }
+            | Error::Io(_)
+            | Error::PossibleCpus { .. }
+            | Error::CgroupFile { .. } => return None,
         };
         Some(hint)
     }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 use swiftlet_common::{
-    CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, OomEvent, OomFields, PressureEvent,
-    PressureSource,
+    CgroupEvent, EventHeader, EventKind, ExecEvent, ExitEvent, MemcgLevelEvent, OomEvent,
+    OomFields, PressureEvent, PressureSource,
 };
 
 /// One event from the kernel.
@@ -33,6 +33,7 @@ pub enum EventBody {
     CgroupMkdir(CgroupChange),
     CgroupRmdir(CgroupChange),
     Pressure(MemoryPressure),
+    MemcgLevel(MemcgLevel),
 }
 
 impl EventBody {
@@ -44,6 +45,7 @@ impl EventBody {
             EventBody::CgroupMkdir(_) => EventKind::CgroupMkdir,
             EventBody::CgroupRmdir(_) => EventKind::CgroupRmdir,
             EventBody::Pressure(_) => EventKind::Pressure,
+            EventBody::MemcgLevel(_) => EventKind::MemcgLevel,
         }
     }
 
@@ -55,6 +57,7 @@ impl EventBody {
             EventBody::Oom(e) => e.cgroup_id,
             EventBody::CgroupMkdir(e) | EventBody::CgroupRmdir(e) => e.cgroup_id,
             EventBody::Pressure(e) => e.cgroup_id,
+            EventBody::MemcgLevel(e) => e.cgroup_id,
         }
     }
 }
@@ -153,6 +156,20 @@ pub struct MemoryPressure {
     /// Reclaim calls of this source that the same CPU skipped (rate limit) since its previous
     /// record of this source.
     pub suppressed: u64,
+}
+
+/// The pods' memory cgroup reached the level the agent armed (cgroup v2): a charge in its subtree
+/// takes its usage there. One per arming (the kernel disarms as it emits).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct MemcgLevel {
+    /// The watched cgroup's cgroup2 id.
+    pub cgroup_id: u64,
+    /// Its usage before the charge, in pages.
+    pub usage_pages: u64,
+    /// The pages charged.
+    pub nr_pages: u64,
+    /// The armed level, in pages.
+    pub level_pages: u64,
 }
 
 /// `memcg_reclaim`, `direct_reclaim`, `kswapd_wake`.
@@ -271,6 +288,15 @@ pub fn decode(bytes: &[u8], received_ns: u64) -> Result<(KernelEvent, RecordMeta
                 suppressed: r.suppressed,
             })
         }
+        EventKind::MemcgLevel => {
+            let r: MemcgLevelEvent = crate::sys::read_pod(bytes).ok_or_else(short)?;
+            EventBody::MemcgLevel(MemcgLevel {
+                cgroup_id: r.cgroup_id,
+                usage_pages: r.usage_pages,
+                nr_pages: r.nr_pages,
+                level_pages: r.level_pages,
+            })
+        }
     };
     Ok((
         KernelEvent {
@@ -379,6 +405,40 @@ mod tests {
             order,
             suppressed,
         }
+    }
+
+    #[test]
+    fn decodes_memcg_level_records() {
+        let record = MemcgLevelEvent {
+            header: header(EventKind::MemcgLevel),
+            cgroup_id: 41,
+            usage_pages: 1000,
+            nr_pages: 64,
+            level_pages: 1024,
+        };
+        let (event, _) = decode(&bytes_of(&record), 0).expect("decodes");
+        assert_eq!(event.body.kind(), EventKind::MemcgLevel);
+        assert_eq!(event.body.cgroup_id(), 41);
+        assert_eq!(
+            event.body,
+            EventBody::MemcgLevel(MemcgLevel {
+                cgroup_id: 41,
+                usage_pages: 1000,
+                nr_pages: 64,
+                level_pages: 1024,
+            })
+        );
+        let json = serde_json::to_value(&event).expect("serialises");
+        assert_eq!(json["kind"], "memcg_level");
+        assert_eq!(json["level_pages"], 1024);
+        let short = &bytes_of(&record)[..40];
+        assert!(matches!(
+            decode(short, 0),
+            Err(DecodeError::Size {
+                kind: "memcg_level",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Loading: privileges and kernel checks with a clear error each, the per-kernel configuration
 //! (tracepoint formats + BTF offsets), the object itself, the filter, then attaching. The
 //! process, OOM and cgroup programs are mandatory; the memory-pressure ones are optional (a
-//! kernel without one of the `vmscan` tracepoints loses only that source, with one warning).
+//! kernel without one of the `vmscan` tracepoints loses only that source, with one warning), and
+//! so is the memory cgroup level trigger (`memcg.rs`: cgroup v2 only, fentry).
 
 use std::{
     path::{Path, PathBuf},
@@ -20,8 +21,8 @@ use swiftlet_common::{
 };
 
 use super::{
-    Error, FilterHandle, TaskLayout, Watch, counters::CounterReader, stream::RingReader, tracefs,
-    tracefs::Format,
+    Error, FilterHandle, KernelBtf, MemcgLayout, MemcgTrigger, TaskLayout, Watch,
+    counters::CounterReader, stream::RingReader, tracefs, tracefs::Format,
 };
 use crate::cgroup::CgroupLayout;
 
@@ -42,6 +43,8 @@ pub struct LoadOptions {
     /// At most one memory-pressure record per source per CPU in this interval (zero: every
     /// reclaim call makes one).
     pub pressure_min_interval: Duration,
+    /// Attach the memory cgroup level programs (cgroup v2; see [`KernelEvents::memcg_trigger`]).
+    pub memcg_level: bool,
 }
 
 impl Default for LoadOptions {
@@ -52,6 +55,7 @@ impl Default for LoadOptions {
             tracefs: PathBuf::from(tracefs::TRACEFS),
             btf: PathBuf::from("/sys/kernel/btf/vmlinux"),
             pressure_min_interval: Duration::from_nanos(DEFAULT_PRESSURE_MIN_INTERVAL_NS),
+            memcg_level: true,
         }
     }
 }
@@ -71,6 +75,9 @@ pub struct LoadInfo {
     pub pressure_sources: Vec<PressureSource>,
     /// Every program attached, by name.
     pub programs: Vec<&'static str>,
+    /// Whether the memory cgroup level trigger is attached, or why not (not asked for, not
+    /// cgroup v2, no BTF or fentry for it).
+    pub memcg_level: Result<(), String>,
     pub config: ProgramConfig,
     pub ring_bytes: u32,
 }
@@ -82,6 +89,7 @@ pub struct KernelEvents {
     pub(super) counters: CounterReader,
     pub(super) filter: FilterHandle,
     pub(super) info: LoadInfo,
+    memcg: Option<MemcgTrigger>,
     _logger: Option<tokio::task::JoinHandle<()>>,
     _ebpf: Ebpf,
 }
@@ -126,11 +134,28 @@ impl KernelEvents {
 
         check_privileges()?;
         super::features::require(super::features::EVENT_PROGRAMS)?;
-        let task = TaskLayout::from_btf_file(&options.btf)?;
+        let btf = KernelBtf::open(&options.btf)?;
+        let task = btf.task_layout()?;
         tracefs::ensure_mounted(&options.tracefs)?;
         let mut config = program_config(&options.tracefs, &task)?;
         config.pressure_min_interval_ns =
             u64::try_from(options.pressure_min_interval.as_nanos()).unwrap_or(u64::MAX);
+        let memcg_layout = if !options.memcg_level {
+            Err("not asked for".to_owned())
+        } else if !matches!(layout, CgroupLayout::Unified { .. }) {
+            Err(format!(
+                "the memory controller is not on cgroup v2 ({} layout)",
+                layout.name()
+            ))
+        } else {
+            btf.memcg_layout().map_err(|error| {
+                tracing::warn!(%error, "memory cgroup level programs not loaded");
+                error.to_string()
+            })
+        };
+        if let Ok(memcg) = &memcg_layout {
+            set_memcg_layout(&mut config, memcg);
+        }
 
         raise_memlock_limit();
         let log_level = log::max_level() as u8;
@@ -162,10 +187,25 @@ impl KernelEvents {
             attach(&mut ebpf, program, category, name)?;
         }
         let pressure_sources = attach_pressure(&mut ebpf);
+        let memcg = memcg_layout.and_then(|_| {
+            super::memcg::attach(&mut ebpf, &options.btf, &btf).map_err(|error| {
+                tracing::warn!(
+                    %error,
+                    hint = error.hint().unwrap_or_default(),
+                    "memory cgroup level programs not attached"
+                );
+                error.to_string()
+            })
+        });
+        let memcg_programs = names::MEMCG_PROGRAMS
+            .iter()
+            .map(|(program, _)| *program)
+            .filter(|_| memcg.is_ok());
         let programs = names::PROGRAMS
             .iter()
             .map(|(program, _, _)| *program)
             .chain(pressure_sources.iter().map(|s| s.program().0))
+            .chain(memcg_programs)
             .collect();
         let info = LoadInfo {
             layout,
@@ -174,6 +214,7 @@ impl KernelEvents {
             oom_memory_fields: config.oom_total_vm != FIELD_ABSENT,
             pressure_sources,
             programs,
+            memcg_level: memcg.as_ref().map(|_| ()).map_err(Clone::clone),
             config,
             ring_bytes: options.ring_bytes,
         };
@@ -184,6 +225,7 @@ impl KernelEvents {
             ring_bytes = options.ring_bytes,
             exit_group_dead_field = info.exit_group_dead_field,
             pressure = ?info.pressure_sources.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+            memcg_level = ?info.memcg_level,
             "kernel event programs attached"
         );
         Ok(KernelEvents {
@@ -191,6 +233,7 @@ impl KernelEvents {
             counters: CounterReader::new(Arc::new(counters)),
             filter,
             info,
+            memcg: memcg.ok(),
             _logger: logger,
             _ebpf: ebpf,
         })
@@ -203,6 +246,11 @@ impl KernelEvents {
     /// A handle to change the watched subtrees while events flow.
     pub fn filter(&self) -> FilterHandle {
         self.filter.clone()
+    }
+
+    /// The memory cgroup level trigger, when attached (see [`LoadInfo::memcg_level`]).
+    pub fn memcg_trigger(&self) -> Option<MemcgTrigger> {
+        self.memcg.clone()
     }
 
     /// A handle to read the kernel's per-kind counters from elsewhere (e.g. a metrics scrape).
@@ -271,7 +319,20 @@ pub fn program_config(tracefs_root: &Path, task: &TaskLayout) -> Result<ProgramC
         task_run_delay: FIELD_ABSENT,
         _pad: 0,
         pressure_min_interval_ns: DEFAULT_PRESSURE_MIN_INTERVAL_NS,
+        // Set by `set_memcg_layout` when the trigger is wanted and the BTF has the structs.
+        ..ProgramConfig::UNSET
     })
+}
+
+/// The memory cgroup level programs' offsets.
+pub fn set_memcg_layout(config: &mut ProgramConfig, layout: &MemcgLayout) {
+    config.memcg_pc_usage = layout.pc_usage;
+    config.memcg_pc_parent = layout.pc_parent;
+    config.memcg_css = layout.memcg_css;
+    config.memcg_memory = layout.memcg_memory;
+    config.memcg_css_cgroup = layout.css_cgroup;
+    config.memcg_cgroup_kn = layout.cgroup_kn;
+    config.memcg_kn_id = layout.kn_id;
 }
 
 /// Root, or CAP_SYS_ADMIN, or CAP_BPF with CAP_PERFMON (Linux 5.8+).

@@ -19,18 +19,21 @@ pub mod event;
 pub mod features;
 pub mod filter;
 mod loader;
+pub mod memcg;
 pub mod sched;
 mod stream;
 pub mod tracefs;
 
-pub use btf::{SchedLayout, TaskLayout};
+pub use btf::{KernelBtf, MemcgLayout, SchedLayout, TaskLayout};
 pub use counters::{CounterReader, KernelCounters};
 pub use error::Error;
 pub use event::{
-    CgroupChange, EventBody, KernelEvent, MemoryPressure, OomKill, ProcessExec, ProcessExit,
+    CgroupChange, EventBody, KernelEvent, MemcgLevel, MemoryPressure, OomKill, ProcessExec,
+    ProcessExit,
 };
 pub use filter::{FilterHandle, Watch};
 pub use loader::{KernelEvents, LoadInfo, LoadOptions};
+pub use memcg::MemcgTrigger;
 pub use sched::{ForeignRun, RunqHistogram, SchedAudit, cgroup_id_of};
 pub use stream::StreamItem;
 pub use swiftlet_common::PressureSource;

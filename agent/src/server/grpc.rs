@@ -218,6 +218,11 @@ pub fn to_proto(event: &KernelEvent) -> v1::Event {
             order: p.order,
             suppressed: p.suppressed,
         }),
+        EventBody::MemcgLevel(m) => Kind::MemcgLevel(v1::MemcgLevel {
+            usage_pages: m.usage_pages,
+            nr_pages: m.nr_pages,
+            level_pages: m.level_pages,
+        }),
     };
     v1::Event {
         ts_ns: event.ts_ns,

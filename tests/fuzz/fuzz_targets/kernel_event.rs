@@ -72,6 +72,6 @@ fuzz_target!(|data: &[u8]| {
             );
             assert!(pressure.order.is_none_or(|o| o >= 0));
         }
-        EventBody::Oom(_) => {}
+        EventBody::Oom(_) | EventBody::MemcgLevel(_) => {}
     }
 });

@@ -378,7 +378,7 @@ impl EbpfPleg {
                 Some((pod, container, Expect::Any))
             }
             // Memory pressure changes no container's state: the eviction manager's business.
-            EventBody::Pressure(_) => None,
+            EventBody::Pressure(_) | EventBody::MemcgLevel(_) => None,
         }
     }
 
