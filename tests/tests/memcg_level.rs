@@ -7,6 +7,10 @@
     clippy::print_stdout,
     reason = "the report line is the matrix's output, read from the test's stdout"
 )]
+#![expect(
+    clippy::expect_used,
+    reason = "tests: the helpers below each test's two halves fail it with the reason"
+)]
 
 use std::{
     io::{BufRead as _, BufReader},

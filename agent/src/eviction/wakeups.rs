@@ -652,7 +652,15 @@ mod tests {
     fn the_level_is_the_nearest_threshold_not_met() {
         let allocatable = threshold("allocatableMemory.available<200Mi");
         let node = threshold("memory.available<100Mi");
-        let cases: [(&str, Vec<Threshold>, Observations, u64, u64, Option<u64>); 6] = [
+        type Case = (
+            &'static str,
+            Vec<Threshold>,
+            Observations,
+            u64,
+            u64,
+            Option<u64>,
+        );
+        let cases: [Case; 6] = [
             (
                 // allocatable 1000 Mi, 300 Mi left: crossed at 800 Mi of working set plus the
                 // inactive file pages now (50 Mi).

@@ -204,8 +204,8 @@ mod tests {
         assert_eq!(layout.pc_usage, 0, "usage leads page_counter everywhere");
         assert_eq!(layout.memcg_css, 0, "css leads mem_cgroup");
         assert_eq!(layout.css_cgroup, 0, "cgroup leads cgroup_subsys_state");
-        assert!(layout.pc_parent > layout.pc_usage && layout.pc_parent % 8 == 0);
-        assert!(layout.memcg_memory > 0 && layout.memcg_memory % 8 == 0);
+        assert!(layout.pc_parent > layout.pc_usage && layout.pc_parent.is_multiple_of(8));
+        assert!(layout.memcg_memory > 0 && layout.memcg_memory.is_multiple_of(8));
         assert!(layout.cgroup_kn > 0 && layout.kn_id > 0);
         for function in [
             "page_counter_try_charge",
