@@ -27,6 +27,8 @@ impl KernelArgs {
         LoadOptions {
             ring_bytes: self.ring_buffer_bytes,
             watch: self.cgroups.clone(),
+            // Only the eviction manager arms the level trigger: the agent turns it on for it.
+            memcg_level: false,
             ..LoadOptions::default()
         }
     }
