@@ -231,8 +231,11 @@ mod tests {
 
     #[test]
     fn cruns_sub_cgroup_maps_to_its_container_beside_the_scope() {
-        let layout =
-            PodCgroupLayout::for_driver(crate::config::CgroupDriver::Systemd, Path::new("/"), true);
+        let layout = PodCgroupLayout::for_driver(
+            crate::cgroup::pods::CgroupDriver::Systemd,
+            Path::new("/"),
+            true,
+        );
         let mut index = ContainerIndex::under(layout);
         let pod = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu.slice";
         let scope = format!("{pod}/cri-containerd-cid.scope");
