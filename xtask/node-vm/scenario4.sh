@@ -84,8 +84,7 @@ check node_not_ready "$(ready_condition)" runtime_down
 # The status line is refreshed on its own period (2 s), so it may trail the node's condition.
 status_down() { prop StatusText | grep -q 'container runtime is down'; }
 wait_for 10 status_down
-status_line=$(prop StatusText)
-check status_tells "$status_line" sh -c "echo '$status_line' | grep -q 'container runtime is down'"
+check status_tells "$(prop StatusText)" status_down
 healthz=$(curl -s --max-time 5 -w ' %{http_code}' http://127.0.0.1:10248/healthz | tr '\n' ' ')
 check healthz_stays_ok "$healthz" sh -c "echo '$healthz' | grep -q ' 200\$'"
 left=$(awk -v d="$down_at" -v o="$OUTAGE" -v n="$(uptime_s)" 'BEGIN { l = d + o - n; print (l > 0 ? int(l) : 0) }')

@@ -72,6 +72,11 @@ const SLICE: &str = ".slice";
 /// containerd's CRI (`cri-containerd`) and CRI-O (`crio`).
 const SCOPE_PREFIXES: [&str; 2] = ["cri-containerd-", "crio-"];
 const SCOPE: &str = ".scope";
+/// The sub-cgroup crun makes in a container's systemd scope on cgroup v2 and runs the container's
+/// processes in (its `run.oci.systemd.subgroup`, `container` unless an OCI annotation says
+/// otherwise): events from there are the container's. Only this name: a privileged container
+/// may make sub-cgroups of its own, and those must not grow what the agent keeps per cgroup.
+const CRUN_SUBGROUP: &str = "container";
 
 /// The QoS levels below `kubepods`, Guaranteed (the top itself) first.
 const QOS_LEVELS: [Option<&str>; 3] = [None, Some("burstable"), Some("besteffort")];
@@ -279,8 +284,9 @@ impl PodCgroupLayout {
     }
 
     /// `(pod uid, container id)` of a container's cgroup, given relative to the cgroup root
-    /// (a leading `/` is ignored); `None` for any other cgroup: a QoS level, a pod's own cgroup,
-    /// anything deeper or outside where pods live.
+    /// (a leading `/` is ignored), or of crun's sub-cgroup in a container's scope (systemd
+    /// driver); `None` for any other cgroup: a QoS level, a pod's own cgroup, anything deeper or
+    /// outside where pods live.
     pub fn parse_container(&self, path: &str) -> Option<(PodUid, String)> {
         let path = path.trim_start_matches('/');
         self.pod_parents().iter().find_map(|parent| {
@@ -290,6 +296,11 @@ impl PodCgroupLayout {
                 path.strip_prefix(parent.as_str())?.strip_prefix('/')?
             };
             let (pod, container) = rest.split_once('/')?;
+            let container = match container.split_once('/') {
+                None => container,
+                Some((scope, CRUN_SUBGROUP)) if self.driver == CgroupDriver::Systemd => scope,
+                Some(_) => return None,
+            };
             let uid = self.uid_of_pod_dir_in(parent, pod)?;
             let id = self.container_id_of_dir(container)?;
             Some((uid, id))
@@ -655,6 +666,25 @@ mod tests {
             (format!("{burstable}/abc"), None),
             (format!("{burstable}/cri-containerd-.scope"), None),
             (format!("{burstable}/cri-containerd-abc.scope/sub"), None),
+            // crun's sub-cgroup in the scope is the container's; nothing deeper is.
+            (
+                format!("{burstable}/cri-containerd-abc.scope/container"),
+                some("abc"),
+            ),
+            (
+                format!("{guaranteed}/cri-containerd-x1.scope/container"),
+                some("x1"),
+            ),
+            (
+                format!("{burstable}/cri-containerd-abc.scope/container/sub"),
+                None,
+            ),
+            (
+                format!("{burstable}/cri-containerd-abc.scope/container2"),
+                None,
+            ),
+            (format!("{burstable}/crio-conmon-def.scope/container"), None),
+            (format!("{burstable}/container"), None),
             (burstable.clone(), None),
             ("/kubepods.slice/kubepods-burstable.slice".to_owned(), None),
             // A pod slice below the wrong level is none of the layout's.
@@ -680,6 +710,11 @@ mod tests {
         assert_eq!(cgroupfs.container_dir_names("abc"), ["abc"]);
         assert_eq!(
             cgroupfs.parse_container(&format!("{burstable}/crio-def.scope")),
+            None
+        );
+        // crun makes its sub-cgroup only in systemd scopes.
+        assert_eq!(
+            cgroupfs.parse_container(&format!("/kubepods/burstable/pod{UID}/abc/container")),
             None
         );
     }

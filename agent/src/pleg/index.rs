@@ -176,10 +176,12 @@ pub fn is_namespace_init(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether a cgroup has no process left.
+/// Whether no process is left in a cgroup or below it (`populated 0` in its `cgroup.events`):
+/// crun runs a container's processes in a sub-cgroup of the scope it was given, so the scope's
+/// own `cgroup.procs` is empty while the container runs. A cgroup gone, or unreadable, is empty.
 pub fn is_empty_cgroup(cgroup_dir: &Path) -> bool {
-    std::fs::read_to_string(cgroup_dir.join("cgroup.procs"))
-        .map(|p| p.trim().is_empty())
+    std::fs::read_to_string(cgroup_dir.join("cgroup.events"))
+        .map(|events| !events.lines().any(|l| l.trim() == "populated 1"))
         .unwrap_or(true)
 }
 
@@ -212,6 +214,43 @@ mod tests {
         assert_eq!(index.get(8).and_then(|e| e.init_pid), Some(42));
         assert!(index.remove(8).is_some());
         assert!(index.is_empty());
+    }
+
+    #[test]
+    fn a_cgroup_is_empty_when_nothing_below_it_is_populated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // What the kernel writes: a scope whose processes sit in crun's sub-cgroup has an
+        // empty `cgroup.procs` and is populated all the same.
+        std::fs::write(dir.path().join("cgroup.procs"), "").expect("write");
+        std::fs::write(dir.path().join("cgroup.events"), "populated 1\nfrozen 0\n").expect("write");
+        assert!(!is_empty_cgroup(dir.path()));
+        std::fs::write(dir.path().join("cgroup.events"), "populated 0\nfrozen 0\n").expect("write");
+        assert!(is_empty_cgroup(dir.path()));
+        assert!(is_empty_cgroup(&dir.path().join("gone")));
+    }
+
+    #[test]
+    fn cruns_sub_cgroup_maps_to_its_container_beside_the_scope() {
+        let layout = PodCgroupLayout::for_driver(
+            crate::cgroup::pods::CgroupDriver::Systemd,
+            Path::new("/"),
+            true,
+        );
+        let mut index = ContainerIndex::under(layout);
+        let pod = "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu.slice";
+        let scope = format!("{pod}/cri-containerd-cid.scope");
+        assert!(index.insert_path(8, &scope).is_some());
+        let sub = index.insert_path(9, &format!("{scope}/container")).cloned();
+        assert_eq!(
+            sub.map(|e| (e.pod, e.container_id)),
+            Some((PodUid::from("u"), "cid".to_owned()))
+        );
+        assert!(
+            index
+                .insert_path(10, &format!("{scope}/container/x"))
+                .is_none()
+        );
+        assert_eq!(index.len(), 2);
     }
 
     #[test]
