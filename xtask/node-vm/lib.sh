@@ -61,3 +61,32 @@ brief() { echo "$1" | awk '{ printf "%s %s %s; ", $1, substr($2, 1, 12), $3 }'; 
 dump_tasks() {
     ctr -n k8s.io tasks ls 2>&1 | awk '$3 == "RUNNING" { n++; s = s " " substr($1, 1, 12) } END { print n " running:" s }'
 }
+# containerd's configuration, and the node's own kept while a scenario changes it.
+CONFIG=/etc/containerd/config.toml
+ORIGINAL=/run/swiftlet-node-vm-containerd.toml
+# containerd (from $ORIGINAL) with runc's SystemdCgroup $1 and crun's own state folder, restarted and serving CRI.
+containerd_for() {
+    sed -e "s|SystemdCgroup = .*|SystemdCgroup = $1|" \
+        -e 's|^\( *\)BinaryName = "/usr/bin/crun"$|&\n\1Root = "/run/containerd/crun"|' \
+        "$ORIGINAL" >"$CONFIG"
+    systemctl restart containerd
+    i=0
+    while [ $i -lt 120 ]; do
+        ctr plugins ls 2>/dev/null | grep -q 'io.containerd.grpc.v1 *cri .*ok' && return 0
+        sleep 1
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# The local images in the runtime (scenario 1 imports them; a scenario run alone imports them
+# itself), checked.
+ensure_images() {
+    if ! ctr -n k8s.io images ls -q | grep -q localhost/swiftlet/busybox; then
+        for image in /payload/images/*.tar; do
+            ctr -n k8s.io images import "$image" >/dev/null 2>&1 || echo "$M log import of $image failed"
+        done
+    fi
+    check images_present "$(ctr -n k8s.io images ls -q | grep -c localhost/swiftlet/) local images" \
+        sh -c 'test "$(ctr -n k8s.io images ls -q | grep -c localhost/swiftlet/)" -ge 2'
+}

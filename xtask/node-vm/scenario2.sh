@@ -9,8 +9,6 @@
 . "$(dirname "$0")/lib.sh"
 P=/payload
 S=$P/suite
-CONFIG=/etc/containerd/config.toml
-ORIGINAL=/run/swiftlet-node-vm-containerd.toml
 # Each test is bounded on its own, well below the run's deadline.
 TEST_TIMEOUT=480
 # The tests' waits for a state are bounds, not measurements (`swiftlet_tests::event_wait`):
@@ -26,32 +24,11 @@ systemctl stop swiftlet 2>/dev/null
 check agent_not_running "$(systemctl is-active swiftlet 2>&1)" \
     sh -c '! systemctl -q is-active swiftlet'
 # Scenario 1 imports the images; this scenario alone imports them itself.
-if ! ctr -n k8s.io images ls -q | grep -q localhost/swiftlet/busybox; then
-    for image in "$P"/images/*.tar; do
-        ctr -n k8s.io images import "$image" >/dev/null 2>&1 || echo "$M log import of $image failed"
-    done
-fi
-check images_present "$(ctr -n k8s.io images ls -q | grep -c localhost/swiftlet/) local images" \
-    sh -c 'test "$(ctr -n k8s.io images ls -q | grep -c localhost/swiftlet/)" -ge 2'
+ensure_images
 fact memory_total_kib "$(sed -n 's/^MemTotal: *\([0-9]*\).*/\1/p' /proc/meminfo)"
 fact cpus "$(nproc)"
 
 cp "$CONFIG" "$ORIGINAL"
-
-# containerd with runc's SystemdCgroup $1 and crun's own state folder, restarted and serving CRI.
-containerd_for() {
-    sed -e "s|SystemdCgroup = .*|SystemdCgroup = $1|" \
-        -e 's|^\( *\)BinaryName = "/usr/bin/crun"$|&\n\1Root = "/run/containerd/crun"|' \
-        "$ORIGINAL" >"$CONFIG"
-    systemctl restart containerd
-    i=0
-    while [ $i -lt 120 ]; do
-        ctr plugins ls 2>/dev/null | grep -q 'io.containerd.grpc.v1 *cri .*ok' && return 0
-        sleep 1
-        i=$((i + 1))
-    done
-    return 1
-}
 
 # One test of the selection: its verdict from libtest's own summary (exactly one test ran and
 # passed), the failure's message as the detail, the output's end as log lines.

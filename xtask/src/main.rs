@@ -115,8 +115,10 @@ enum Task {
         /// one boot, each from the node the earlier ones left.
         #[arg(long = "scenario", value_name = "N")]
         scenarios: Vec<u32>,
-        /// Scenario 2's selection of the host suite's tests: full (every test under each
-        /// driver it lists), or ci (what `cargo xtask test` runs: every area once, and crun).
+        /// How much of scenarios 2 and 3: full (every test of the host suite's selection
+        /// under each driver it lists; the eviction benchmark's 20 runs on the release build),
+        /// or ci (what `cargo xtask test` runs: every area once, and crun; 3 runs on the debug
+        /// build, checked by counts).
         #[arg(long, value_enum, value_name = "SELECTION", default_value = "full")]
         suite: node_suite::Size,
     },

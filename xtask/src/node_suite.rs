@@ -182,7 +182,7 @@ pub fn stage(stage: &Path, binaries: &Binaries) -> anyhow::Result<()> {
 }
 
 /// A copy of `from` without its debug sections (the symbols stay: backtraces keep names).
-fn stripped(from: &Path, to: &Path) -> anyhow::Result<()> {
+pub fn stripped(from: &Path, to: &Path) -> anyhow::Result<()> {
     if !from.exists() {
         return Err(anyhow!("{} is not built", from.display()));
     }

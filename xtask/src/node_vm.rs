@@ -23,7 +23,8 @@
 //! per scenario. Scenario 1 of issue 19 (`xtask/node-vm/scenario1.sh`): `dpkg -i`, the examples as static pods,
 //! `systemctl enable --now swiftlet`; the unit ready (sd_notify), the pods running, the watchdog
 //! kept, oom_score_adj and cgroup as upstream's kubelet.service, and stopping swiftlet leaves the
-//! pods running. Scenario 4 (`scenario4.sh`): containerd restarted, then stopped for 40 s with
+//! pods running. Scenario 3 (`scenario3.sh`): the eviction benchmark's `kernel` mode on pure v2,
+//! its JSON and plot read back from the payload disk (`copy_results`). Scenario 4 (`scenario4.sh`): containerd restarted, then stopped for 40 s with
 //! a container killed meanwhile; scenario 5 (`scenario5.sh`): the agent restarted and killed
 //! under pods with an exclusive CPU and volumes. Upstream counterpart: none in the kubelet; kind's node image
 //! (`images/base/Dockerfile`) and kubeadm's kubelet.service are what this mirrors.
@@ -99,7 +100,7 @@ const GUEST_FILES: [(&str, &str, u32); 5] = [
 /// The scenarios of issue 19, in the order one boot runs them: (number, what it shows, script).
 /// Each script speaks the console protocol `parse` reads and ends with `done <failed>`; a later
 /// one starts from the node the earlier ones left (scenario 1 installs and enables the agent).
-const SCENARIOS: [(u32, &str, &str); 5] = [
+const SCENARIOS: [(u32, &str, &str); 6] = [
     (
         1,
         "dpkg -i, enable --now: ready, watchdog, pods, placement",
@@ -109,6 +110,11 @@ const SCENARIOS: [(u32, &str, &str); 5] = [
         2,
         "the host suite's tests on pure v2: both drivers, runc and crun",
         include_str!("../node-vm/scenario2.sh"),
+    ),
+    (
+        3,
+        "eviction woken by the kernel on pure v2: the eviction benchmark's kernel mode",
+        include_str!("../node-vm/scenario3.sh"),
     ),
     (
         4,
@@ -134,9 +140,12 @@ const SCENARIO_LIB: &str = include_str!("../node-vm/lib.sh");
 /// The scenario that runs the host suite's test executables (`node_suite`).
 const SUITE_SCENARIO: u32 = 2;
 
+/// The scenario that runs the eviction benchmark's `kernel` mode (`swiftlet-bench eviction`).
+const BENCH_SCENARIO: u32 = 3;
+
 /// What `cargo xtask test` runs: every scenario, scenario 2 with CI's selection of the host
-/// suite's tests (`node_suite::Size::Ci`).
-pub const SUITE_SCENARIOS: [u32; 5] = [1, 2, 4, 5, 6];
+/// suite's tests and scenario 3 with CI's runs (`node_suite::Size::Ci`).
+pub const SUITE_SCENARIOS: [u32; 6] = [1, 2, 3, 4, 5, 6];
 
 /// Changes when the build steps below change in a way the inputs do not show.
 const IMAGE_FORMAT: u32 = 2;
@@ -153,14 +162,40 @@ const RUN_DEADLINE: Duration = Duration::from_secs(25 * 60);
 /// script's own per-test timeout; CI's five runs take about half.
 const SUITE_DEADLINE: Duration = Duration::from_secs(30 * 60);
 const CI_SUITE_DEADLINE: Duration = Duration::from_secs(15 * 60);
+/// What one run of scenario 3's benchmark may add (its own bounds: up to 90 s to settle, 120 s
+/// to cross, 30 s to decide; a run took about 40 s under emulation), and the rest of it.
+const BENCH_RUN_DEADLINE: Duration = Duration::from_secs(150);
+const BENCH_DEADLINE: Duration = Duration::from_secs(5 * 60);
 
-fn run_deadline(suite: Option<node_suite::Size>) -> Duration {
-    match suite {
-        Some(node_suite::Size::Full) => RUN_DEADLINE + SUITE_DEADLINE,
-        Some(node_suite::Size::Ci) => RUN_DEADLINE + CI_SUITE_DEADLINE,
-        None => RUN_DEADLINE,
-    }
+fn run_deadline(suite: Option<node_suite::Size>, bench: Option<&BenchPayload>) -> Duration {
+    let suite = match suite {
+        Some(node_suite::Size::Full) => SUITE_DEADLINE,
+        Some(node_suite::Size::Ci) => CI_SUITE_DEADLINE,
+        None => Duration::ZERO,
+    };
+    let bench = bench.map_or(Duration::ZERO, |b| {
+        BENCH_DEADLINE + BENCH_RUN_DEADLINE * u32::try_from(b.runs).unwrap_or(u32::MAX)
+    });
+    RUN_DEADLINE + suite + bench
 }
+
+/// Scenario 3's eviction benchmark: which build's agent and driver, and how many runs.
+#[derive(Clone, Debug)]
+struct BenchPayload {
+    /// `target/release` for the full run (the figures the README quotes), `target/debug` for
+    /// CI's, whose checks are counts.
+    profile: PathBuf,
+    runs: usize,
+}
+
+/// The full run's count is the host benchmark's; CI's is enough to see each run decided by the
+/// kernel's trigger.
+const BENCH_RUNS_FULL: usize = 20;
+const BENCH_RUNS_CI: usize = 3;
+
+/// What the guest writes on the payload disk (`results/`) and the host copies into the run's
+/// folder after the power-off.
+const BENCH_RESULTS: [&str; 2] = ["eviction.json", "eviction-latency.svg"];
 
 /// Marks the scenario's console lines.
 const MARK: &str = "swiftlet-node-vm:";
@@ -225,10 +260,27 @@ pub fn run(
     // The suite's build (`cargo xtask test` has made it already): a build of the agent alone
     // would unify features differently and compile it a second time. Scenario 2 takes test
     // executables out of it.
+    let size = suite;
     let suite = if scenarios.contains(&SUITE_SCENARIO) {
         Some(node_suite::build(suite)?)
     } else {
         crate::tasks::build_suite()?;
+        None
+    };
+    let bench = if scenarios.contains(&BENCH_SCENARIO) {
+        let release = size == node_suite::Size::Full;
+        if release {
+            crate::tasks::build(true)?;
+        }
+        Some(BenchPayload {
+            profile: crate::tasks::profile_dir(release),
+            runs: if release {
+                BENCH_RUNS_FULL
+            } else {
+                BENCH_RUNS_CI
+            },
+        })
+    } else {
         None
     };
     let deb = crate::deb::package()?;
@@ -250,6 +302,7 @@ pub fn run(
         &deb,
         &images,
         suite.as_ref(),
+        bench.as_ref(),
         &run_dir,
         scenarios,
     )
@@ -644,6 +697,7 @@ fn boot(
     deb: &Path,
     images: &[images::Image],
     suite: Option<&node_suite::Binaries>,
+    bench: Option<&BenchPayload>,
     run_dir: &Path,
     scenarios: &[u32],
 ) -> anyhow::Result<Outcome> {
@@ -658,7 +712,7 @@ fn boot(
             .arg(base)
             .arg(&overlay),
     )?;
-    let payload = payload_disk(run_dir, deb, images, suite, scenarios)?;
+    let payload = payload_disk(run_dir, deb, images, suite, bench, scenarios)?;
     let log_path = run_dir.join("console.log");
     let started = Instant::now();
     println!(
@@ -702,7 +756,7 @@ fn boot(
         .stderr(Stdio::piped())
         .spawn()
         .context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
-    let deadline = run_deadline(suite.map(node_suite::Binaries::size));
+    let deadline = run_deadline(suite.map(node_suite::Binaries::size), bench);
     let console = vm::watch_console(&mut qemu, &log_path, started + deadline)?;
     let mut outcome = parse(&console.text);
     outcome.expected = scenarios.to_vec();
@@ -733,6 +787,9 @@ fn boot(
             }
         });
     }
+    if bench.is_some() {
+        copy_results(&payload, run_dir);
+    }
     // The overlay and the payload are this run's only; the console and the report stay.
     let _ = fs::remove_file(&overlay);
     let _ = fs::remove_file(&payload);
@@ -746,6 +803,7 @@ fn payload_disk(
     deb: &Path,
     images: &[images::Image],
     suite: Option<&node_suite::Binaries>,
+    bench: Option<&BenchPayload>,
     scenarios: &[u32],
 ) -> anyhow::Result<PathBuf> {
     let stage = run_dir.join("payload");
@@ -762,6 +820,14 @@ fn payload_disk(
     fs::copy(deb, stage.join("swiftlet.deb"))?;
     if let Some(suite) = suite {
         node_suite::stage(&stage, suite)?;
+    }
+    if let Some(bench) = bench {
+        let dir = stage.join("bench");
+        fs::create_dir_all(&dir)?;
+        for name in ["swiftlet", "swiftlet-bench"] {
+            node_suite::stripped(&bench.profile.join(name), &dir.join(name))?;
+        }
+        fs::write(dir.join("runs"), format!("{}\n", bench.runs))?;
     }
     for image in images {
         let name = image
@@ -792,6 +858,29 @@ fn payload_disk(
     )?;
     fs::remove_dir_all(&stage)?;
     Ok(disk)
+}
+
+/// Copies scenario 3's results out of the payload disk's ext4 (debugfs reads the image without
+/// mounting it) into `run_dir`; what is missing is the scenario's checks' business.
+fn copy_results(payload: &Path, run_dir: &Path) {
+    for name in BENCH_RESULTS {
+        let to = run_dir.join(name);
+        let dumped = Command::new("debugfs")
+            .arg("-R")
+            .arg(format!("dump /results/{name} {}", to.display()))
+            .arg(payload)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        // debugfs exits 0 even when the file is not there, leaving an empty one or none.
+        let kept = dumped.is_ok_and(|s| s.success())
+            && fs::metadata(&to).is_ok_and(|m| m.len() > 0);
+        if kept {
+            println!("xtask: {} node-vm: {}", sh::elapsed(), to.display());
+        } else {
+            let _ = fs::remove_file(&to);
+        }
+    }
 }
 
 fn driver_script(scenarios: &[u32]) -> String {

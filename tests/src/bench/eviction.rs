@@ -117,7 +117,8 @@ const SEED: u64 = 0x00EF_1C7E;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// Every wake-up (the default): PSI, kernel OOM kills and reclaim, memory cgroup thresholds.
+    /// Every wake-up (the default): PSI, kernel OOM kills and reclaim, memory cgroup thresholds
+    /// (v1) or the pods' memory level (v2: the kernel's charge trigger, else a poll).
     Kernel,
     /// The periodic check alone: the kubelet's model.
     Periodic,
@@ -139,7 +140,7 @@ impl Mode {
     /// `--eviction-wakeups`.
     pub fn wakeups(self) -> &'static str {
         match self {
-            Mode::Kernel => "psi,kernel,memcg",
+            Mode::Kernel => "psi,kernel,memcg,level",
             Mode::Periodic => "none",
             Mode::Psi => "psi",
         }
@@ -163,7 +164,7 @@ impl Mode {
     /// The wake-up sources that count as this mode's own.
     pub fn expected_sources(self) -> &'static [&'static str] {
         match self {
-            Mode::Kernel => &["memcg", "oom", "reclaim", "psi"],
+            Mode::Kernel => &["memcg", "memcg_level", "memcg_poll", "oom", "reclaim", "psi"],
             Mode::Periodic => &["periodic"],
             Mode::Psi => &["psi"],
         }
