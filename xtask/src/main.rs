@@ -121,6 +121,9 @@ enum Task {
         /// build, checked by counts).
         #[arg(long, value_enum, value_name = "SELECTION", default_value = "full")]
         suite: node_suite::Size,
+        /// Scenario 3's runs instead of its selection's (20 full, 3 ci).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+        bench_runs: Option<u16>,
     },
     /// swiftlet as a Debian package: target/deb/swiftlet_<version>_amd64.deb (the binary, the
     /// systemd unit, the default config; see packaging/).
@@ -166,9 +169,11 @@ fn main() {
             containerd,
             scenarios,
             suite,
+            bench_runs,
         } => node_vm::parse_kernel(&kernel).and_then(|k| {
             let c = node_vm::check_containerd(containerd)?;
-            node_vm::run(k, c, &node_vm::select_scenarios(&scenarios)?, suite)
+            let scenarios = node_vm::select_scenarios(&scenarios)?;
+            node_vm::run(k, c, &scenarios, suite, bench_runs.map(usize::from))
         }),
         Task::Deb => deb::run().map(|_| ()),
         Task::Containerd { action } => containerd::command(action),

@@ -163,7 +163,8 @@ const RUN_DEADLINE: Duration = Duration::from_secs(25 * 60);
 const SUITE_DEADLINE: Duration = Duration::from_secs(30 * 60);
 const CI_SUITE_DEADLINE: Duration = Duration::from_secs(15 * 60);
 /// What one run of scenario 3's benchmark may add (its own bounds: up to 90 s to settle, 120 s
-/// to cross, 30 s to decide; a run took about 40 s under emulation), and the rest of it.
+/// to cross, 30 s to decide; three runs of the debug build took 255 s under emulation), and the
+/// rest of it.
 const BENCH_RUN_DEADLINE: Duration = Duration::from_secs(150);
 const BENCH_DEADLINE: Duration = Duration::from_secs(5 * 60);
 
@@ -177,6 +178,16 @@ fn run_deadline(suite: Option<node_suite::Size>, bench: Option<&BenchPayload>) -
         BENCH_DEADLINE + BENCH_RUN_DEADLINE * u32::try_from(b.runs).unwrap_or(u32::MAX)
     });
     RUN_DEADLINE + suite + bench
+}
+
+/// What a run brings on its payload disk besides the scenarios.
+#[derive(Clone, Copy)]
+struct Payload<'a> {
+    deb: &'a Path,
+    images: &'a [images::Image],
+    /// Scenario 2's test executables.
+    suite: Option<&'a node_suite::Binaries>,
+    bench: Option<&'a BenchPayload>,
 }
 
 /// Scenario 3's eviction benchmark: which build's agent and driver, and how many runs.
@@ -243,12 +254,14 @@ pub fn select_scenarios(given: &[u32]) -> anyhow::Result<Vec<u32>> {
         .collect())
 }
 
-/// Boots the node with `scenarios`; scenario 2 runs `suite`'s selection of the host suite.
+/// Boots the node with `scenarios`; scenario 2 runs `suite`'s selection of the host suite,
+/// scenario 3 its benchmark runs (or `bench_runs`).
 pub fn run(
     series: &'static str,
     containerd: Version,
     scenarios: &[u32],
     suite: node_suite::Size,
+    bench_runs: Option<usize>,
 ) -> anyhow::Result<()> {
     setup::ensure()?;
     if !sh::is_root() {
@@ -274,11 +287,11 @@ pub fn run(
         }
         Some(BenchPayload {
             profile: crate::tasks::profile_dir(release),
-            runs: if release {
+            runs: bench_runs.unwrap_or(if release {
                 BENCH_RUNS_FULL
             } else {
                 BENCH_RUNS_CI
-            },
+            }),
         })
     } else {
         None
@@ -296,20 +309,17 @@ pub fn run(
     let (base, built) = base_image(&dir, containerd, &kernels)?;
     let image_seconds = image_started.elapsed().as_secs();
     let run_dir = dir.join(format!("{series}-{}", containerd.label()));
-    let mut outcome = boot(
-        &vmlinuz,
-        &base,
-        &deb,
-        &images,
-        suite.as_ref(),
-        bench.as_ref(),
-        &run_dir,
-        scenarios,
-    )
-    .unwrap_or_else(|e| Outcome {
-        problem: Some(format!("{e:#}")),
-        ..Outcome::default()
-    });
+    let payload = Payload {
+        deb: &deb,
+        images: &images,
+        suite: suite.as_ref(),
+        bench: bench.as_ref(),
+    };
+    let mut outcome =
+        boot(&vmlinuz, &base, &payload, &run_dir, scenarios).unwrap_or_else(|e| Outcome {
+            problem: Some(format!("{e:#}")),
+            ..Outcome::default()
+        });
     outcome.kernel = series.to_owned();
     outcome.containerd = containerd.label().to_owned();
     outcome.timings = vec![
@@ -694,10 +704,7 @@ fn parse(console: &str) -> Outcome {
 fn boot(
     vmlinuz: &Path,
     base: &Path,
-    deb: &Path,
-    images: &[images::Image],
-    suite: Option<&node_suite::Binaries>,
-    bench: Option<&BenchPayload>,
+    what: &Payload<'_>,
     run_dir: &Path,
     scenarios: &[u32],
 ) -> anyhow::Result<Outcome> {
@@ -712,7 +719,7 @@ fn boot(
             .arg(base)
             .arg(&overlay),
     )?;
-    let payload = payload_disk(run_dir, deb, images, suite, bench, scenarios)?;
+    let payload = payload_disk(run_dir, what, scenarios)?;
     let log_path = run_dir.join("console.log");
     let started = Instant::now();
     println!(
@@ -756,7 +763,7 @@ fn boot(
         .stderr(Stdio::piped())
         .spawn()
         .context("starting qemu-system-x86_64 (Debian package qemu-system-x86)")?;
-    let deadline = run_deadline(suite.map(node_suite::Binaries::size), bench);
+    let deadline = run_deadline(what.suite.map(node_suite::Binaries::size), what.bench);
     let console = vm::watch_console(&mut qemu, &log_path, started + deadline)?;
     let mut outcome = parse(&console.text);
     outcome.expected = scenarios.to_vec();
@@ -787,7 +794,7 @@ fn boot(
             }
         });
     }
-    if bench.is_some() {
+    if what.bench.is_some() {
         copy_results(&payload, run_dir);
     }
     // The overlay and the payload are this run's only; the console and the report stay.
@@ -798,14 +805,13 @@ fn boot(
 
 /// The `payload` disk: the scenarios, the package, the images and the example pods; with
 /// scenario 2, the suite's test executables.
-fn payload_disk(
-    run_dir: &Path,
-    deb: &Path,
-    images: &[images::Image],
-    suite: Option<&node_suite::Binaries>,
-    bench: Option<&BenchPayload>,
-    scenarios: &[u32],
-) -> anyhow::Result<PathBuf> {
+fn payload_disk(run_dir: &Path, what: &Payload<'_>, scenarios: &[u32]) -> anyhow::Result<PathBuf> {
+    let Payload {
+        deb,
+        images,
+        suite,
+        bench,
+    } = *what;
     let stage = run_dir.join("payload");
     for sub in ["images", "examples", "scenarios"] {
         fs::create_dir_all(stage.join(sub))?;
@@ -873,8 +879,8 @@ fn copy_results(payload: &Path, run_dir: &Path) {
             .stderr(Stdio::null())
             .status();
         // debugfs exits 0 even when the file is not there, leaving an empty one or none.
-        let kept = dumped.is_ok_and(|s| s.success())
-            && fs::metadata(&to).is_ok_and(|m| m.len() > 0);
+        let kept =
+            dumped.is_ok_and(|s| s.success()) && fs::metadata(&to).is_ok_and(|m| m.len() > 0);
         if kept {
             println!("xtask: {} node-vm: {}", sh::elapsed(), to.display());
         } else {

@@ -351,6 +351,7 @@ pub fn test(version: Version) -> anyhow::Result<()> {
         crate::node_vm::DEFAULT_CONTAINERD,
         &crate::node_vm::SUITE_SCENARIOS,
         crate::node_suite::Size::Ci,
+        None,
     )?;
     // Last, so that its build had the tests and the matrix to hide behind.
     crate::fuzz::in_suite(fuzz_build)?;

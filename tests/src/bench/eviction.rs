@@ -164,7 +164,14 @@ impl Mode {
     /// The wake-up sources that count as this mode's own.
     pub fn expected_sources(self) -> &'static [&'static str] {
         match self {
-            Mode::Kernel => &["memcg", "memcg_level", "memcg_poll", "oom", "reclaim", "psi"],
+            Mode::Kernel => &[
+                "memcg",
+                "memcg_level",
+                "memcg_poll",
+                "oom",
+                "reclaim",
+                "psi",
+            ],
             Mode::Periodic => &["periodic"],
             Mode::Psi => &["psi"],
         }
