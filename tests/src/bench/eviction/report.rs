@@ -397,7 +397,7 @@ mod tests {
         assert!(table.starts_with("Machine: Linux 6.8.0, 2 CPUs"), "{table}");
         assert!(
             table.contains(
-                "| kernel | psi,kernel,memcg | 3 | 3 | 0 | 2.00 | 3.00 | 3.00 | 52 | 53 | 53 | \
+                "| kernel | psi,kernel,memcg,level | 3 | 3 | 0 | 2.00 | 3.00 | 3.00 | 52 | 53 | 53 | \
                  memcg 3 | 0 |"
             ),
             "{table}"
@@ -432,7 +432,9 @@ mod tests {
         ]);
         let verdicts = super::verdicts(&bad);
         assert!(
-            verdicts[0].contains("0 of 3 evictions decided by memcg/oom/reclaim/psi"),
+            verdicts[0].contains(
+                "0 of 3 evictions decided by memcg/memcg_level/memcg_poll/oom/reclaim/psi"
+            ),
             "the sources are told: {verdicts:?}"
         );
         assert!(verdicts[1].contains("missed"), "too slow: {verdicts:?}");
