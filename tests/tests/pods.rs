@@ -345,6 +345,243 @@ fn exit_statuses(ids: &[&str], act: impl FnOnce()) -> HashMap<String, Option<i32
     })
 }
 
+/// A pod whose sidecars `s1`, `s2` (declared in that order) and main container share their PID
+/// namespace and a host folder `order` (mounted at `/order`): each container writes its PID
+/// there as it starts, and the sidecars, on SIGTERM, append a line to `/order/log` saying whether
+/// `main` and the other sidecar are still alive, then take a second to exit. What happened is
+/// read from that log's line order and from what each sidecar saw: no clock involved.
+fn sidecar_pod(
+    name: &str,
+    restart: &str,
+    grace: u32,
+    order: &std::path::Path,
+    main: &str,
+) -> String {
+    // `st NAME`: whether NAME's process still exists (its PID as it wrote it at start). `$$$$`
+    // is the shell's `$$`: the kubelet expands `$(VAR)` in commands, `$$` escaping a `$`.
+    let st = "st() { if [ -d /proc/$(cat /order/$1.pid) ]; then echo alive; else echo gone; fi; };";
+    let mount = "      volumeMounts:
+      - name: order
+        mountPath: /order
+";
+    let sidecar = |me: &str, other: &str| {
+        manifest::container(
+            me,
+            &format!(
+                "{st} echo $$$$ > /order/{me}.pid; \
+                 trap 'echo \"{me}-term main=$(st main) {other}=$(st {other})\" >> /order/log; \
+                 sleep 1; echo {me}-exit >> /order/log; exit 0' TERM; \
+                 while true; do sleep 0.2; done"
+            ),
+            &format!("      restartPolicy: Always\n{mount}"),
+        )
+    };
+    PodManifest::new(name)
+        .restart(restart)
+        .grace(grace)
+        .spec("  shareProcessNamespace: true\n")
+        .init_container(sidecar("s1", "s2"))
+        .init_container(sidecar("s2", "s1"))
+        .shell(
+            "main",
+            &format!("echo $$$$ > /order/main.pid; {main}"),
+            mount,
+        )
+        .volumes(&format!(
+            "    - name: order
+      hostPath:
+        path: {}
+        type: Directory
+",
+            order.display()
+        ))
+        .yaml()
+}
+
+/// A fresh folder for [`sidecar_pod`]'s `order` volume.
+fn order_dir(node: &Node, name: &str) -> std::path::PathBuf {
+    let dir = node.dir().join(format!("order-{name}"));
+    std::fs::create_dir_all(&dir).expect("order folder");
+    dir
+}
+
+/// Waits until the containers named `pids` have written their PIDs into `order`.
+fn wait_pids(order: &std::path::Path, pids: &[&str]) {
+    let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
+    while !pids.iter().all(|p| order.join(format!("{p}.pid")).exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not every container of {pids:?} started in {}",
+            order.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The lines of `order/log` once every line of `want` is in it (bounded: the grace periods
+/// involved are well under the event wait).
+fn wait_log(order: &std::path::Path, want: &[&str]) -> Vec<String> {
+    let path = order.join("log");
+    let deadline = std::time::Instant::now() + 2 * swiftlet_tests::event_wait();
+    loop {
+        let lines: Vec<String> = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let has = |w: &str| lines.iter().any(|l| l.starts_with(w));
+        if want.iter().all(|w| has(w)) {
+            return lines;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} never got all of {want:?}: {lines:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Where the first line starting with `prefix` is, and the line.
+fn line<'a>(lines: &'a [String], prefix: &str) -> (usize, &'a str) {
+    lines
+        .iter()
+        .enumerate()
+        .find(|(_, l)| l.starts_with(prefix))
+        .map(|(i, l)| (i, l.as_str()))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in {lines:?}"))
+}
+
+/// Issue 20: when a pod is deleted, its sidecars are stopped only once the main containers have
+/// terminated, in reverse order, within the grace period (upstream `killContainersWithSyncResult`
+/// with its termination ordering); the same when the main container of a `Never` pod finishes by
+/// itself (upstream's `KillPod` of a pod whose main containers are all done).
+#[test]
+fn sidecars_outlive_the_main_containers_in_reverse_order() {
+    let Some(node) = node(
+        "sidecars_outlive_the_main_containers_in_reverse_order",
+        "sidecar",
+    ) else {
+        return;
+    };
+    // `deleted`: main takes 2 s to exit after SIGTERM.
+    let deleted = order_dir(&node, "deleted");
+    node.write_manifest(
+        "deleted.yaml",
+        &sidecar_pod(
+            "deleted",
+            "Always",
+            20,
+            &deleted,
+            "trap 'echo main-term >> /order/log; sleep 2; echo main-exit >> /order/log; exit 0' TERM; \
+             while true; do sleep 0.2; done",
+        ),
+    );
+    // `done`: main exits by itself once the sidecars are up.
+    let done = order_dir(&node, "done");
+    node.write_manifest(
+        "done.yaml",
+        &sidecar_pod(
+            "done",
+            "Never",
+            20,
+            &done,
+            "while [ ! -f /order/s2.pid ]; do sleep 0.2; done; sleep 1; echo main-exit >> /order/log",
+        ),
+    );
+    node.wait_pod("deleted", "main running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    wait_pids(&deleted, &["s1", "s2", "main"]);
+    node.remove_manifest("deleted.yaml");
+
+    let lines = wait_log(&deleted, &["main-exit", "s2-exit", "s1-exit"]);
+    let (term, _) = line(&lines, "main-term");
+    let (main_exit, _) = line(&lines, "main-exit");
+    let (s2, s2_saw) = line(&lines, "s2-term");
+    let (s2_exit, _) = line(&lines, "s2-exit");
+    let (s1, s1_saw) = line(&lines, "s1-term");
+    assert!(
+        term < main_exit && main_exit < s2 && s2 < s2_exit && s2_exit < s1,
+        "main stops first, then s2, then s1: {lines:?}"
+    );
+    // What each sidecar saw as its SIGTERM came: the containers it outlives were gone.
+    assert_eq!(s2_saw, "s2-term main=gone s1=alive", "{lines:?}");
+    assert_eq!(s1_saw, "s1-term main=gone s2=gone", "{lines:?}");
+    node.wait_gone("deleted");
+
+    let lines = wait_log(&done, &["main-exit", "s2-exit", "s1-exit"]);
+    let (main_exit, _) = line(&lines, "main-exit");
+    let (s2, s2_saw) = line(&lines, "s2-term");
+    let (s2_exit, _) = line(&lines, "s2-exit");
+    let (s1, s1_saw) = line(&lines, "s1-term");
+    assert!(
+        main_exit < s2 && s2 < s2_exit && s2_exit < s1,
+        "main done, then s2, then s1: {lines:?}"
+    );
+    assert_eq!(s2_saw, "s2-term main=gone s1=alive", "{lines:?}");
+    assert_eq!(s1_saw, "s1-term main=gone s2=gone", "{lines:?}");
+    let pod = node.wait_pod("done", "Succeeded", |p| status::phase(p) == "Succeeded");
+    for sidecar in ["s1", "s2"] {
+        assert_eq!(
+            status::terminated(status::init_container(&pod, sidecar)),
+            Some(("Completed".to_owned(), 0)),
+            "{sidecar} exited by its SIGTERM trap: {:#?}",
+            pod.status
+        );
+    }
+    node.remove_manifest("done.yaml");
+    node.wait_gone("done");
+}
+
+/// A main container that ignores SIGTERM holds the sidecars back only for the grace period:
+/// then they are stopped too, still with SIGTERM and a window to exit in (upstream's minimum of
+/// 2 s when nothing is left of the grace period).
+#[test]
+fn sidecars_still_get_a_grace_period_when_main_ignores_sigterm() {
+    let Some(node) = node(
+        "sidecars_still_get_a_grace_period_when_main_ignores_sigterm",
+        "stubbornmain",
+    ) else {
+        return;
+    };
+    let order = order_dir(&node, "stubborn");
+    node.write_manifest(
+        "stubborn.yaml",
+        &sidecar_pod(
+            "stubborn",
+            "Always",
+            4,
+            &order,
+            // Once told to stop, it says so at every turn of its loop until it is killed.
+            "trap 'echo main-term >> /order/log; t=1' TERM; \
+             while true; do sleep 0.2; if [ -n \"$t\" ]; then echo main-still-here >> /order/log; fi; done",
+        ),
+    );
+    node.wait_pod("stubborn", "main running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    wait_pids(&order, &["s1", "s2", "main"]);
+    node.remove_manifest("stubborn.yaml");
+    let lines = wait_log(&order, &["s2-exit", "s1-exit"]);
+    let (term, _) = line(&lines, "main-term");
+    let (still_here, _) = line(&lines, "main-still-here");
+    let (s2, _) = line(&lines, "s2-term");
+    let (s1, _) = line(&lines, "s1-term");
+    // The sidecars' SIGTERM came after main had been told, and had gone on running; each then
+    // had the time to finish its trap (a second) before exiting.
+    assert!(
+        term < still_here && still_here < s2 && still_here < s1,
+        "the sidecars outlive main's SIGTERM: {lines:?}"
+    );
+    for sidecar in ["s1", "s2"] {
+        let (term, _) = line(&lines, &format!("{sidecar}-term"));
+        let (exit, _) = line(&lines, &format!("{sidecar}-exit"));
+        assert!(term < exit, "{sidecar} finished its trap: {lines:?}");
+    }
+    node.wait_gone("stubborn");
+}
+
 #[test]
 fn a_restarted_agent_adopts_the_running_pods() {
     let Some(mut node) = node("a_restarted_agent_adopts_the_running_pods", "adopt") else {

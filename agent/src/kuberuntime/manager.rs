@@ -33,6 +33,7 @@ use super::{
     runtime_class::{DefaultHandler, RuntimeClassError, RuntimeClasses, lookup_runtime_handler},
     sandbox_config::{SandboxParams, sandbox_config},
     security_context::SecurityOptions,
+    termination_order::{TerminationOrdering, Turn, grace_after_wait},
     userns::UsernsManager,
 };
 use crate::{
@@ -381,6 +382,7 @@ impl KubeRuntimeManager {
                 (&kill.id.id, &kill.name),
                 Some(&kill.message),
                 grace,
+                None,
             )
             .await
             .map_err(|source| SyncError::KillContainer {
@@ -924,9 +926,12 @@ impl KubeRuntimeManager {
     }
 
     /// Stops one container (upstream `killContainer`): its `preStop` hook first, when the pod's
-    /// spec is known, within `grace`; then the stop signal with what is left of it. A container
-    /// of a known spec gets a `Killing` event saying `message` (by default `Stopping container
-    /// <name>`); upstream cannot name one it only knows from the runtime, nor does this.
+    /// spec is known, within `grace`; then, in a whole-pod kill (`ordering`), its turn: a sidecar
+    /// waits for the main containers and the later sidecars, within what is left of `grace`;
+    /// then the stop signal with what is left after that (never less than [`MINIMUM_GRACE`]).
+    /// A container of a known spec gets a `Killing` event saying `message` (by default
+    /// `Stopping container <name>`); upstream cannot name one it only knows from the runtime,
+    /// nor does this.
     async fn kill_container(
         &self,
         pod: Option<&Pod>,
@@ -934,6 +939,7 @@ impl KubeRuntimeManager {
         (id, name): (&str, &str),
         message: Option<&str>,
         grace: Duration,
+        ordering: Option<&TerminationOrdering>,
     ) -> Result<(), crate::cri::Error> {
         let container = pod.and_then(|p| {
             p.spec.as_ref().and_then(|s| {
@@ -962,7 +968,8 @@ impl KubeRuntimeManager {
         if let (Some(pod), Some(container), Some(handler)) = (pod, container, hook)
             && !grace.is_zero()
         {
-            let began = std::time::Instant::now();
+            // The hook's deadline is tokio's timer: its clock measures what the hook took.
+            let began = tokio::time::Instant::now();
             let host_ip = self.config.host_ip.as_deref();
             let pod_ip = if super::sandbox_config::host_network(pod) {
                 host_ip
@@ -992,12 +999,34 @@ impl KubeRuntimeManager {
             }
             grace = grace.saturating_sub(began.elapsed());
         }
-        self.stop_container(id, grace).await
+        if let Some(ordering) = ordering
+            && !grace.is_zero()
+        {
+            let waiting_for = ordering.pending(name);
+            if !waiting_for.is_empty() {
+                tracing::debug!(pod = ?pod.map(format_pod), container = name, ?waiting_for, "waiting for the containers that stop first");
+            }
+            let (turn, waited) = ordering.wait_for_turn(name, grace).await;
+            if turn == Turn::GraceExpired {
+                tracing::info!(pod = ?pod.map(format_pod), container = name, waiting_for = ?ordering.pending(name), "the grace period ended before the containers this one outlives stopped; stopping it now");
+            }
+            grace = grace_after_wait(grace, waited);
+        }
+        self.stop_container(id, grace).await?;
+        // Only a container known to have stopped releases those that outlive it: after a failed
+        // stop they wait out their grace period (as upstream).
+        if let Some(ordering) = ordering {
+            ordering.container_terminated(name);
+        }
+        Ok(())
     }
 
     /// Stops every running container of the pod (in parallel, each within `grace`, after its
     /// `preStop` hook when `pod` is given), then its sandboxes (upstream
-    /// `killPodWithSyncResult`).
+    /// `killPodWithSyncResult` and `killContainersWithSyncResult`). All `preStop` hooks start at
+    /// once; with a known spec, sidecars then stop only after the main containers, in reverse
+    /// order ([`TerminationOrdering`]), within the same grace period. The node shutdown manager
+    /// and a pod whose main containers are all done come through here too.
     pub async fn kill_pod_status(
         &self,
         pod: Option<&Pod>,
@@ -1021,9 +1050,12 @@ impl KubeRuntimeManager {
             .filter(|s| s.state == SandboxState::Ready)
             .map(|s| s.id.clone())
             .collect();
-        let stops = running
-            .iter()
-            .map(|(id, name)| self.kill_container(pod, status, (id, name), None, grace));
+        let ordering = pod.and_then(|pod| {
+            TerminationOrdering::new(pod, running.iter().map(|(_, name)| name.as_str()))
+        });
+        let stops = running.iter().map(|(id, name)| {
+            self.kill_container(pod, status, (id, name), None, grace, ordering.as_ref())
+        });
         for result in futures::future::join_all(stops).await {
             result?;
         }

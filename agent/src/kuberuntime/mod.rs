@@ -11,7 +11,9 @@
 //! `credentials`, the pod's runtime handler from its
 //! RuntimeClass in `runtime_class`), and collecting what the runtime
 //! no longer needs: dead containers, sandboxes and pod logs (`gc`), unused images (`image_gc`).
-//! At start, the runtime's own cgroup driver over the configuration's (`cgroup_driver`).
+//! At start, the runtime's own cgroup driver over the configuration's (`cgroup_driver`). When a
+//! whole pod is killed, sidecars outlive its main containers and stop in reverse order
+//! (`termination_order`).
 //!
 //! Not here: probing itself (its results come in through [`ContainerProbeResults`]), pod status
 //! (`status`), cgroups and OOM scores (`cm`).
@@ -36,6 +38,7 @@ pub mod runtime_class;
 pub mod sandbox_config;
 pub mod security_context;
 pub mod security_profiles;
+pub mod termination_order;
 pub mod userns;
 
 #[cfg(test)]
