@@ -1370,12 +1370,18 @@ fn configz_shows_the_effective_configuration_under_upstream_names() {
     assert_eq!(kubelet["nodeName"], "worker-7");
     assert_eq!(kubelet["healthzPort"], 11248);
     assert_eq!(kubelet["healthzBindAddress"], "0.0.0.0");
-    assert_eq!(kubelet["clusterDNS"], serde_json::json!(["10.96.0.10", "fd00::a"]));
+    assert_eq!(
+        kubelet["clusterDNS"],
+        serde_json::json!(["10.96.0.10", "fd00::a"])
+    );
     assert_eq!(kubelet["cgroupsPerQOS"], false);
     assert_eq!(kubelet["authentication"]["webhook"]["cacheTTL"], "3m0s");
     assert_eq!(kubelet["featureGates"]["KubeletTracing"], false);
     // A key file's path, as upstream shows it; never what the file holds.
     assert_eq!(kubelet["tlsPrivateKeyFile"], "/etc/kubelet/tls.key");
     assert!(kubelet.get("staticPodPath").is_some());
-    assert!(kubelet.get("kubeconfig").is_none(), "unset fields are left out");
+    assert!(
+        kubelet.get("kubeconfig").is_none(),
+        "unset fields are left out"
+    );
 }
