@@ -394,7 +394,7 @@ fn build_kubelet(
     let (probes, probe_updates) = ProbeManager::new(
         runtime.client.clone(),
         parts.status.clone(),
-        ProberMetrics::register(&app.metrics.registry)?,
+        ProberMetrics::register(&app.metrics.probes)?,
         parts.events.clone(),
     );
     let workers = pod_workers(

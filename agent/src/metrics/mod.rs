@@ -14,6 +14,9 @@ pub use server::ServerMetrics;
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
+    /// `/metrics/probes`: the prober's series, kept apart as upstream keeps them (`server.go`,
+    /// `InstallDefaultHandlers`: its own registry with `process_start_time_seconds`).
+    pub probes: Registry,
     pub kernel: KernelMetrics,
     pub server: ServerMetrics,
 }
@@ -28,8 +31,13 @@ impl Metrics {
             prometheus::process_collector::ProcessCollector::for_self(),
         ))?;
         registry.register(Box::new(build_info()?))?;
+        let probes = Registry::new();
+        probes.register(Box::new(StartTime(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        )))?;
         Ok(Metrics {
             registry,
+            probes,
             kernel,
             server,
         })
@@ -64,9 +72,42 @@ impl Metrics {
 
     /// The Prometheus text exposition of everything registered.
     pub fn render(&self) -> Result<String, prometheus::Error> {
-        let mut buf = Vec::new();
-        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        render(&self.registry)
+    }
+
+    /// `/metrics/probes`.
+    pub fn render_probes(&self) -> Result<String, prometheus::Error> {
+        render(&self.probes)
+    }
+}
+
+fn render(registry: &Registry) -> Result<String, prometheus::Error> {
+    let mut buf = Vec::new();
+    TextEncoder::new().encode(&registry.gather(), &mut buf)?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+const START_TIME: &str = "process_start_time_seconds";
+
+/// The process collector's `process_start_time_seconds` alone (upstream
+/// `RegisterProcessStartTime` on the probes registry).
+struct StartTime(prometheus::process_collector::ProcessCollector);
+
+impl prometheus::core::Collector for StartTime {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.0
+            .desc()
+            .into_iter()
+            .filter(|d| d.fq_name == START_TIME)
+            .collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        self.0
+            .collect()
+            .into_iter()
+            .filter(|f| f.name() == START_TIME)
+            .collect()
     }
 }
 
@@ -128,5 +169,19 @@ mod tests {
             !RUST_VERSION.is_empty() && RUST_VERSION != "unknown",
             "{RUST_VERSION}"
         );
+    }
+
+    #[test]
+    fn the_probes_registry_has_only_the_start_time_of_the_process() {
+        let text = Metrics::new()
+            .expect("metrics")
+            .render_probes()
+            .expect("render");
+        let families: Vec<&str> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.split([' ', '{']).next())
+            .collect();
+        assert_eq!(families, [START_TIME], "{text}");
     }
 }

@@ -1,6 +1,7 @@
 //! The HTTP endpoints (axum): the healthz address serves `/healthz` only (upstream's healthz
 //! server, `cmd/kubelet/app/server.go`); the read-only port (and, behind authentication, the
-//! kubelet server) serves `/healthz`, `/metrics`, `/pods` (a PodList as the kubelet's read-only
+//! kubelet server) serves `/healthz` (and `/healthz/<check>`), `/metrics`, `/metrics/probes`,
+//! `/pods` (a PodList as the kubelet's read-only
 //! port serves it) and `/node`. Upstream: kubelet `pkg/kubelet/server/server.go`
 //! (`InstallDefaultHandlers`).
 
@@ -170,6 +171,7 @@ pub fn read_only_router(state: HttpState) -> Router {
             }),
         )
         .route("/metrics", get(metrics))
+        .route("/metrics/probes", get(probe_metrics))
         .route("/pods", get(pods))
         .route("/node", get(node))
         .with_state(state)
@@ -253,7 +255,15 @@ fn health_answer(health: &Health) -> (StatusCode, String) {
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
-    match state.metrics.render() {
+    exposition(state.metrics.render())
+}
+
+async fn probe_metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    exposition(state.metrics.render_probes())
+}
+
+fn exposition(rendered: Result<String, prometheus::Error>) -> axum::response::Response {
+    match rendered {
         Ok(text) => (
             StatusCode::OK,
             [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
