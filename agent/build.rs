@@ -12,10 +12,49 @@
 
 use std::{env, path::PathBuf};
 
+/// `SWIFTLET_GIT_COMMIT` and `SWIFTLET_RUSTC_VERSION` for `swiftlet_build_info`: the commit
+/// from `SWIFTLET_GIT_COMMIT` in the build's environment (a packager building from a tarball
+/// knows it), else from git, else `unknown` (a tarball without `.git`); the compiler's version
+/// from `$RUSTC --version`.
+fn build_info() {
+    println!("cargo:rerun-if-env-changed=SWIFTLET_GIT_COMMIT");
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(env::var_os("CARGO_MANIFEST_DIR")?)
+            .output()
+            .ok()?;
+        let text = String::from_utf8(out.stdout).ok()?;
+        (out.status.success() && !text.trim().is_empty()).then(|| text.trim().to_owned())
+    };
+    let commit = env::var("SWIFTLET_GIT_COMMIT")
+        .ok()
+        .filter(|c| !c.is_empty())
+        .or_else(|| git(&["rev-parse", "HEAD"]))
+        .unwrap_or_else(|| "unknown".to_owned());
+    // A new commit moves HEAD's reflog (per worktree), so the commit is read again.
+    for path in ["HEAD", "logs/HEAD"] {
+        if let Some(file) = git(&["rev-parse", "--path-format=absolute", "--git-path", path]) {
+            println!("cargo:rerun-if-changed={file}");
+        }
+    }
+    let rustc = env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let rustc_version = std::process::Command::new(rustc)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|out| String::from_utf8(out.stdout).ok())
+        .and_then(|text| text.split_whitespace().nth(1).map(str::to_owned))
+        .unwrap_or_else(|| "unknown".to_owned());
+    println!("cargo:rustc-env=SWIFTLET_GIT_COMMIT={commit}");
+    println!("cargo:rustc-env=SWIFTLET_RUSTC_VERSION={rustc_version}");
+}
+
 /// The objects `kernel::loader` and `kernel::canary` embed.
 const OBJECTS: [&str; 2] = ["swiftlet-ebpf", "swiftlet-ebpf-canary"];
 
 fn main() -> anyhow::Result<()> {
+    build_info();
     println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     if skip || env::var_os("CARGO_CFG_FUZZING").is_some() {

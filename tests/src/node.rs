@@ -306,6 +306,11 @@ impl Node {
         crate::http_get(self.port, "/metrics")
     }
 
+    /// The agent's `/metrics/probes` text (the prober's series, apart as upstream's).
+    pub fn probe_metrics(&self) -> String {
+        crate::http_get(self.port, "/metrics/probes")
+    }
+
     /// One sample of the agent's metrics: the value of the line starting with `series`
     /// (e.g. `swiftlet_pleg_mode{mode="ebpf"}`), 0 when absent.
     pub fn metric(&self, series: &str) -> f64 {

@@ -343,7 +343,7 @@ fn floods_of_idle_connections_to_every_listener_leave_healthz_and_probes_working
     assert!(ready(&pod), "{:#?}", pod.status);
     assert_eq!(restarts(&pod), 0, "{:#?}", pod.status);
     let failed: f64 = node
-        .metrics()
+        .probe_metrics()
         .lines()
         .filter(|l| l.starts_with("prober_probe_total{") && l.contains("result=\"failed\""))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

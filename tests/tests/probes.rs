@@ -38,7 +38,7 @@ fn restarts(pod: &Pod, container: &str) -> i32 {
 /// The series of `prober_probe_total` for one container and result.
 fn probe_count(node: &Node, pod: &Pod, container: &str, kind: &str, result: &str) -> f64 {
     let name = pod.metadata.name.as_deref().unwrap_or_default();
-    node.metrics()
+    node.probe_metrics()
         .lines()
         .filter(|l| {
             l.starts_with("prober_probe_total{")
@@ -192,7 +192,7 @@ fn each_probe_kind_passes_and_fails() {
     // Readiness never restarts anything.
     assert!(failing.iter().all(|c| restarts(&p, c) == 0));
     assert!(
-        node.metrics()
+        node.probe_metrics()
             .contains("prober_probe_duration_seconds_bucket{container=\"server\""),
         "no probe duration exported"
     );

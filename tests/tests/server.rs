@@ -730,3 +730,186 @@ fn rotated_certificate_and_client_ca_files_apply_without_a_restart() {
     drop(node);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// One sample of a Prometheus text exposition: the family, its labels, the value.
+type Sample = (String, Vec<(String, String)>, f64);
+
+/// Parses the text exposition (format 0.0.4): comment lines skipped, label values unescaped.
+fn samples(text: &str) -> Vec<Sample> {
+    let mut out = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (series, value) = line.rsplit_once(' ').expect("a sample line");
+        let value: f64 = value.parse().expect("a sample value");
+        let Some((name, labels)) = series.split_once('{') else {
+            out.push((series.to_owned(), Vec::new(), value));
+            continue;
+        };
+        let mut parsed = Vec::new();
+        let mut rest = labels.strip_suffix('}').expect("closed labels");
+        while !rest.is_empty() {
+            let (key, after) = rest.split_once("=\"").expect("label=\"");
+            let mut value = String::new();
+            let mut chars = after.char_indices();
+            let end = loop {
+                match chars.next().expect("closed label value") {
+                    (i, '"') => break i,
+                    (_, '\\') => match chars.next().expect("escape").1 {
+                        'n' => value.push('\n'),
+                        c => value.push(c),
+                    },
+                    (_, c) => value.push(c),
+                }
+            };
+            parsed.push((key.to_owned(), value));
+            rest = after[end + 1..].trim_start_matches(',');
+        }
+        out.push((name.to_owned(), parsed, value));
+    }
+    out
+}
+
+fn label<'a>(sample: &'a Sample, key: &str) -> Option<&'a str> {
+    sample
+        .1
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+fn family<'a>(all: &'a [Sample], name: &str) -> Vec<&'a Sample> {
+    all.iter().filter(|s| s.0 == name).collect()
+}
+
+/// What observability users scrape (issue 20): `/configz` behind the kubelet server's auth,
+/// `/healthz/syncloop` and the other checks alone, `process_*` and `swiftlet_build_info` on
+/// `/metrics`, the prober's series on `/metrics/probes` (and gone with their pod).
+#[test]
+fn configz_healthz_checks_process_and_probe_metrics() {
+    let Some((node, ca, ca_file)) = node_with_ca(
+        "configz_healthz_checks_process_and_probe_metrics",
+        "observe",
+    ) else {
+        return;
+    };
+    let cert_file = node.cert_dir().join("kubelet.crt");
+    let alice = tls::client_config(&cert_file, Some(&ca.client("alice", &["dev"])));
+    let get = |client, path: &str| {
+        tls::request(node.kubelet_port, &node.name, client, "GET", path, &[]).expect("a TLS answer")
+    };
+
+    // /configz: the effective configuration under KubeletConfiguration names.
+    let answer = get(alice.clone(), "/configz");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let configz: Value = serde_json::from_str(&answer.body).expect("JSON");
+    let kubelet = &configz["kubeletconfig"];
+    assert_eq!(kubelet["kind"], "KubeletConfiguration", "{configz:#}");
+    assert_eq!(kubelet["nodeName"], node.name.as_str());
+    assert_eq!(kubelet["port"], node.kubelet_port);
+    assert_eq!(kubelet["readOnlyPort"], node.port);
+    assert_eq!(kubelet["syncFrequency"], "1m0s", "the default");
+    assert_eq!(
+        kubelet["authentication"]["x509"]["clientCAFile"],
+        ca_file.to_str().expect("utf-8 path")
+    );
+    // Nothing secret: no PEM block of any key or certificate.
+    assert!(!answer.body.contains("-----BEGIN"), "{}", answer.body);
+    let anonymous = get(tls::client_config(&cert_file, None), "/configz");
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(http_get_status(node.port, "/configz").0, 404, "read-only");
+
+    // The checks alone, as upstream's per-check paths answer them.
+    for port in [node.port, node.healthz_port] {
+        assert_eq!(
+            http_get_status(port, "/healthz/syncloop"),
+            (200, "ok".to_owned())
+        );
+        assert_eq!(
+            http_get_status(port, "/healthz/ping"),
+            (200, "ok".to_owned())
+        );
+        assert_eq!(http_get_status(port, "/healthz/nosuch").0, 404);
+    }
+    assert_eq!(get(alice.clone(), "/healthz/syncloop").status, 200);
+
+    // process_* and the build.
+    let metrics = samples(&node.metrics());
+    // The collector counts CPU in whole seconds: a fresh agent may still be at 0.
+    assert_eq!(family(&metrics, "process_cpu_seconds_total").len(), 1);
+    for name in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        let found = family(&metrics, name);
+        assert_eq!(found.len(), 1, "{name}");
+        assert!(found[0].2 > 0.0, "{name} = {}", found[0].2);
+    }
+    let build = family(&metrics, "swiftlet_build_info");
+    assert_eq!(build.len(), 1);
+    assert_eq!(build[0].2, 1.0);
+    assert_eq!(
+        label(build[0], "git_commit"),
+        Some(swiftlet::metrics::GIT_COMMIT)
+    );
+    assert_eq!(label(build[0], "version"), Some(env!("CARGO_PKG_VERSION")));
+    assert!(label(build[0], "rust_version").is_some_and(|v| v.starts_with("1.")));
+    assert!(
+        family(&metrics, "prober_probe_total").is_empty(),
+        "the prober's series are on /metrics/probes only"
+    );
+
+    // /metrics/probes: a pod's readiness probe counted with its labels, then gone with it.
+    node.write_manifest(
+        "probed.yaml",
+        &PodManifest::new("probed")
+            .restart("Never")
+            .grace(1)
+            .shell(
+                "main",
+                "exec sleep 3600",
+                "      readinessProbe:\n        exec:\n          command: [\"true\"]\n        periodSeconds: 1\n",
+            )
+            .yaml(),
+    );
+    let pod_name = format!("probed-{}", node.name);
+    node.wait_pod("probed", "ready", |p| {
+        status::container(p, "main").is_some_and(|c| c.ready)
+    });
+    let uid = node.pod_uid("probed");
+    let probes = samples(&node.probe_metrics());
+    let counted: Vec<&Sample> = family(&probes, "prober_probe_total")
+        .into_iter()
+        .filter(|s| label(s, "pod") == Some(pod_name.as_str()))
+        .collect();
+    assert_eq!(counted.len(), 1, "{probes:?}");
+    let sample = counted[0];
+    assert_eq!(label(sample, "probe_type"), Some("Readiness"));
+    assert_eq!(label(sample, "result"), Some("successful"));
+    assert_eq!(label(sample, "container"), Some("main"));
+    assert_eq!(label(sample, "namespace"), Some("default"));
+    assert_eq!(label(sample, "pod_uid"), Some(uid.as_str()));
+    assert!(sample.2 >= 1.0);
+    assert!(
+        family(&probes, "prober_probe_duration_seconds_count")
+            .iter()
+            .any(|s| label(s, "pod") == Some(pod_name.as_str()) && s.2 >= 1.0)
+    );
+    assert_eq!(family(&probes, "process_start_time_seconds").len(), 1);
+    node.remove_manifest("probed.yaml");
+    node.wait_gone("probed");
+    let deadline = Instant::now() + EVENT_WAIT;
+    while node.probe_metrics().contains(&pod_name) {
+        assert!(
+            Instant::now() < deadline,
+            "probe series outlived the pod:\n{}",
+            node.probe_metrics()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}

@@ -342,6 +342,12 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         pod_config.run(shutdown.clone()).await;
         shutdown.cancelled().await;
     });
+    // Upstream installs `syncloop` among the healthz checks of both servers.
+    let monitor = sync_loop::SyncLoopMonitor::default();
+    let checked = monitor.clone();
+    let threshold = sync_loop::wedged_after(app.config.sync_frequency);
+    app.health
+        .add_check("syncloop", Arc::new(move || checked.check(threshold)));
     let shutdown = app.shutdown.clone();
     app.spawn(sync_loop::run(
         kubelet,
@@ -349,6 +355,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         pleg.events,
         probe_updates,
         ready,
+        monitor,
         shutdown,
     ));
     Ok(Pods {
@@ -387,7 +394,7 @@ fn build_kubelet(
     let (probes, probe_updates) = ProbeManager::new(
         runtime.client.clone(),
         parts.status.clone(),
-        ProberMetrics::register(&app.metrics.registry)?,
+        ProberMetrics::register(&app.metrics.probes)?,
         parts.events.clone(),
     );
     let workers = pod_workers(

@@ -151,6 +151,9 @@ pub async fn start(
         streaming,
         logs: Some(pods.logs.clone()),
         auth,
+        configz: settings
+            .enable_debugging_handlers
+            .then(|| Arc::new(config.configz.clone())),
     });
     let listener = {
         let _in_servers = servers.handle.enter();

@@ -74,6 +74,11 @@ pub struct FeatureGates {
 impl FeatureGates {
     /// Whether `name` is on: the file's value, else upstream's default for a gate swiftlet
     /// implements, else off.
+    /// The gates set explicitly, as the file's `featureGates` holds them.
+    pub fn explicit(&self) -> &BTreeMap<String, bool> {
+        &self.set
+    }
+
     pub fn enabled(&self, name: &str) -> bool {
         self.set.get(name).copied().unwrap_or_else(|| {
             GATES

@@ -167,6 +167,8 @@ with_settings!(config {
     feature_gates: FeatureGates,
     /// The file's `logging` block; the global flags win over it (`logging.rs`).
     logging: LoggingConfig,
+    /// The effective configuration as `/configz` serves it (`configz.rs`).
+    configz: serde_json::Value,
     /// Upstream fields (and feature gates, and parts of `logging`) the file sets to values
     /// swiftlet does not act on, each once: [`Config::warn_no_effect`] reports them.
     no_effect: Vec<NoEffect>,
@@ -239,7 +241,22 @@ impl Config {
         no_effect.extend(gates_without_effect);
         no_effect.extend(logging_without_effect);
         let node_shutdown = shutdown::resolve(&settings, &feature_gates, &file_origin)?;
+        let mut kubelet_config = settings.configz();
+        // What the sections decided over the settings as written.
+        kubelet_config.insert("nodeName".to_owned(), node_name.clone().into());
+        if let Some(addr) = healthz_address {
+            kubelet_config.insert(
+                "healthzBindAddress".to_owned(),
+                addr.ip().to_string().into(),
+            );
+            kubelet_config.insert("healthzPort".to_owned(), addr.port().into());
+        }
+        kubelet_config.insert(
+            "featureGates".to_owned(),
+            serde_json::to_value(feature_gates.explicit()).unwrap_or_default(),
+        );
         let assembled = Assembled {
+            configz: super::configz::document(kubelet_config),
             file: match file_origin {
                 Origin::File(p) => Some(p),
                 _ => None,

@@ -1350,3 +1350,38 @@ fn change_detection_strategy_is_watch_unless_the_file_says_otherwise() {
         "{msg}"
     );
 }
+
+#[test]
+fn configz_shows_the_effective_configuration_under_upstream_names() {
+    let yaml = format!(
+        "{FULL}authentication:\n  webhook:\n    cacheTTL: 3m\nfeatureGates:\n  KubeletTracing: false\n\
+         tlsCertFile: /etc/kubelet/tls.crt\ntlsPrivateKeyFile: /etc/kubelet/tls.key\n"
+    );
+    let (_dir, result) = load(&yaml, &["--sync-frequency", "2m", "--max-pods", "70"]);
+    let config = result.expect("config loads");
+    let configz = &config.configz;
+    let kubelet = &configz["kubeletconfig"];
+    assert_eq!(kubelet["kind"], "KubeletConfiguration");
+    // Flags over the file, the file over defaults, defaults where nothing is written.
+    assert_eq!(kubelet["syncFrequency"], "2m0s");
+    assert_eq!(kubelet["maxPods"], 70);
+    assert_eq!(kubelet["fileCheckFrequency"], "5m0s");
+    assert_eq!(kubelet["runtimeRequestTimeout"], "30s");
+    assert_eq!(kubelet["nodeName"], "worker-7");
+    assert_eq!(kubelet["healthzPort"], 11248);
+    assert_eq!(kubelet["healthzBindAddress"], "0.0.0.0");
+    assert_eq!(
+        kubelet["clusterDNS"],
+        serde_json::json!(["10.96.0.10", "fd00::a"])
+    );
+    assert_eq!(kubelet["cgroupsPerQOS"], false);
+    assert_eq!(kubelet["authentication"]["webhook"]["cacheTTL"], "3m0s");
+    assert_eq!(kubelet["featureGates"]["KubeletTracing"], false);
+    // A key file's path, as upstream shows it; never what the file holds.
+    assert_eq!(kubelet["tlsPrivateKeyFile"], "/etc/kubelet/tls.key");
+    assert!(kubelet.get("staticPodPath").is_some());
+    assert!(
+        kubelet.get("kubeconfig").is_none(),
+        "unset fields are left out"
+    );
+}

@@ -15,6 +15,7 @@
 //! `pkg/kubelet/apis/config`.
 
 mod cli;
+pub mod configz;
 mod cpumanager;
 pub mod defaults;
 mod duration;

@@ -570,7 +570,7 @@ macro_rules! generate {
         generate!(@args [] $($table)*);
         with_no_effect!(generate { @file $($table)* });
         // The names the accumulated resolution code and the function share (hygiene).
-        generate!(@settings [args file origin] [] [] $($table)*);
+        generate!(@settings [args file origin] [] [] [] $($table)*);
     };
 
     // The flags of `swiftlet run`.
@@ -647,13 +647,22 @@ macro_rules! generate {
     };
 
     // The resolved values.
-    (@settings [$args:ident $file:ident $origin:ident] [$($fields:tt)*] [$($values:tt)*]) => {
+    (@settings [$args:ident $file:ident $origin:ident] [$($fields:tt)*] [$($values:tt)*]
+        [$(($key:literal $setting:ident))*]) => {
         /// Every setting resolved (flag over file over default) and checked by its rule.
         pub(super) struct Settings {
             $($fields)*
         }
 
         impl Settings {
+            /// Each setting under its file key, as `/configz` shows it (`configz.rs`).
+            pub(super) fn configz(&self) -> serde_json::Map<String, serde_json::Value> {
+                use super::configz::ConfigzValue as _;
+                let mut document = serde_json::Map::new();
+                $(super::configz::insert(&mut document, $key, self.$setting.configz());)*
+                document
+            }
+
             pub(super) fn resolve(
                 $args: &RunArgs,
                 $file: &FileConfig,
@@ -663,15 +672,15 @@ macro_rules! generate {
             }
         }
     };
-    (@settings [$args:ident $file:ident $origin:ident] [$($fields:tt)*] [$($values:tt)*]
+    (@settings [$args:ident $file:ident $origin:ident] [$($fields:tt)*] [$($values:tt)*] [$($keys:tt)*]
         $(#[doc = $doc:literal])*
         cli $name:ident = $field:literal
         $(, flag $long:literal [$($fty:tt)*] $(($($farg:tt)*))?)?;
         $($rest:tt)*
     ) => {
-        generate!(@settings [$args $file $origin] [$($fields)*] [$($values)*] $($rest)*);
+        generate!(@settings [$args $file $origin] [$($fields)*] [$($values)*] [$($keys)*] $($rest)*);
     };
-    (@settings [$args:ident $file:ident $origin:ident] [$($fields:tt)*] [$($values:tt)*]
+    (@settings [$args:ident $file:ident $origin:ident] [$($fields:tt)*] [$($values:tt)*] [$($keys:tt)*]
         $(#[doc = $doc:literal])*
         $dest:ident $name:ident : [$($out:tt)*] = $field:literal
         $(, flag $long:literal [$($fty:tt)*] $(($($farg:tt)*))?)?
@@ -692,6 +701,7 @@ macro_rules! generate {
                 $(let value = value.unwrap_or_else(|| $default);)?
                 value
             },]
+            [$($keys)* ($field $name)]
             $($rest)*);
     };
 

@@ -70,6 +70,10 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with(ProberMetrics::unregistered().expect("metrics")).await
+}
+
+async fn setup_with(metrics: ProberMetrics) -> Setup {
     let fake = Arc::new(FakeRuntime::new());
     let (_, ids) = fake
         .start_pod("u1", "web", "default", &["app"])
@@ -79,12 +83,8 @@ async fn setup() -> Setup {
     let target = Arc::new(FakeTarget::default());
     target.set(running(&id, true));
     let events = crate::events::fake::FakeRecorder::new();
-    let (probes, updates) = ProbeManager::new(
-        fake.clone(),
-        target.clone(),
-        ProberMetrics::unregistered().expect("metrics"),
-        events.clone(),
-    );
+    let (probes, updates) =
+        ProbeManager::new(fake.clone(), target.clone(), metrics, events.clone());
     Setup {
         fake,
         events,
@@ -287,4 +287,62 @@ async fn workers_end_with_their_pod() {
         ..TargetStatus::default()
     });
     wait_for(|| s.probes.worker_count() == 0).await;
+}
+
+/// `/metrics/probes`' series: counted with the pod's labels (escaped in the exposition, however
+/// the spec spells them), and gone with the pod, so a node's series stay bounded by its pods.
+#[tokio::test(start_paused = true)]
+async fn probe_series_carry_the_pods_labels_and_go_with_it() {
+    let registry = prometheus::Registry::new();
+    let s = setup_with(ProberMetrics::register(&registry).expect("metrics")).await;
+    let hostile = "app\"} 1\nfake_series{x=\"";
+    let container = Container {
+        name: hostile.into(),
+        readiness_probe: Some(exec_probe(3)),
+        ..Default::default()
+    };
+    s.probes.add_pod(&pod(container));
+    let render = || {
+        let mut buf = Vec::new();
+        prometheus::Encoder::encode(
+            &prometheus::TextEncoder::new(),
+            &registry.gather(),
+            &mut buf,
+        )
+        .expect("encode");
+        String::from_utf8(buf).expect("utf-8")
+    };
+    wait_for(|| render().contains("prober_probe_total{")).await;
+    let text = render();
+    let series: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("prober_probe_total{"))
+        .collect();
+    assert_eq!(series.len(), 1, "{text}");
+    for label in [
+        "probe_type=\"Readiness\"",
+        "result=\"successful\"",
+        "pod=\"web\"",
+        "namespace=\"default\"",
+        "pod_uid=\"u1\"",
+        // The quote and the newline are escaped: no series of the spec's making.
+        "container=\"app\\\"} 1\\nfake_series{x=\\\"\"",
+    ] {
+        assert!(series[0].contains(label), "{label} not in {}", series[0]);
+    }
+    assert!(
+        !text.lines().any(|l| l.starts_with("fake_series")),
+        "{text}"
+    );
+    assert!(
+        text.contains("prober_probe_duration_seconds_bucket{"),
+        "{text}"
+    );
+    s.probes.remove_pod(&PodUid("u1".into()));
+    wait_for(|| s.probes.worker_count() == 0).await;
+    let text = render();
+    assert!(
+        !text.lines().any(|l| l.starts_with("prober_probe")),
+        "series outlived the pod:\n{text}"
+    );
 }

@@ -1,7 +1,8 @@
 //! The kubelet server (`port`, default 10250): TLS only, every request authenticated and
 //! authorized (`auth.rs`) before its handler. It serves what the read-only port serves
 //! (`/pods`, `/healthz`, `/metrics`, `/stats/summary`) and what only an authorized client may do:
-//! `/runningpods/`, `/run`, `/exec`, `/attach`, `/portForward` (`streaming.rs`).
+//! `/runningpods/`, `/run`, `/exec`, `/attach`, `/portForward` (`streaming.rs`), `/configz`
+//! (`config/configz.rs`).
 //!
 //! [`router`] builds the routes from a [`FullState`]; more routes are merged in by whoever adds
 //! them (the auth filter wraps everything merged before [`with_auth`]). The TLS accept loop is
@@ -41,6 +42,9 @@ pub struct FullState {
     /// `/containerLogs`, served with container access.
     pub logs: Option<super::logs::LogsState>,
     pub auth: Arc<Auth>,
+    /// The effective configuration for `/configz`; `None` when `enableDebuggingHandlers` is off
+    /// (upstream installs it among the debugging handlers).
+    pub configz: Option<Arc<serde_json::Value>>,
 }
 
 /// Every route of the full server, behind the auth filter.
@@ -60,7 +64,26 @@ pub fn router(state: FullState) -> Router {
         }
         None => routes.merge(debugging_disabled()),
     };
+    if let Some(configz) = state.configz {
+        routes = routes.route(
+            "/configz",
+            axum::routing::get(move || async move { configz_answer(&configz) }),
+        );
+    }
     with_auth(routes, state.auth)
+}
+
+/// Upstream `configz.handle`: the registered configurations as one JSON object.
+fn configz_answer(configz: &serde_json::Value) -> Response {
+    match serde_json::to_string(configz) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
 }
 
 /// Upstream `InstallDebuggingDisabledHandlers`: the debugging paths answer 405.

@@ -1,6 +1,7 @@
 //! The HTTP endpoints (axum): the healthz address serves `/healthz` only (upstream's healthz
 //! server, `cmd/kubelet/app/server.go`); the read-only port (and, behind authentication, the
-//! kubelet server) serves `/healthz`, `/metrics`, `/pods` (a PodList as the kubelet's read-only
+//! kubelet server) serves `/healthz` (and `/healthz/<check>`), `/metrics`, `/metrics/probes`,
+//! `/pods` (a PodList as the kubelet's read-only
 //! port serves it) and `/node`. Upstream: kubelet `pkg/kubelet/server/server.go`
 //! (`InstallDefaultHandlers`).
 
@@ -10,7 +11,13 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
+use axum::{
+    Router,
+    extract::{Path, State},
+    http::StatusCode,
+    response::IntoResponse,
+    routing::get,
+};
 
 use crate::{metrics::Metrics, status::StatusManager};
 
@@ -82,6 +89,31 @@ impl Health {
         self.checks.lock_unpoisoned().push((component, check));
     }
 
+    /// One check alone, as `/healthz/<name>` asks (upstream `healthz.InstallPathHandler`'s
+    /// per-check paths): `None` for a name nothing reports under, else the check's answer
+    /// (`None` when healthy). `ping` is always healthy (upstream `PingHealthz`).
+    pub fn named(&self, name: &str) -> Option<Option<String>> {
+        if name == "ping" {
+            return Some(None);
+        }
+        let set = self
+            .problems
+            .lock_unpoisoned()
+            .iter()
+            .find(|(c, _)| *c == name)
+            .map(|(_, why)| why.clone());
+        if let Some(why) = set {
+            return Some(Some(why));
+        }
+        let check = self
+            .checks
+            .lock_unpoisoned()
+            .iter()
+            .find(|(c, _)| *c == name)
+            .map(|(_, check)| check.clone())?;
+        Some(check())
+    }
+
     /// `None` when healthy, else one line per problem.
     pub fn problems(&self) -> Option<String> {
         let mut lines: Vec<String> = self
@@ -124,6 +156,7 @@ pub fn healthz_router(health: Health) -> Router {
             "/healthz",
             get(|State(health): State<Health>| async move { health_answer(&health) }),
         )
+        .route("/healthz/{check}", get(named_check))
         .with_state(health)
 }
 
@@ -131,7 +164,14 @@ pub fn healthz_router(health: Health) -> Router {
 pub fn read_only_router(state: HttpState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route(
+            "/healthz/{check}",
+            get(|State(state): State<HttpState>, path: Path<String>| {
+                named_check(State(state.health), path)
+            }),
+        )
         .route("/metrics", get(metrics))
+        .route("/metrics/probes", get(probe_metrics))
         .route("/pods", get(pods))
         .route("/node", get(node))
         .with_state(state)
@@ -191,6 +231,22 @@ async fn healthz(State(state): State<HttpState>) -> impl IntoResponse {
     health_answer(&state.health)
 }
 
+/// `/healthz/<check>`: upstream's `adaptCheckToHandler` answers, `ok` or a 500 with the
+/// check's error; an unknown check is a 404 (upstream's mux has no such path).
+async fn named_check(
+    State(health): State<Health>,
+    Path(check): Path<String>,
+) -> (StatusCode, String) {
+    match health.named(&check) {
+        None => (StatusCode::NOT_FOUND, "404 page not found\n".to_owned()),
+        Some(None) => (StatusCode::OK, "ok".to_owned()),
+        Some(Some(why)) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("internal server error: {why}\n"),
+        ),
+    }
+}
+
 fn health_answer(health: &Health) -> (StatusCode, String) {
     match health.problems() {
         None => (StatusCode::OK, health.healthy_body()),
@@ -199,7 +255,15 @@ fn health_answer(health: &Health) -> (StatusCode, String) {
 }
 
 async fn metrics(State(state): State<HttpState>) -> impl IntoResponse {
-    match state.metrics.render() {
+    exposition(state.metrics.render())
+}
+
+async fn probe_metrics(State(state): State<HttpState>) -> impl IntoResponse {
+    exposition(state.metrics.render_probes())
+}
+
+fn exposition(rendered: Result<String, prometheus::Error>) -> axum::response::Response {
+    match rendered {
         Ok(text) => (
             StatusCode::OK,
             [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
@@ -225,6 +289,45 @@ mod tests {
         assert_eq!(health.problems(), None);
         health.add_check("pleg", Arc::new(|| Some("stale".to_owned())));
         assert_eq!(health.problems().as_deref(), Some("pleg: stale"));
+    }
+
+    #[tokio::test]
+    async fn a_named_check_answers_alone_as_upstream_words_it() {
+        let health = Health::default();
+        let wedged = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = wedged.clone();
+        health.add_check(
+            "syncloop",
+            Arc::new(move || {
+                seen.load(std::sync::atomic::Ordering::SeqCst)
+                    .then(|| "sync Loop took longer than expected".to_owned())
+            }),
+        );
+        health.set_unhealthy("kernel events", "stream ended".into());
+        let ask = |name: &str| named_check(State(health.clone()), Path(name.to_owned()));
+        assert_eq!(ask("syncloop").await, (StatusCode::OK, "ok".to_owned()));
+        assert_eq!(ask("ping").await, (StatusCode::OK, "ok".to_owned()));
+        assert_eq!(ask("nosuch").await.0, StatusCode::NOT_FOUND);
+        assert_eq!(
+            ask("kernel events").await,
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: stream ended\n".to_owned()
+            )
+        );
+        wedged.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            ask("syncloop").await,
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal server error: sync Loop took longer than expected\n".to_owned()
+            )
+        );
+        assert!(
+            health_answer(&health)
+                .1
+                .contains("syncloop: sync Loop took longer than expected")
+        );
     }
 
     #[test]

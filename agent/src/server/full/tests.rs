@@ -32,6 +32,14 @@ impl Reviewer for OneSubresource {
 }
 
 fn app(mode: AuthorizationMode, reviewer: Option<OneSubresource>) -> Router {
+    app_with(mode, reviewer, None)
+}
+
+fn app_with(
+    mode: AuthorizationMode,
+    reviewer: Option<OneSubresource>,
+    configz: Option<serde_json::Value>,
+) -> Router {
     router(FullState {
         http: HttpState {
             metrics: Metrics::new().expect("metrics"),
@@ -50,7 +58,44 @@ fn app(mode: AuthorizationMode, reviewer: Option<OneSubresource>) -> Router {
             mode,
             reviewer: reviewer.map(|r| Arc::new(r) as Arc<dyn Reviewer>),
         }),
+        configz: configz.map(Arc::new),
     })
+}
+
+#[tokio::test]
+async fn configz_is_served_behind_its_own_subresource() {
+    let config = serde_json::json!({"kubeletconfig": {"syncFrequency": "1m0s"}});
+    let configz_only = || {
+        app_with(
+            AuthorizationMode::Webhook,
+            Some(OneSubresource(Some("configz"))),
+            Some(config.clone()),
+        )
+    };
+    let (status, body) = get(configz_only(), "/configz", Some("prometheus")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&body).ok(),
+        Some(config.clone())
+    );
+    assert_eq!(
+        get(configz_only(), "/configz", None).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+    let metrics_only = app_with(
+        AuthorizationMode::Webhook,
+        Some(OneSubresource(Some("metrics"))),
+        Some(config),
+    );
+    assert_eq!(
+        get(metrics_only, "/configz", Some("prometheus")).await.0,
+        StatusCode::FORBIDDEN
+    );
+    // Without debugging handlers there is no such path (upstream installs it with them).
+    assert_eq!(
+        get(open_again(), "/configz", Some("alice")).await.0,
+        StatusCode::NOT_FOUND
+    );
 }
 
 fn open_again() -> Router {
