@@ -36,6 +36,7 @@ pub mod runtime_class;
 pub mod sandbox_config;
 pub mod security_context;
 pub mod security_profiles;
+pub mod termination_message;
 pub mod userns;
 
 #[cfg(test)]
