@@ -1,5 +1,6 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`): it only dispatches. It selects over
-//! source updates, PLEG events, probe result changes, a 1 s tick for pods whose resync is due, and housekeeping every
+//! source updates, PLEG events, probe result changes, pods whose active deadline came (each
+//! at its instant, `active_deadline.rs`), a 1 s tick for pods whose resync is due, and housekeeping every
 //! 2 s once the sources have sent their first state. It counts the source updates it receives,
 //! so each addition knows whether the sources' first sets are complete at that update: admission
 //! releases the CPUs of pods no longer wanted only then (the start-up order in ARCHITECTURE.md).
@@ -11,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Kubelet;
 use crate::{
+    container::PodUid,
     pleg::PodLifecycleEvent,
     prober::ProbeUpdate,
     sources::{PodUpdate, SourcesReady},
@@ -26,6 +28,7 @@ pub async fn run(
     mut updates: mpsc::Receiver<PodUpdate>,
     mut pleg: mpsc::Receiver<PodLifecycleEvent>,
     mut probes: mpsc::UnboundedReceiver<ProbeUpdate>,
+    mut deadlines: mpsc::UnboundedReceiver<PodUid>,
     sources_ready: SourcesReady,
     shutdown: CancellationToken,
 ) {
@@ -48,6 +51,7 @@ pub async fn run(
             },
             Some(event) = pleg.recv() => kubelet.handle_pleg_event(&event),
             Some(update) = probes.recv() => kubelet.handle_probe_update(&update),
+            Some(uid) = deadlines.recv() => kubelet.handle_active_deadline(&uid),
             _ = sync_tick.tick() => kubelet.handle_due(std::time::Instant::now()),
             _ = housekeeping.tick() => {
                 // Until every source has spoken, a pod missing from them may just not be listed yet.
