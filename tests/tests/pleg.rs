@@ -431,7 +431,10 @@ async fn a_pod_past_its_active_deadline_is_failed_and_killed() {
     assert_eq!(died.pod_name, format!("deadline-{}", node.name));
     assert!(died.kernel_ts_ns > 0, "caused by a kernel event");
 
-    let pod = node.wait_pod("deadline", "Failed", |p| status::phase(p) == "Failed");
+    // Failed first, as the kubelet reports it; its container terminated once the kill is done.
+    let pod = node.wait_pod("deadline", "Failed with main terminated", |p| {
+        status::phase(p) == "Failed" && status::terminated(status::container(p, "main")).is_some()
+    });
     let s = pod.status.clone().unwrap_or_default();
     assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
     assert_eq!(

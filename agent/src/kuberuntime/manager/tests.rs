@@ -4,6 +4,7 @@
 mod events;
 mod runtime_class;
 mod security;
+mod termination;
 
 use std::{
     path::PathBuf,
