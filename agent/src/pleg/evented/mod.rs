@@ -64,7 +64,7 @@ use super::{
     relist::RelistPleg,
 };
 use crate::{
-    container::{PodStatus, PodUid},
+    container::{ContainerState, PodStatus, PodUid},
     cri::{ContainerEventStream, RuntimeService, convert},
     lock::MutexExt as _,
 };
@@ -364,6 +364,9 @@ impl EventedPleg {
         };
         let uid = status.uid.clone();
         let at = status.observed_at;
+        // The event carries no termination message: the pod's refresh reads it.
+        let stopped =
+            event.container_event_type == i32::from(cri::ContainerEventType::ContainerStoppedEvent);
         let merged = merge(self.records.cache().get(&uid).status, status);
         tracing::debug!(pod = %uid, id = %event.container_id, kind = event_type_label(event.container_event_type), "Evented PLEG: a container event");
         self.records.record(
@@ -395,6 +398,20 @@ pub fn merge(cached: Option<PodStatus>, event: PodStatus) -> PodStatus {
     let Some(mut status) = cached else {
         return event;
     };
+    let mut event = event;
+    // An exited container's termination message is read by the runtime manager's refresh, not
+    // carried by the runtime's event: one read stays.
+    for c in event
+        .containers
+        .iter_mut()
+        .filter(|c| c.state == ContainerState::Exited)
+    {
+        if let Some(read) = status.containers.iter().find(|o| {
+            o.id == c.id && o.state == ContainerState::Exited && o.message.starts_with(&c.message)
+        }) {
+            c.message.clone_from(&read.message);
+        }
+    }
     let replaced = |id: &str| event.sandboxes.iter().any(|s| s.id == id);
     status.sandboxes.retain(|s| !replaced(s.id.as_str()));
     status
