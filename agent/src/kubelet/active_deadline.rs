@@ -110,7 +110,7 @@ impl DeadlineTimers {
     }
 
     /// How many pods have a timer.
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.timers.lock_unpoisoned().len()
     }
 }

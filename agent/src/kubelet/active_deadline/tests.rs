@@ -40,7 +40,7 @@ async fn a_timer_fires_once_at_its_deadline_and_not_before() {
     timers.set(&b, Some(now), now);
     assert_eq!(fired.recv().await, Some(b.clone()));
     assert!(fired.try_recv().is_err(), "a's deadline is an hour away");
-    assert_eq!(timers.len(), 2);
+    assert_eq!(timers.count(), 2);
     // Setting the same deadline again does not make a second timer fire.
     timers.set(&a, Some(now + HOUR), now);
     assert_eq!(timers.get(&a), Some(now + HOUR));
@@ -79,6 +79,6 @@ async fn cancelled_and_removed_timers_never_fire() {
     timers.set(&last, Some(now), now);
     assert_eq!(fired.recv().await, Some(last));
     assert!(fired.try_recv().is_err());
-    assert_eq!(timers.len(), 1);
+    assert_eq!(timers.count(), 1);
     assert_eq!(timers.get(&gone), None);
 }

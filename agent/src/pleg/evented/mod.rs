@@ -364,9 +364,6 @@ impl EventedPleg {
         };
         let uid = status.uid.clone();
         let at = status.observed_at;
-        // The event carries no termination message: the pod's refresh reads it.
-        let stopped =
-            event.container_event_type == i32::from(cri::ContainerEventType::ContainerStoppedEvent);
         let merged = merge(self.records.cache().get(&uid).status, status);
         tracing::debug!(pod = %uid, id = %event.container_id, kind = event_type_label(event.container_event_type), "Evented PLEG: a container event");
         self.records.record(
