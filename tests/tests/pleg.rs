@@ -382,3 +382,86 @@ async fn pod_events_reach_grpc_watchers_with_the_refreshed_status() {
     assert!(died.kernel_ts_ns > 0, "caused by a kernel event");
     assert!(died.sent_ns >= died.kernel_ts_ns);
 }
+
+/// `activeDeadlineSeconds` with no resync or relist within the test's time: the agent's timer
+/// at the deadline syncs the pod, which fails it with `DeadlineExceeded` and kills its container,
+/// whose death the kernel-event PLEG reports like any other.
+#[tokio::test]
+async fn a_pod_past_its_active_deadline_is_failed_and_killed() {
+    let Some(node) = node(
+        "a_pod_past_its_active_deadline_is_failed_and_killed",
+        "deadline",
+        &[],
+    ) else {
+        return;
+    };
+    let channel = swiftlet_tests::unix_channel(node.grpc_socket())
+        .await
+        .expect("connect");
+    let mut stream = EventsClient::new(channel)
+        .watch(v1::WatchRequest {
+            kinds: vec!["pod".into()],
+            cgroup_ids: vec![],
+        })
+        .await
+        .expect("watch")
+        .into_inner();
+    node.write_manifest(
+        "deadline.yaml",
+        &PodManifest::new("deadline")
+            .restart("Always")
+            .grace(1)
+            .spec("  activeDeadlineSeconds: 3\n")
+            .shell("main", "exec sleep 3600", "")
+            .yaml(),
+    );
+    let died = tokio::time::timeout(swiftlet_tests::event_wait(), async {
+        loop {
+            let event = stream.message().await.expect("stream").expect("open");
+            if let Some(v1::event::Kind::Pod(pod)) = event.kind
+                && pod.r#type == "ContainerDied"
+                && pod.container_name == "main"
+            {
+                return pod;
+            }
+        }
+    })
+    .await
+    .expect("a ContainerDied in time");
+    assert_eq!(died.pod_name, format!("deadline-{}", node.name));
+    assert!(died.kernel_ts_ns > 0, "caused by a kernel event");
+
+    // Failed first, as the kubelet reports it; its container terminated once the kill is done.
+    let pod = node.wait_pod("deadline", "Failed with main terminated", |p| {
+        status::phase(p) == "Failed" && status::terminated(status::container(p, "main")).is_some()
+    });
+    let s = pod.status.clone().unwrap_or_default();
+    assert_eq!(s.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Pod was active on the node longer than the specified deadline")
+    );
+    let terminated = status::container(&pod, "main")
+        .and_then(|c| c.state.clone())
+        .and_then(|s| s.terminated)
+        .expect("main terminated");
+    // `sleep` as pid 1 ignores SIGTERM: SIGKILL when the 1 s grace period ends.
+    assert!(
+        terminated.exit_code > 128,
+        "killed by a signal: {terminated:?}"
+    );
+    let start = s.start_time.expect("startTime").0;
+    let finished = terminated.finished_at.expect("finishedAt").0;
+    let deadline = start
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(3))
+        .expect("deadline");
+    assert!(
+        finished >= deadline,
+        "killed at {finished}, before its deadline {deadline}"
+    );
+    // Not restarted, whatever its restart policy: the pod is done.
+    assert_eq!(
+        status::container(&pod, "main").map(|c| c.restart_count),
+        Some(0)
+    );
+}

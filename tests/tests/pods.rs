@@ -920,3 +920,139 @@ fn the_node_object_is_served_locally() {
             .map(str::trim)
     );
 }
+
+/// The terminated state's message of container `main`, and the last state's.
+fn messages(pod: &k8s_openapi::api::core::v1::Pod) -> (Option<String>, Option<String>) {
+    let main = status::container(pod, "main").cloned().unwrap_or_default();
+    let message = |s: Option<k8s_openapi::api::core::v1::ContainerState>| {
+        s.and_then(|s| s.terminated).and_then(|t| t.message)
+    };
+    (message(main.state), message(main.last_state))
+}
+
+#[test]
+fn termination_messages_come_from_the_file_or_the_log() {
+    let Some(node) = node(
+        "termination_messages_come_from_the_file_or_the_log",
+        "termmsg",
+    ) else {
+        return;
+    };
+    let fallback = "      terminationMessagePolicy: FallbackToLogsOnError\n";
+    let pods = [
+        (
+            "file",
+            "Never",
+            "printf 'disk full' > /dev/termination-log; exit 1",
+            "",
+        ),
+        (
+            "logs",
+            "Never",
+            "echo first; echo last words >&2; exit 1",
+            fallback,
+        ),
+        ("logsok", "Never", "echo all good; exit 0", fallback),
+        (
+            "custom",
+            "Never",
+            "printf custom > /tmp/message; exit 0",
+            "      terminationMessagePath: /tmp/message\n",
+        ),
+        (
+            "restarts",
+            "OnFailure",
+            "printf crashed > /dev/termination-log; exit 1",
+            "",
+        ),
+    ];
+    for (name, restart, command, extra) in pods {
+        node.write_manifest(
+            &format!("{name}.yaml"),
+            &PodManifest::new(name)
+                .restart(restart)
+                .grace(1)
+                .shell("main", command, extra)
+                .yaml(),
+        );
+    }
+    // The kernel-event PLEG reports an exit before the runtime's view of it, which brings the
+    // message: wait for both.
+    let failed = |name: &str| {
+        node.wait_pod(name, "Failed with a message", |p| {
+            status::phase(p) == "Failed" && messages(p).0.is_some()
+        })
+    };
+    assert_eq!(messages(&failed("file")).0.as_deref(), Some("disk full"));
+    // The log's lines, as the container wrote them.
+    assert_eq!(
+        messages(&failed("logs")).0.as_deref(),
+        Some("first\nlast words\n")
+    );
+    let ok = node.wait_pod("logsok", "Succeeded", |p| status::phase(p) == "Succeeded");
+    assert_eq!(messages(&ok).0, None, "a success reads no log");
+    let custom = node.wait_pod("custom", "Succeeded with a message", |p| {
+        status::phase(p) == "Succeeded" && messages(p).0.is_some()
+    });
+    assert_eq!(messages(&custom).0.as_deref(), Some("custom"));
+    // The instance before the restart keeps its message as the last state.
+    let restarted = node.wait_pod("restarts", "a restart", |p| {
+        status::container(p, "main").is_some_and(|c| c.restart_count >= 1)
+            && messages(p).1.is_some()
+    });
+    assert_eq!(messages(&restarted).1.as_deref(), Some("crashed"));
+}
+
+/// What a container can do to its message file: write as much as it likes (the status has the
+/// last 4096 bytes), write bytes that are not UTF-8 (replaced), and try to swap the file for a
+/// link to a host file — which it cannot: the file is a bind mount's target in its mount
+/// namespace (`rm` fails with EBUSY) and the host's directory entry is in no mount it has. The
+/// agent reads the host file through descriptors without following links anyway
+/// (`kuberuntime::termination_message`, whose unit tests put a link and a FIFO in its place).
+#[test]
+fn a_container_cannot_make_its_termination_message_more_than_bounded_text() {
+    let Some(node) = node(
+        "a_container_cannot_make_its_termination_message_more_than_bounded_text",
+        "termmsgattack",
+    ) else {
+        return;
+    };
+    let pods = [
+        (
+            "huge",
+            "yes aaaaaaaaaaaaaaa | head -c 1048576 > /dev/termination-log; \
+             printf END >> /dev/termination-log; exit 1",
+        ),
+        (
+            "binary",
+            "printf 'ok \\377\\376 end' > /dev/termination-log; exit 1",
+        ),
+        (
+            "swap",
+            "rm -f /dev/termination-log; ln -sf /etc/hostname /dev/termination-log; \
+             printf 'still the file' >> /dev/termination-log; exit 1",
+        ),
+    ];
+    for (name, command) in pods {
+        node.write_manifest(&format!("{name}.yaml"), &pod(name, "Never", command, ""));
+    }
+    let failed = |name: &str| {
+        node.wait_pod(name, "Failed with a message", |p| {
+            status::phase(p) == "Failed" && messages(p).0.is_some()
+        })
+    };
+    let huge_pod = failed("huge");
+    let huge = messages(&huge_pod).0.unwrap_or_default();
+    // 1 MiB of 16-byte lines, then "END": the message is the end of that.
+    let written = format!("{}END", "aaaaaaaaaaaaaaa\n".repeat(65536));
+    assert_eq!(huge.len(), 4096);
+    assert_eq!(huge, written[written.len() - 4096..]);
+    assert_eq!(
+        messages(&failed("binary")).0.as_deref(),
+        Some("ok \u{fffd}\u{fffd} end")
+    );
+    assert_eq!(
+        messages(&failed("swap")).0.as_deref(),
+        Some("still the file")
+    );
+}

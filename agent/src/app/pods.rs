@@ -32,6 +32,7 @@ use crate::{
     kernel::StreamItem,
     kubelet::{
         Kubelet, KubeletParts,
+        active_deadline::DeadlineTimers,
         admission::NodeCapacity,
         allocatable,
         housekeeping::{Housekeeping, HousekeepingConfig, Triggers},
@@ -268,7 +269,13 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     });
     // Read by admission and the Ready condition; set by the node shutdown manager.
     let node_shutdown = ShutdownState::default();
-    let (kubelet, probe_updates) = build_kubelet(
+    let (
+        kubelet,
+        KubeletInputs {
+            probe_updates,
+            deadlines,
+        },
+    ) = build_kubelet(
         app,
         &node,
         &runtime,
@@ -354,6 +361,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         updates,
         pleg.events,
         probe_updates,
+        deadlines,
         ready,
         monitor,
         shutdown,
@@ -389,8 +397,9 @@ fn build_kubelet(
     runtime: &Runtime,
     pleg: &Arc<dyn Pleg>,
     parts: CoreParts,
-) -> Result<(Arc<Kubelet>, mpsc::UnboundedReceiver<ProbeUpdate>), Error> {
+) -> Result<(Arc<Kubelet>, KubeletInputs), Error> {
     let config = app.config;
+    let (deadlines, deadlines_due) = DeadlineTimers::new();
     let (probes, probe_updates) = ProbeManager::new(
         runtime.client.clone(),
         parts.status.clone(),
@@ -409,6 +418,7 @@ fn build_kubelet(
             probes: probes.clone(),
             volumes: parts.volumes.clone(),
             events: parts.events.clone(),
+            deadlines: Arc::new(deadlines),
         },
     )?;
     // Admission fits pods into allocatable, as upstream's does.
@@ -435,7 +445,20 @@ fn build_kubelet(
         volumes: parts.volumes,
         events: parts.events,
     });
-    Ok((Arc::new(kubelet), probe_updates))
+    Ok((
+        Arc::new(kubelet),
+        KubeletInputs {
+            probe_updates,
+            deadlines: deadlines_due,
+        },
+    ))
+}
+
+/// What the sync loop hears from the kubelet's own parts besides the sources and the PLEG.
+struct KubeletInputs {
+    probe_updates: mpsc::UnboundedReceiver<ProbeUpdate>,
+    /// Pods whose active deadline came.
+    deadlines: mpsc::UnboundedReceiver<crate::container::PodUid>,
 }
 
 /// Connects to the CRI runtime, its calls counted in the app's registry: made once at start,
@@ -697,6 +720,7 @@ struct KubeletSyncerParts {
     probes: ProbeManager,
     volumes: Arc<VolumeManager>,
     events: crate::events::Events,
+    deadlines: Arc<DeadlineTimers>,
 }
 
 struct Workers {
@@ -725,6 +749,7 @@ fn pod_workers(
         probes: parts.probes,
         volumes: parts.volumes,
         events: parts.events,
+        deadlines: parts.deadlines,
     });
     let on_synced: OnSynced = {
         let pleg = pleg.clone();

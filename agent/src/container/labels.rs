@@ -15,6 +15,8 @@ pub const ANNOTATION_CONTAINER_HASH: &str = "io.kubernetes.container.hash";
 pub const ANNOTATION_RESTART_COUNT: &str = "io.kubernetes.container.restartCount";
 pub const ANNOTATION_TERMINATION_MESSAGE_PATH: &str =
     "io.kubernetes.container.terminationMessagePath";
+pub const ANNOTATION_TERMINATION_MESSAGE_POLICY: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 pub const ANNOTATION_TERMINATION_GRACE_PERIOD: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// Which list the container comes from: `init`, `sidecar` (an init container with
 /// `restartPolicy: Always`) or `regular`.

@@ -34,6 +34,9 @@ pub const FAILED_MOUNT_VOLUME: &str = "FailedMount";
 // Eviction (eviction/eviction_manager.go `Reason`).
 pub const EVICTED: &str = "Evicted";
 
+// Active deadline (active_deadline.go `reason`).
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+
 // The node.
 pub const STARTING_KUBELET: &str = "Starting";
 pub const NODE_READY: &str = "NodeReady";

@@ -5,6 +5,7 @@
 //! allocatable (`allocatable.rs`), the runtime's health (`runtime_health.rs`) and system OOMs
 //! (`oom_watcher.rs`).
 
+pub mod active_deadline;
 pub mod admission;
 pub mod allocatable;
 pub mod housekeeping;
@@ -500,6 +501,23 @@ impl Kubelet {
                 }
             }
         }
+    }
+
+    /// A pod's active deadline came (upstream finds it in `getPodsToSync` with the deadline
+    /// handler's `ShouldSync`): it syncs, and its status generation fails it.
+    pub fn handle_active_deadline(&self, uid: &PodUid) {
+        let Some(pod) = self.pods.get(uid) else {
+            return;
+        };
+        if self.rejected().contains(uid) {
+            return;
+        }
+        self.workers.update_pod(UpdatePodOptions {
+            update_type: UpdateType::Sync,
+            pod: Some(pod),
+            running_pod: None,
+            kill: None,
+        });
     }
 
     /// Pods whose resync or retry is due (upstream `syncCh`).

@@ -1,5 +1,6 @@
 //! The sync loop (upstream `syncLoop`/`syncLoopIteration`): it only dispatches. It selects over
-//! source updates, PLEG events, probe result changes, a 1 s tick for pods whose resync is due, and housekeeping every
+//! source updates, PLEG events, probe result changes, pods whose active deadline came (each
+//! at its instant, `active_deadline.rs`), a 1 s tick for pods whose resync is due, and housekeeping every
 //! 2 s once the sources have sent their first state. It counts the source updates it receives,
 //! so each addition knows whether the sources' first sets are complete at that update: admission
 //! releases the CPUs of pods no longer wanted only then (the start-up order in ARCHITECTURE.md).
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Kubelet;
 use crate::{
+    container::PodUid,
     pleg::PodLifecycleEvent,
     prober::ProbeUpdate,
     sources::{PodUpdate, SourcesReady},
@@ -91,6 +93,7 @@ enum Work {
     SourcesClosed,
     Pleg(PodLifecycleEvent),
     Probe(ProbeUpdate),
+    Deadline(PodUid),
     Due,
     Housekeeping,
 }
@@ -100,6 +103,7 @@ pub async fn run(
     mut updates: mpsc::Receiver<PodUpdate>,
     mut pleg: mpsc::Receiver<PodLifecycleEvent>,
     mut probes: mpsc::UnboundedReceiver<ProbeUpdate>,
+    mut deadlines: mpsc::UnboundedReceiver<PodUid>,
     sources_ready: SourcesReady,
     monitor: SyncLoopMonitor,
     shutdown: CancellationToken,
@@ -120,6 +124,7 @@ pub async fn run(
             },
             Some(event) = pleg.recv() => Work::Pleg(event),
             Some(update) = probes.recv() => Work::Probe(update),
+            Some(uid) = deadlines.recv() => Work::Deadline(uid),
             _ = sync_tick.tick() => Work::Due,
             _ = housekeeping.tick() => Work::Housekeeping,
             () = shutdown.cancelled() => return,
@@ -133,6 +138,7 @@ pub async fn run(
             Work::SourcesClosed => sources_open = false,
             Work::Pleg(event) => kubelet.handle_pleg_event(&event),
             Work::Probe(update) => kubelet.handle_probe_update(&update),
+            Work::Deadline(uid) => kubelet.handle_active_deadline(&uid),
             Work::Due => kubelet.handle_due(Instant::now()),
             Work::Housekeeping => {
                 // Until every source has spoken, a pod missing from them may just not be listed yet.

@@ -11,7 +11,10 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use tokio_util::sync::CancellationToken;
 
-use super::pod_manager::PodManager;
+use super::{
+    active_deadline::{self, DeadlineTimers},
+    pod_manager::PodManager,
+};
 use crate::{
     cm::pod_cgroups::PodCgroups,
     container::{PodStatus, PodUid, RunningPod},
@@ -44,6 +47,8 @@ pub struct KubeletSyncer {
     pub volumes: Arc<VolumeManager>,
     /// A pod whose volumes are not set up in time is reported here (`FailedMount`).
     pub events: Events,
+    /// One timer per pod with an `activeDeadlineSeconds`, set from each status generated.
+    pub deadlines: Arc<DeadlineTimers>,
 }
 
 impl KubeletSyncer {
@@ -55,15 +60,17 @@ impl KubeletSyncer {
         } else {
             generate_api_pod_status
         };
-        let api = generate(
+        let now = SystemTime::now();
+        let mut api = generate(
             &previous,
             runtime,
             &reasons,
             &self.probes,
             self.host_ip.as_deref(),
-            SystemTime::now(),
+            now,
         );
         drop(reasons);
+        self.enforce_active_deadline(pod, &mut api, now);
         let done = matches!(api.phase.as_deref(), Some("Succeeded" | "Failed"));
         if api.phase.as_deref() == Some("Running") {
             self.observe_start(pod);
@@ -78,6 +85,40 @@ impl KubeletSyncer {
 }
 
 impl KubeletSyncer {
+    /// Upstream `generateAPIPodStatus`'s `ShouldEvict` of the active deadline handler: a pod
+    /// past its deadline is Failed with `DeadlineExceeded` (the event is recorded as the phase
+    /// turns). A pod that is not yet past it, nor terminal, has its timer at the deadline; a
+    /// terminal one has none.
+    fn enforce_active_deadline(
+        &self,
+        pod: &Pod,
+        api: &mut k8s_openapi::api::core::v1::PodStatus,
+        now: SystemTime,
+    ) {
+        let uid = pod_uid(pod);
+        let start = api.start_time.as_ref().map(|t| SystemTime::from(t.0));
+        let terminal = matches!(api.phase.as_deref(), Some("Succeeded" | "Failed"));
+        // A terminal phase sticks, so this happens once per pod.
+        if !terminal && active_deadline::past_active_deadline(pod, start, now) {
+            tracing::info!(pod = %uid, "pod past its active deadline; failing it");
+            self.events.record(Event::normal(
+                pod_ref(pod),
+                active_deadline::REASON,
+                Action::KillContainer,
+                active_deadline::MESSAGE,
+            ));
+            api.phase = Some("Failed".into());
+            api.reason = Some(active_deadline::REASON.into());
+            api.message = Some(active_deadline::MESSAGE.into());
+        }
+        if matches!(api.phase.as_deref(), Some("Succeeded" | "Failed")) {
+            self.deadlines.cancel(&uid);
+        } else {
+            self.deadlines
+                .set(&uid, active_deadline::deadline(pod, start), now);
+        }
+    }
+
     /// The first time a pod runs: how long since the agent first saw it (its `config.seen`).
     fn observe_start(&self, pod: &Pod) {
         let uid = pod_uid(pod);
@@ -244,6 +285,7 @@ impl PodSyncer for KubeletSyncer {
 
     async fn sync_terminated_pod(&self, pod: &Pod, status: &PodStatus) -> Result<(), SyncError> {
         let uid: PodUid = pod_uid(pod);
+        self.deadlines.cancel(&uid);
         self.probes.remove_pod(&uid);
         self.started.lock_unpoisoned().remove(&uid);
         // Upstream `WaitForUnmount`: a terminated pod's volumes are torn down.

@@ -23,8 +23,8 @@ use crate::{
     container::{
         ANNOTATION_CONTAINER_HASH, ANNOTATION_CONTAINER_TYPE, ANNOTATION_RESTART_COUNT,
         ANNOTATION_TERMINATION_GRACE_PERIOD, ANNOTATION_TERMINATION_MESSAGE_PATH,
-        LABEL_CONTAINER_NAME, LABEL_MANAGED, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID,
-        container_hash,
+        ANNOTATION_TERMINATION_MESSAGE_POLICY, LABEL_CONTAINER_NAME, LABEL_MANAGED, LABEL_POD_NAME,
+        LABEL_POD_NAMESPACE, LABEL_POD_UID, container_hash,
     },
 };
 
@@ -117,6 +117,13 @@ pub fn container_config(
             .termination_message_path
             .clone()
             .unwrap_or_else(|| "/dev/termination-log".into()),
+    );
+    annotations.insert(
+        ANNOTATION_TERMINATION_MESSAGE_POLICY.to_owned(),
+        container
+            .termination_message_policy
+            .clone()
+            .unwrap_or_else(|| "File".into()),
     );
     annotations.insert(
         ANNOTATION_TERMINATION_GRACE_PERIOD.to_owned(),

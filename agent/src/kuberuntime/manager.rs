@@ -8,6 +8,7 @@
 
 use crate::lock::MutexExt as _;
 use std::{
+    collections::HashMap,
     path::PathBuf,
     sync::{
         Arc, Mutex,
@@ -180,6 +181,9 @@ pub struct KubeRuntimeManager {
     env: ClusterEnv,
     runtime_classes: Arc<dyn RuntimeClasses>,
     events: Events,
+    /// Each pod's exited containers' messages (runtime's and their own), by container id: read
+    /// once when a container is first seen exited, forgotten with the container.
+    termination_messages: Mutex<HashMap<PodUid, HashMap<String, String>>>,
 }
 
 impl KubeRuntimeManager {
@@ -203,6 +207,7 @@ impl KubeRuntimeManager {
             env: ClusterEnv::standalone(),
             runtime_classes: Arc::new(DefaultHandler),
             events: crate::events::none(),
+            termination_messages: Mutex::new(HashMap::new()),
         }
     }
 
@@ -1185,7 +1190,52 @@ impl KubeRuntimeManager {
         name: &str,
         namespace: &str,
     ) -> Result<PodStatus, crate::cri::Error> {
-        crate::cri::convert::get_pod_status(self.runtime.as_ref(), uid, name, namespace).await
+        let mut status =
+            crate::cri::convert::get_pod_status(self.runtime.as_ref(), uid, name, namespace)
+                .await?;
+        self.fill_termination_messages(&mut status).await;
+        Ok(status)
+    }
+
+    /// Gives each exited container its termination message (upstream `getPodContainerStatuses`
+    /// reads it on every status; here it is read once, when the container is first seen exited,
+    /// as what an exited container left does not change the message it reported). A container
+    /// whose CRI status cannot be had keeps the runtime's message and is tried again next time.
+    async fn fill_termination_messages(&self, status: &mut PodStatus) {
+        let known = self
+            .termination_messages
+            .lock_unpoisoned()
+            .get(&status.uid)
+            .cloned()
+            .unwrap_or_default();
+        let mut current = HashMap::new();
+        for c in status
+            .containers
+            .iter_mut()
+            .filter(|c| c.state == ContainerState::Exited)
+        {
+            let message = match known.get(&c.id.id) {
+                Some(message) => message.clone(),
+                None => match self.runtime.container_status(&c.id.id).await {
+                    Ok(cri) => {
+                        super::termination_message::termination_message(&cri, self.runtime.as_ref())
+                            .await
+                    }
+                    Err(error) => {
+                        tracing::debug!(pod = %status.uid, id = %c.id.id, %error, "cannot read the container's status for its termination message; trying again later");
+                        continue;
+                    }
+                },
+            };
+            c.message.clone_from(&message);
+            current.insert(c.id.id.clone(), message);
+        }
+        let mut messages = self.termination_messages.lock_unpoisoned();
+        if current.is_empty() {
+            messages.remove(&status.uid);
+        } else {
+            messages.insert(status.uid.clone(), current);
+        }
     }
 }
 

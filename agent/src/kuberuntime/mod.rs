@@ -38,6 +38,7 @@ pub mod runtime_class;
 pub mod sandbox_config;
 pub mod security_context;
 pub mod security_profiles;
+pub mod termination_message;
 pub mod termination_order;
 pub mod userns;
 

@@ -101,6 +101,7 @@ impl StatusManager {
         if let Some(terminal) = self.terminal().get(&uid) {
             terminal.apply(&mut status);
         }
+        limit_termination_messages(pod, &mut status);
         let mut statuses = self.lock();
         let (version, finished) = match statuses.get(&uid) {
             Some(old) if old.status == status && Arc::ptr_eq(&old.pod, pod) => return,
@@ -227,9 +228,112 @@ impl TerminalStatus {
     }
 }
 
+/// Upstream `MaxPodTerminationMessageLogLength`: what all of a pod's termination messages may
+/// add up to.
+pub const MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH: usize = 12 * 1024;
+
+/// Cuts each terminated state's message to an even share of the pod's budget (upstream
+/// `normalizeStatus` in `status_manager.go`, which divides it by the spec's regular and init
+/// containers and keeps each message's first bytes; here cut at a character boundary, as the
+/// API's strings are UTF-8).
+fn limit_termination_messages(pod: &Pod, status: &mut ApiPodStatus) {
+    let containers = pod.spec.as_ref().map_or(0, |s| {
+        s.containers.len() + s.init_containers.as_ref().map_or(0, Vec::len)
+    });
+    let per_status = MAX_POD_TERMINATION_MESSAGE_LOG_LENGTH / containers.max(1);
+    let lists = [
+        &mut status.container_statuses,
+        &mut status.init_container_statuses,
+        &mut status.ephemeral_container_statuses,
+    ];
+    for c in lists.into_iter().flatten().flatten() {
+        let states = [c.state.as_mut(), c.last_state.as_mut()];
+        for terminated in states
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.terminated.as_mut())
+        {
+            if let Some(message) = terminated.message.as_mut()
+                && message.len() > per_status
+            {
+                let mut cut = per_status;
+                while !message.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                message.truncate(cut);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn termination_messages_share_the_pods_budget() {
+        use k8s_openapi::api::core::v1::{
+            Container, ContainerState, ContainerStateTerminated, ContainerStatus, PodSpec,
+        };
+        let terminated = |message: String| ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                message: Some(message),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let containers = |n: usize| {
+            (0..n)
+                .map(|i| Container {
+                    name: format!("c{i}"),
+                    ..Default::default()
+                })
+                .collect::<Vec<_>>()
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: containers(2),
+                init_containers: Some(containers(1)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        // 4096 bytes each for three containers; "é" is two bytes and straddles the cut.
+        let long = format!("{}é{}", "a".repeat(4095), "b".repeat(100));
+        let mut status = ApiPodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                state: Some(terminated(long.clone())),
+                last_state: Some(terminated("short".into())),
+                ..Default::default()
+            }]),
+            init_container_statuses: Some(vec![ContainerStatus {
+                state: Some(terminated("x".repeat(4096))),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        limit_termination_messages(&pod, &mut status);
+        let message = |s: &Option<Vec<ContainerStatus>>, last: bool| {
+            let c = &s.as_ref().expect("statuses")[0];
+            let state = if last { &c.last_state } else { &c.state };
+            state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .and_then(|t| t.message.clone())
+        };
+        assert_eq!(
+            message(&status.container_statuses, false),
+            Some("a".repeat(4095))
+        );
+        assert_eq!(
+            message(&status.container_statuses, true).as_deref(),
+            Some("short")
+        );
+        assert_eq!(
+            message(&status.init_container_statuses, false),
+            Some("x".repeat(4096))
+        );
+    }
 
     fn pod(uid: &str, name: &str) -> Arc<Pod> {
         crate::testing::pod().named("default", name, uid).arc()

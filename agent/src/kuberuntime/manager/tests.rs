@@ -5,6 +5,7 @@ mod events;
 mod runtime_class;
 mod security;
 mod termination;
+mod termination_message;
 
 use std::{
     path::PathBuf,

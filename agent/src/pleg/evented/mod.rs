@@ -64,7 +64,7 @@ use super::{
     relist::RelistPleg,
 };
 use crate::{
-    container::{PodStatus, PodUid},
+    container::{ContainerState, PodStatus, PodUid},
     cri::{ContainerEventStream, RuntimeService, convert},
     lock::MutexExt as _,
 };
@@ -395,6 +395,20 @@ pub fn merge(cached: Option<PodStatus>, event: PodStatus) -> PodStatus {
     let Some(mut status) = cached else {
         return event;
     };
+    let mut event = event;
+    // An exited container's termination message is read by the runtime manager's refresh, not
+    // carried by the runtime's event: one read stays.
+    for c in event
+        .containers
+        .iter_mut()
+        .filter(|c| c.state == ContainerState::Exited)
+    {
+        if let Some(read) = status.containers.iter().find(|o| {
+            o.id == c.id && o.state == ContainerState::Exited && o.message.starts_with(&c.message)
+        }) {
+            c.message.clone_from(&read.message);
+        }
+    }
     let replaced = |id: &str| event.sandboxes.iter().any(|s| s.id == id);
     status.sandboxes.retain(|s| !replaced(s.id.as_str()));
     status

@@ -485,4 +485,11 @@ fn an_event_replaces_only_its_own_sandbox() {
     assert_eq!(sandboxes, ["new", "old"]);
     assert_eq!(merged.observed_at, at(30));
     assert_eq!(merge(None, event.clone()), event);
+
+    // A message read by a refresh stays when an event brings the container again.
+    let mut read = merged.clone();
+    read.containers[1].message = "runtime: last words".into();
+    event.containers[1].message = "runtime".into();
+    let again = merge(Some(read), event.clone());
+    assert_eq!(again.containers[1].message, "runtime: last words");
 }
