@@ -72,7 +72,8 @@ for driver in systemd cgroupfs; do
     if [ "$flag" = true ]; then other=false; else other=true; fi
     with=$(echo "$dump" | grep -c "SystemdCgroup = $flag")
     without=$(echo "$dump" | grep -c "SystemdCgroup = $other")
-    crun_root=$(echo "$dump" | grep -c 'Root = "/run/containerd/crun"')
+    # containerd 1.7 dumps TOML strings in double quotes, 2.x in single ones.
+    crun_root=$(echo "$dump" | grep -cE "Root = [\"']/run/containerd/crun[\"']")
     check "containerd_$driver" "ready=$ready SystemdCgroup=$flag in $with handlers ($without not), crun's own root $crun_root" \
         test "$ready" = 0 -a "$with" -ge 2 -a "$without" = 0 -a "$crun_root" = 1
     driver_started=$(uptime_s)
