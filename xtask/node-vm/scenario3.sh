@@ -34,11 +34,40 @@ check containerd_cgroupfs "ready=$?" sh -c 'containerd config dump 2>/dev/null |
 mount -o remount,rw /payload
 mkdir -p /payload/results
 out=/tmp/bench-eviction
+# How fast a shell takes memory in a cgroup of its own, without and then with the benchmark's
+# agent (and its kernel programs) running: the hog's pace depends on it under emulation.
+take_memory() {
+    d=/sys/fs/cgroup/swiftlet-take-memory
+    mkdir -p "$d"
+    t0=$(uptime_s)
+    sh -c 'echo $$ > "$0/cgroup.procs"; a=$(head -c 33554432 /dev/zero | tr "\0" x); echo ${#a} >/dev/null' "$d"
+    since "$t0"
+    rmdir "$d" 2>/dev/null
+}
+fact take_32mib_seconds_idle "$(take_memory)"
+fact mitigations "$(grep -H . /sys/devices/system/cpu/vulnerabilities/* 2>/dev/null | sed 's|.*/||' | grep -v 'Not affected' | tr '\n' ';' | cut -c1-600)"
+fact thp "$(cat /sys/kernel/mm/transparent_hugepage/enabled) jit=$(cat /proc/sys/net/core/bpf_jit_enable 2>/dev/null)"
 started=$(uptime_s)
+# What the pods' cgroup held every 5 s, shown when the benchmark fails: a hog that never crossed
+# the bar is told apart from a trigger that never fired.
+pods_cg=/sys/fs/cgroup/swiftlet-bench-eviction/kubepods
+(
+    while :; do
+        echo "$(uptime_s) current=$(cat "$pods_cg/memory.current" 2>/dev/null)" \
+            "$(grep -E '^(anon|file|inactive_file|shmem) ' "$pods_cg/memory.stat" 2>/dev/null | tr '\n' ' ')" \
+            "tasks=$(ctr -n k8s.io tasks ls 2>/dev/null | grep -c RUNNING)"
+        sleep 5
+    done
+) >/tmp/memory.log 2>&1 &
+watcher=$!
+( sleep 60; echo "take_32mib_seconds_with_agent $(take_memory)"; ps -eo pid,etimes,time,comm --sort=-time | head -12 ) >/tmp/take.log 2>&1 &
 timeout "$BENCH_TIMEOUT" "$B/swiftlet-bench" eviction --mode kernel --runs "$RUNS" \
     --runtime-endpoint unix:///run/containerd/containerd.sock --swiftlet "$B/swiftlet" \
     --json /payload/results/eviction.json --out-dir "$out" </dev/null >/tmp/bench.log 2>&1
 rc=$?
+kill "$watcher" 2>/dev/null
+sed -n 's/^take_32mib_seconds_with_agent //p' /tmp/take.log | while read -r v; do fact take_32mib_seconds_with_agent "$v"; done
+grep -v '^take_' /tmp/take.log | cut -c1-200 | sed "s/^/$M log [ps] /"
 fact bench_seconds "$(since "$started")"
 sync
 J=/payload/results/eviction.json
@@ -57,8 +86,11 @@ fact max_sample_interval_ms "$(field max_sample_interval_ms)"
 fact wakeups_total "$(field wakeups_total)"
 if [ "$rc" != 0 ]; then
     tail -30 /tmp/bench.log | cut -c1-300 | sed "s/^/$M log [bench] /"
+    tail -40 /tmp/memory.log | cut -c1-300 | sed "s/^/$M log [memory] /"
     find "$out" -name '*.log' | head -3 | while read -r log; do
         grep -E ' (WARN|ERROR) ' "$log" | tail -15 | cut -c1-300 | sed "s/^/$M log [agent] /"
+        grep -E 'hog-kernel-01' "$log" | grep -v ClusterDNS | tail -15 | cut -c1-300 |
+            sed "s/^/$M log [agent hog] /"
     done
 fi
 grep -h 'level' "$out"/eviction/*.log 2>/dev/null | grep -i 'watch' | head -3 | cut -c1-300 |
