@@ -356,16 +356,13 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
     app.health
         .add_check("syncloop", Arc::new(move || checked.check(threshold)));
     let shutdown = app.shutdown.clone();
-    app.spawn(sync_loop::run(
-        kubelet,
+    let inputs = sync_loop::Inputs {
         updates,
-        pleg.events,
-        probe_updates,
+        pleg: pleg.events,
+        probes: probe_updates,
         deadlines,
-        ready,
-        monitor,
-        shutdown,
-    ));
+    };
+    app.spawn(sync_loop::run(kubelet, inputs, ready, monitor, shutdown));
     Ok(Pods {
         logs: super::server::logs_state(status.clone(), runtime.client.clone()),
         status,

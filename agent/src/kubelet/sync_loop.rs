@@ -98,16 +98,29 @@ enum Work {
     Housekeeping,
 }
 
+/// Where the loop's work comes from, besides its own ticks.
+pub struct Inputs {
+    /// Pod additions, updates and removals from the sources.
+    pub updates: mpsc::Receiver<PodUpdate>,
+    pub pleg: mpsc::Receiver<PodLifecycleEvent>,
+    pub probes: mpsc::UnboundedReceiver<ProbeUpdate>,
+    /// Pods whose `activeDeadlineSeconds` has come.
+    pub deadlines: mpsc::UnboundedReceiver<PodUid>,
+}
+
 pub async fn run(
     kubelet: Arc<Kubelet>,
-    mut updates: mpsc::Receiver<PodUpdate>,
-    mut pleg: mpsc::Receiver<PodLifecycleEvent>,
-    mut probes: mpsc::UnboundedReceiver<ProbeUpdate>,
-    mut deadlines: mpsc::UnboundedReceiver<PodUid>,
+    inputs: Inputs,
     sources_ready: SourcesReady,
     monitor: SyncLoopMonitor,
     shutdown: CancellationToken,
 ) {
+    let Inputs {
+        mut updates,
+        mut pleg,
+        mut probes,
+        mut deadlines,
+    } = inputs;
     let mut sync_tick = tokio::time::interval(SYNC_TICK);
     let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
     sync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
