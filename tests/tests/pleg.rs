@@ -20,6 +20,41 @@ use swiftlet_tests::{
 /// No safety net within the test's time: only kernel events can tell the agent anything.
 const NO_RELIST: [&str; 4] = ["--pleg-relist-period", "300s", "--sync-frequency", "10m"];
 
+/// The agent's gRPC stream of pod events.
+async fn watch_pods(node: &Node) -> tonic::Streaming<v1::Event> {
+    let channel = swiftlet_tests::unix_channel(node.grpc_socket())
+        .await
+        .expect("connect");
+    EventsClient::new(channel)
+        .watch(v1::WatchRequest {
+            kinds: vec!["pod".into()],
+            cgroup_ids: vec![],
+        })
+        .await
+        .expect("watch")
+        .into_inner()
+}
+
+/// The first `ContainerDied` of a container named `container` on the stream.
+async fn first_death(
+    stream: &mut tonic::Streaming<v1::Event>,
+    container: &str,
+) -> v1::PodLifecycle {
+    tokio::time::timeout(swiftlet_tests::event_wait(), async {
+        loop {
+            let event = stream.message().await.expect("stream").expect("open");
+            if let Some(v1::event::Kind::Pod(pod)) = event.kind
+                && pod.r#type == "ContainerDied"
+                && pod.container_name == container
+            {
+                return pod;
+            }
+        }
+    })
+    .await
+    .expect("a ContainerDied in time")
+}
+
 fn pod(name: &str, restart: &str, command: &str, resources: &str) -> String {
     PodManifest::new(name)
         .restart(restart)
@@ -349,33 +384,12 @@ async fn pod_events_reach_grpc_watchers_with_the_refreshed_status() {
     ) else {
         return;
     };
-    let socket = node.grpc_socket();
-    let channel = swiftlet_tests::unix_channel(socket).await.expect("connect");
-    let mut stream = EventsClient::new(channel)
-        .watch(v1::WatchRequest {
-            kinds: vec!["pod".into()],
-            cgroup_ids: vec![],
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut stream = watch_pods(&node).await;
     node.write_manifest(
         "watched.yaml",
         &pod("watched", "Never", "sleep 1; exit 9", ""),
     );
-    let died = tokio::time::timeout(swiftlet_tests::event_wait(), async {
-        loop {
-            let event = stream.message().await.expect("stream").expect("open");
-            if let Some(v1::event::Kind::Pod(pod)) = event.kind
-                && pod.r#type == "ContainerDied"
-                && pod.container_name == "main"
-            {
-                return pod;
-            }
-        }
-    })
-    .await
-    .expect("a ContainerDied in time");
+    let died = first_death(&mut stream, "main").await;
     assert_eq!(died.pod_name, format!("watched-{}", node.name));
     assert_eq!(died.state, "exited");
     assert_eq!(died.exit_code, Some(9));
@@ -395,17 +409,7 @@ async fn a_pod_past_its_active_deadline_is_failed_and_killed() {
     ) else {
         return;
     };
-    let channel = swiftlet_tests::unix_channel(node.grpc_socket())
-        .await
-        .expect("connect");
-    let mut stream = EventsClient::new(channel)
-        .watch(v1::WatchRequest {
-            kinds: vec!["pod".into()],
-            cgroup_ids: vec![],
-        })
-        .await
-        .expect("watch")
-        .into_inner();
+    let mut stream = watch_pods(&node).await;
     node.write_manifest(
         "deadline.yaml",
         &PodManifest::new("deadline")
@@ -415,19 +419,7 @@ async fn a_pod_past_its_active_deadline_is_failed_and_killed() {
             .shell("main", "exec sleep 3600", "")
             .yaml(),
     );
-    let died = tokio::time::timeout(swiftlet_tests::event_wait(), async {
-        loop {
-            let event = stream.message().await.expect("stream").expect("open");
-            if let Some(v1::event::Kind::Pod(pod)) = event.kind
-                && pod.r#type == "ContainerDied"
-                && pod.container_name == "main"
-            {
-                return pod;
-            }
-        }
-    })
-    .await
-    .expect("a ContainerDied in time");
+    let died = first_death(&mut stream, "main").await;
     assert_eq!(died.pod_name, format!("deadline-{}", node.name));
     assert!(died.kernel_ts_ns > 0, "caused by a kernel event");
 
