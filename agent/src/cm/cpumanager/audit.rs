@@ -22,6 +22,8 @@ pub trait AuditMaps: Send + Sync {
     fn foreign(&self) -> Result<Vec<ForeignRun>, AuditError>;
     /// Run-queue latency histograms by cgroup id, summed over CPUs.
     fn runqueue(&self) -> Result<HashMap<u64, RunqHistogram>, AuditError>;
+    /// Forgets a cgroup that is gone: its foreign time as owner or intruder, its histogram.
+    fn remove_cgroup(&self, cgroup_id: u64) -> Result<(), AuditError>;
 }
 
 impl AuditMaps for SchedAudit {
@@ -35,6 +37,10 @@ impl AuditMaps for SchedAudit {
 
     fn runqueue(&self) -> Result<HashMap<u64, RunqHistogram>, AuditError> {
         SchedAudit::runqueue(self).map_err(|e| AuditError(e.to_string()))
+    }
+
+    fn remove_cgroup(&self, cgroup_id: u64) -> Result<(), AuditError> {
+        SchedAudit::remove_cgroup(self, cgroup_id).map_err(|e| AuditError(e.to_string()))
     }
 }
 

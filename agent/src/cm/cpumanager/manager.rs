@@ -14,7 +14,7 @@
 //! `PreStartContainer`), `RemoveContainer`, `removeStaleState`, `reconcileState`.
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     path::{Path, PathBuf},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -35,10 +35,11 @@ use super::{
 use crate::{
     container::{LABEL_CONTAINER_NAME, LABEL_POD_NAME, LABEL_POD_NAMESPACE, LABEL_POD_UID, PodUid},
     cri::RuntimeService,
+    kernel::ForeignRun,
     lock::MutexExt as _,
 };
 
-/// How often foreign time on exclusive CPUs is checked while any CPU is exclusive.
+/// How often foreign time on exclusive CPUs is checked (and past owners' sums dropped).
 pub const AUDIT_PERIOD: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
@@ -540,9 +541,6 @@ impl CpuManager {
         };
         let (owners, by_cgroup, applied_everywhere) = {
             let inner = self.lock();
-            if inner.owners.is_empty() {
-                return;
-            }
             let by_cgroup: HashMap<u64, ContainerRef> = inner
                 .containers
                 .values()
@@ -565,6 +563,10 @@ impl CpuManager {
                 return;
             }
         };
+        self.forget_past_owners(audit.as_ref(), &runs, &owners, &by_cgroup);
+        if owners.is_empty() {
+            return;
+        }
         let mut exclusivity = self.exclusivity.lock_unpoisoned();
         let generation = self.generation.load(std::sync::atomic::Ordering::Relaxed);
         let settled = exclusivity.window_settled(applied_everywhere, generation);
@@ -587,6 +589,33 @@ impl CpuManager {
                 foreign_ms = v.delta_ns as f64 / 1e6,
                 "exclusivity violation: another pod's container ran on an exclusive CPU"
             );
+        }
+    }
+
+    /// Drops the kernel's sums of owners that are gone (their container exited or was removed).
+    /// Nothing reads them any more, and the map of (owner, intruder) sums is a plain hash map of
+    /// fixed size: left there, every exclusive container a node ever ran would keep its pairs, and
+    /// once the map is full new pairs go uncounted (`foreign_full`).
+    fn forget_past_owners(
+        &self,
+        audit: &dyn AuditMaps,
+        runs: &[ForeignRun],
+        owners: &BTreeMap<u32, u64>,
+        known: &HashMap<u64, ContainerRef>,
+    ) {
+        let current: HashSet<u64> = owners.values().copied().collect();
+        let past: BTreeSet<u64> = runs
+            .iter()
+            .map(|r| r.owner)
+            .filter(|owner| !current.contains(owner) && !known.contains_key(owner))
+            .collect();
+        for owner in past {
+            match audit.remove_cgroup(owner) {
+                Ok(()) => tracing::debug!(owner, "scheduler audit: a past owner's sums dropped"),
+                Err(e) => {
+                    tracing::debug!(owner, error = %e, "scheduler audit: dropping a past owner's sums failed")
+                }
+            }
         }
     }
 

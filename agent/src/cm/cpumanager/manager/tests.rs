@@ -45,6 +45,13 @@ impl AuditMaps for FakeAudit {
     fn runqueue(&self) -> Result<HashMap<u64, RunqHistogram>, AuditError> {
         Ok(HashMap::new())
     }
+
+    fn remove_cgroup(&self, cgroup_id: u64) -> Result<(), AuditError> {
+        self.foreign
+            .lock_unpoisoned()
+            .retain(|r| r.owner != cgroup_id && r.intruder != cgroup_id);
+        Ok(())
+    }
 }
 
 fn set(text: &str) -> CpuSet {
@@ -337,6 +344,42 @@ async fn foreign_pod_work_after_the_apply_is_a_violation() {
     // No growth, no new violation.
     m.check_exclusivity();
     assert_eq!(m.metrics.violations.get(), 1);
+}
+
+#[tokio::test]
+async fn the_sums_of_an_owner_that_is_gone_are_dropped_and_a_live_owners_kept() {
+    let f = Fixture::new("past-owner");
+    let m = f
+        .manager(ApplyMode::Events, OnBadCheckpoint::Refuse)
+        .expect("manager");
+    let (_, be_ids) = best_effort_running(&f, &m).await;
+    let g = pod("g", vec![container("main", "1")]);
+    m.admit(&g).expect("admit");
+    let g_ids = run_pod(&f, &m, &g).await;
+    m.apply("event").await;
+    let containers = m.containers();
+    let owner = containers[&g_ids[0]].cgroup_id.expect("owner id");
+    let intruder = containers[&be_ids[0]].cgroup_id.expect("intruder id");
+    let run = |owner| ForeignRun {
+        cpu: 1,
+        owner,
+        intruder,
+        ns: 1_000,
+    };
+    // 4242: the cgroup of an exclusive container that exited before this agent started.
+    *f.audit.foreign.lock_unpoisoned() = vec![run(owner), run(4242)];
+    m.check_exclusivity();
+    assert_eq!(*f.audit.foreign.lock_unpoisoned(), vec![run(owner)]);
+
+    assert!(f.runtime.exit_container(&g_ids[0], 0));
+    m.container_exited(&PodUid("g".into()), "main", &g_ids[0]);
+    m.apply("event").await;
+    assert!(f.audit.owners.lock_unpoisoned().is_empty());
+    m.check_exclusivity();
+    assert!(
+        f.audit.foreign.lock_unpoisoned().is_empty(),
+        "the exited owner's sums are dropped even with no CPU owned"
+    );
 }
 
 #[tokio::test]
