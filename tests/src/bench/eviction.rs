@@ -84,8 +84,13 @@ const SETTLE_MARGIN_BYTES: u64 = 200 * MI;
 /// Bound on the wait for MemoryPressure to clear (a check comes at least every 10 s).
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// From the hog's manifest to the crossing: its start and allocation.
-const CROSS_TIMEOUT: Duration = Duration::from_secs(120);
+/// From the hog's manifest to the crossing, its start and allocation: the wait goes on while the
+/// working set keeps growing by [`CROSS_PROGRESS_BYTES`] every [`CROSS_STALL`], up to
+/// [`CROSS_LIMIT`]. A fixed bound failed hogs that were only slow: under software emulation a
+/// busybox shell's allocation runs at a few MB/s, and on some kernels slower still.
+pub const CROSS_STALL: Duration = Duration::from_secs(60);
+const CROSS_PROGRESS_BYTES: u64 = 8 * MI;
+pub const CROSS_LIMIT: Duration = Duration::from_secs(600);
 
 /// From the crossing to a decision naming the hog: beyond that, a failure.
 const DECISION_TIMEOUT: Duration = Duration::from_secs(30);
@@ -521,7 +526,9 @@ impl ModeRun<'_> {
         )?;
         let mut crossing: Option<Crossing> = None;
         let mut heard_in_run: Vec<Heard> = Vec::new();
-        let mut deadline = Instant::now() + CROSS_TIMEOUT;
+        let started = Instant::now();
+        let mut deadline = started + CROSS_STALL;
+        let mut progress_mark = 0;
         let mut decided = false;
         let mut stopped: BTreeSet<String> = BTreeSet::new();
         // PSI totals every 100 ms, for the stall in the trigger's window before the wake-up.
@@ -565,7 +572,19 @@ impl ModeRun<'_> {
                         break;
                     }
                 }
-                () = tokio::time::sleep_until(deadline) => break,
+                () = tokio::time::sleep_until(deadline) => {
+                    let highest = sampler.highest();
+                    let waiting_for_crossing = crossing.is_none() && !decided && stopped.is_empty();
+                    if waiting_for_crossing
+                        && highest >= progress_mark + CROSS_PROGRESS_BYTES
+                        && started.elapsed() < CROSS_LIMIT
+                    {
+                        progress_mark = highest;
+                        deadline = (Instant::now() + CROSS_STALL).min(started + CROSS_LIMIT);
+                        continue;
+                    }
+                    break;
+                }
             }
         }
         let dips = sampler.finish();

@@ -10,7 +10,7 @@ use std::{
 use serde::Serialize;
 
 use super::{
-    CROSS_TIMEOUT, DECISION_TIMEOUT, Mode, STOP_TIMEOUT,
+    CROSS_LIMIT, CROSS_STALL, DECISION_TIMEOUT, Mode, STOP_TIMEOUT,
     sampler::{Crossing, Dip, StallMs},
     stream::{Decision, Died, Heard},
 };
@@ -193,7 +193,8 @@ pub(super) fn judge(
         .collect();
     let failure = match (&crossing, &decision, &died) {
         (None, _, _) => Some(format!(
-            "the working set never crossed the bar within {CROSS_TIMEOUT:?}"
+            "the working set never crossed the bar: it stopped growing for {CROSS_STALL:?} or \
+             took longer than {CROSS_LIMIT:?}"
         )),
         (Some(_), None, Some(d)) => Some(format!(
             "the hog's container died without an eviction (reason {:?}, exit code {:?})",

@@ -15,7 +15,7 @@ use std::{
     path::{Path, PathBuf},
     sync::{
         Arc,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -228,6 +228,8 @@ const MAX_DIPS: usize = 10_000;
 /// A sampling thread, stopped by [`Sampler::finish`] or when dropped.
 pub struct Sampler {
     stop: Arc<AtomicBool>,
+    /// The highest working set sampled before the crossing, for telling a slow hog from a stuck one.
+    highest: Arc<AtomicU64>,
     thread: Option<JoinHandle<Vec<Dip>>>,
     crossing: oneshot::Receiver<Result<Crossing>>,
 }
@@ -239,16 +241,19 @@ impl Sampler {
     pub fn start(files: &MemoryFiles, bar: u64) -> Result<Sampler> {
         let mut reader = files.open()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let highest = Arc::new(AtomicU64::new(0));
         let (tx, crossing) = oneshot::channel();
         let thread = std::thread::Builder::new()
             .name("ws-sampler".into())
             .spawn({
                 let stop = stop.clone();
-                move || sample(&mut reader, bar, &stop, tx)
+                let highest = highest.clone();
+                move || sample(&mut reader, bar, &stop, &highest, tx)
             })
             .context("starting the sampling thread")?;
         Ok(Sampler {
             stop,
+            highest,
             thread: Some(thread),
             crossing,
         })
@@ -260,6 +265,11 @@ impl Sampler {
             Ok(found) => found,
             Err(_) => std::future::pending().await,
         }
+    }
+
+    /// The highest working set sampled so far before the crossing, in bytes.
+    pub fn highest(&self) -> u64 {
+        self.highest.load(Ordering::Relaxed)
     }
 
     /// Stops the sampling; the dips after the crossing.
@@ -288,6 +298,7 @@ fn sample(
     reader: &mut Reader,
     bar: u64,
     stop: &AtomicBool,
+    highest: &AtomicU64,
     crossing: oneshot::Sender<Result<Crossing>>,
 ) -> Vec<Dip> {
     let mut crossing = Some(crossing);
@@ -319,7 +330,9 @@ fn sample(
                     }));
                 }
             }
-            (Some(_), false) => {}
+            (Some(_), false) => {
+                highest.fetch_max(ws, Ordering::Relaxed);
+            }
             (None, false) => {
                 dip.get_or_insert(at_ns);
             }
