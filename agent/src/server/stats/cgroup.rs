@@ -2,9 +2,9 @@
 //! layout (v1 controllers, hybrid, pure v2), each file bounded ([`read_capped`]): cumulative CPU
 //! time and CFS throttling, the CPU settings, memory (usage, working set — the eviction manager's
 //! definition, [`NodeObserver::working_set`] — RSS, cache, page faults, limit, swap, peak, OOM
-//! kills), tasks and PSI; and the CPU
-//! sampler that turns two readings of cumulative CPU time into `usageNanoCores`, keeping the last
-//! reading per cgroup as upstream's cadvisor-less CRI stats provider keeps one per container.
+//! kills), tasks and PSI; and the CPU sampler that turns two readings of cumulative CPU time into
+//! `usageNanoCores`, keeping the last reading per cgroup as upstream's cadvisor-less CRI stats
+//! provider keeps one per container.
 //!
 //! Not here: which cgroups a pod or container has (`mod.rs`). Upstream: cadvisor's
 //! `container/libcontainer` handlers and `pkg/kubelet/stats/cri_stats_provider.go`
