@@ -12,6 +12,7 @@ pub mod bench;
 pub mod cgroup;
 pub mod cluster;
 pub mod driver;
+pub mod exposition;
 pub mod manifest;
 pub mod node;
 pub mod process;

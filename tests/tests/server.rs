@@ -1,8 +1,9 @@
 //! The kubelet server against the real agent and containerd: TLS with the self-signed
 //! certificate it generates (and keeps across restarts), client certificates checked against
 //! `--client-ca-file`, 401 without credentials, the read-only port that never offers container
-//! access, `/stats/summary` checked against the cgroup files, and a real exec through the CRI
-//! streaming server over WebSocket.
+//! access, `/stats/summary` checked against the cgroup files, `/metrics/cadvisor`'s series of a
+//! busy and a memory-holding container, and a real exec through the CRI streaming server over
+//! WebSocket.
 #![expect(
     clippy::expect_used,
     reason = "helpers of tests: a failed step fails the test"
@@ -17,8 +18,8 @@ use std::{
 use serde_json::Value;
 use swiftlet::cm::CgroupLayout;
 use swiftlet_tests::{
-    EVENT_WAIT, http_get_status,
-    manifest::PodManifest,
+    EVENT_WAIT, exposition, http_get_status,
+    manifest::{PodManifest, guaranteed},
     node::{Node, status},
     privileged, runtime_endpoint,
     tls::{self, TestCa},
@@ -399,6 +400,202 @@ fn stats_summary_of_a_running_pod_matches_its_cgroups() {
 
     node.remove_manifest("busy.yaml");
     node.wait_gone("busy");
+    drop(node);
+    let _ = std::fs::remove_file(ca_file);
+}
+
+/// `GET /metrics/cadvisor` on the kubelet server, parsed; asserts a 200.
+fn cadvisor_scrape(
+    node: &Node,
+    client: &std::sync::Arc<rustls::ClientConfig>,
+) -> Vec<exposition::Sample> {
+    let answer = tls::request(
+        node.kubelet_port,
+        &node.name,
+        client.clone(),
+        "GET",
+        "/metrics/cadvisor",
+        &[],
+    )
+    .expect("a TLS answer");
+    assert_eq!(answer.status, 200, "{answer:?}");
+    exposition::parse(&answer.body)
+        .unwrap_or_else(|e| panic!("not exposition format: {e}\n{}", answer.body))
+}
+
+/// The value of `name` for the cgroup with this `id` label.
+fn cadvisor_value(samples: &[exposition::Sample], name: &str, id: &str) -> Option<f64> {
+    samples
+        .iter()
+        .find(|s| s.name == name && s.label("id") == id)
+        .map(|s| s.value)
+}
+
+/// The `cpu.shares` cAdvisor reports for `shares` set by the kubelet: exact on v1; on cgroup v2
+/// the kubelet writes `cpu.weight` (`CpuSharesToCpuWeight`) and cAdvisor maps it back
+/// (`convertCPUWeightToCPULimit`), both rounding down.
+fn reported_shares(shares: u64, v1: bool) -> u64 {
+    if v1 {
+        return shares;
+    }
+    let weight = 1 + ((shares - 2) * 9999) / 262_142;
+    2 + ((weight - 1) * 262_142) / 9999
+}
+
+#[test]
+fn cadvisor_metrics_of_a_busy_and_a_memory_holding_container() {
+    let Some((node, ca, ca_file)) = node_with_ca(
+        "cadvisor_metrics_of_a_busy_and_a_memory_holding_container",
+        "cadvisor",
+    ) else {
+        return;
+    };
+    let client = tls::client_config(
+        &node.cert_dir().join("kubelet.crt"),
+        Some(&ca.client("prometheus", &[])),
+    );
+    let manifest = PodManifest::new("scraped")
+        .restart("Never")
+        .grace(1)
+        .shell("spin", "while :; do :; done", &guaranteed("200m", "64Mi"))
+        .shell(
+            "hold",
+            r"x=$(head -c 16000000 /dev/zero | tr '\0' a); while sleep 1; do :; done",
+            &guaranteed("100m", "96Mi"),
+        )
+        .yaml();
+    node.write_manifest("scraped.yaml", &manifest);
+    let pod = node.wait_pod("scraped", "both containers running", |p| {
+        ["spin", "hold"].iter().all(|c| {
+            status::container(p, c)
+                .and_then(|c| c.state.as_ref())
+                .is_some_and(|s| s.running.is_some())
+        })
+    });
+    let full_name = pod.metadata.name.clone().expect("name");
+    let uid = pod.metadata.uid.clone().expect("uid");
+    let id_of = |container: &str| {
+        let id = status::container(&pod, container)
+            .and_then(|c| c.container_id.clone())
+            .expect("container id");
+        id.split_once("://")
+            .map_or(id.as_str(), |(_, id)| id)
+            .to_owned()
+    };
+    let (spin_id, hold_id) = (id_of("spin"), id_of("hold"));
+    let series_of = |samples: &[exposition::Sample], container_id: &str| -> Option<String> {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == "container_memory_working_set_bytes" && s.label("name") == container_id
+            })
+            .map(|s| s.label("id").to_owned())
+    };
+
+    // Until the holder's 16 MB is counted and the spinner has used some CPU.
+    let deadline = Instant::now() + EVENT_WAIT;
+    let (first, spin_cgroup, hold_cgroup) = loop {
+        let samples = cadvisor_scrape(&node, &client);
+        let ids = series_of(&samples, &spin_id).zip(series_of(&samples, &hold_id));
+        if let Some((spin, hold)) = ids {
+            let held = cadvisor_value(&samples, "container_memory_working_set_bytes", &hold);
+            let spun = cadvisor_value(&samples, "container_cpu_usage_seconds_total", &spin);
+            if held.is_some_and(|ws| ws >= 16e6) && spun.is_some_and(|cpu| cpu > 0.0) {
+                break (samples, spin, hold);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the containers' series never showed their load"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
+
+    // The labels: the container's name, the runtime id as `name`, its image, the pod's.
+    let usage = first
+        .iter()
+        .find(|s| s.name == "container_cpu_usage_seconds_total" && s.label("id") == spin_cgroup)
+        .expect("the spinner's CPU series");
+    assert_eq!(usage.label("container"), "spin");
+    assert_eq!(usage.label("cpu"), "total");
+    assert_eq!(usage.label("name"), spin_id);
+    assert_eq!(usage.label("pod"), full_name);
+    assert!(usage.label("image").contains("busybox"), "{usage:?}");
+    assert!(
+        spin_cgroup.ends_with(&format!("/{spin_id}")) && spin_cgroup.contains(&uid),
+        "{spin_cgroup}"
+    );
+    assert!(usage.timestamp_ms.is_some(), "{usage:?}");
+    let spun_before = usage.value;
+
+    // Its CPU time grows between two scrapes.
+    let deadline = Instant::now() + EVENT_WAIT;
+    loop {
+        let later = cadvisor_scrape(&node, &client);
+        let now = cadvisor_value(&later, "container_cpu_usage_seconds_total", &spin_cgroup)
+            .expect("the spinner's CPU series again");
+        assert!(now >= spun_before, "went back: {spun_before} -> {now}");
+        if now > spun_before {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the spinner used no CPU");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+
+    // The limits are the manifest's.
+    let v1 = CgroupLayout::detect()
+        .expect("layout")
+        .v1_controller("cpu")
+        .is_some();
+    for (cgroup, memory, millicores) in [
+        (&spin_cgroup, 64u64 << 20, 200),
+        (&hold_cgroup, 96 << 20, 100),
+    ] {
+        let spec = |name: &str| {
+            cadvisor_value(&first, name, cgroup).unwrap_or_else(|| panic!("no {name} for {cgroup}"))
+        };
+        assert_eq!(spec("container_spec_memory_limit_bytes"), memory as f64);
+        assert_eq!(spec("container_spec_cpu_period"), 100_000.0);
+        assert_eq!(spec("container_spec_cpu_quota"), (millicores * 100) as f64);
+        assert_eq!(
+            spec("container_spec_cpu_shares"),
+            reported_shares(millicores * 1024 / 1000, v1) as f64
+        );
+        assert!(spec("container_cpu_cfs_periods_total") >= 0.0);
+    }
+
+    // The pod's cgroup: container="" and a working set covering the holder's.
+    let pod_series = first
+        .iter()
+        .find(|s| {
+            s.name == "container_memory_working_set_bytes"
+                && s.label("pod") == full_name
+                && s.label("container").is_empty()
+        })
+        .expect("the pod's own series");
+    assert!(
+        pod_series.label("id").ends_with(&format!("pod{uid}")),
+        "{pod_series:?}"
+    );
+    assert_eq!(pod_series.label("image"), "");
+    assert!(pod_series.value >= 16e6, "{pod_series:?}");
+    // The node's root and the machine.
+    assert!(
+        cadvisor_value(&first, "container_cpu_usage_seconds_total", "/").is_some_and(|v| v > 0.0)
+    );
+    assert!(
+        first
+            .iter()
+            .any(|s| s.name == "machine_cpu_cores" && s.value >= 1.0)
+    );
+
+    // The read-only port serves the same series.
+    let (code, body) = http_get_status(node.port, "/metrics/cadvisor");
+    assert_eq!(code, 200, "{body}");
+    assert!(exposition::parse(&body).is_ok_and(|s| !s.is_empty()));
+
+    node.remove_manifest("scraped.yaml");
+    node.wait_gone("scraped");
     drop(node);
     let _ = std::fs::remove_file(ca_file);
 }

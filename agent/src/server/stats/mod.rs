@@ -1,7 +1,8 @@
 //! `/stats/summary`: the node's, the pods' and their containers' CPU, memory, filesystem and
 //! pressure figures in the Summary API's shape (`types.rs`), computed at each request from the
-//! cgroups (`cgroup.rs`) and `statfs`, on both the full and the read-only server; and
-//! `/metrics/resource`, metrics-server's series of the same figures (`resource_metrics.rs`).
+//! cgroups (`cgroup.rs`) and `statfs`, on both the full and the read-only server;
+//! `/metrics/resource`, metrics-server's series of the same figures (`resource_metrics.rs`); and
+//! `/metrics/cadvisor`, cAdvisor's series of the same cgroups (`cadvisor.rs`).
 //!
 //! The pods are those `/pods` lists; a pod's cgroup is where the pod cgroup manager put it, a
 //! container's the directory named by its id below it (the cgroupfs driver's layout). Only
@@ -14,6 +15,7 @@
 //! volume stats and so the pod's `ephemeral-storage` (only the containers' `logs` are measured),
 //! image usage from CRI `ImageFsInfo` (`imageFs.usedBytes` is what the filesystem has in use).
 
+pub mod cadvisor;
 pub mod cgroup;
 pub mod resource_metrics;
 pub mod types;
@@ -73,6 +75,7 @@ pub fn router(provider: Arc<SummaryProvider>) -> Router {
         .route("/stats/summary", get(summary))
         .route("/stats/summary/", get(summary))
         .route("/metrics/resource", get(resource_metrics))
+        .route("/metrics/cadvisor", get(cadvisor_metrics))
         .with_state(provider)
 }
 
@@ -110,6 +113,23 @@ async fn resource_metrics(State(provider): State<Arc<SummaryProvider>>) -> Respo
             text,
         )
             .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// `/metrics/cadvisor`, read at each scrape off the async workers, as the summary.
+async fn cadvisor_metrics(State(provider): State<Arc<SummaryProvider>>) -> Response {
+    match tokio::task::spawn_blocking(move || provider.cadvisor()).await {
+        Ok(Ok(text)) => (
+            StatusCode::OK,
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Ok(Err(e)) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -192,7 +212,10 @@ impl SummaryProvider {
             let log_dir = pod_log_directory(&self.log_root, &pod);
             let containers = running_containers(&pod)
                 .into_iter()
-                .map(|(name, id, started)| {
+                .map(|running| {
+                    let Running {
+                        name, id, started, ..
+                    } = running;
                     let cgroup = self.observer.container_cgroup(&path, &id);
                     let logs = (!only_cpu_and_memory)
                         .then(|| self.logs(&log_dir.join(&name), now))
@@ -308,8 +331,18 @@ impl SummaryProvider {
     }
 }
 
-/// (name, id, started at) of each running container with an id.
-fn running_containers(pod: &Pod) -> Vec<(String, String, Option<SystemTime>)> {
+/// A running container as its pod's status tells it.
+struct Running {
+    name: String,
+    /// The runtime's id, without the `containerd://` scheme: its cgroup's name.
+    id: String,
+    image: String,
+    started: Option<SystemTime>,
+}
+
+/// Each running container with an id fit to name a directory: the id is joined to the pod's
+/// cgroup, so one with a `/` or a dot-name (never a runtime's) is left out rather than read.
+fn running_containers(pod: &Pod) -> Vec<Running> {
     let Some(statuses) = pod
         .status
         .as_ref()
@@ -323,11 +356,15 @@ fn running_containers(pod: &Pod) -> Vec<(String, String, Option<SystemTime>)> {
             let running = s.state.as_ref()?.running.as_ref()?;
             let id = s.container_id.as_deref()?;
             let id = id.split_once("://").map_or(id, |(_, id)| id);
-            Some((
-                s.name.clone(),
-                id.to_owned(),
-                running.started_at.as_ref().map(|t| SystemTime::from(t.0)),
-            ))
+            if id.is_empty() || id == "." || id == ".." || id.contains('/') {
+                return None;
+            }
+            Some(Running {
+                name: s.name.clone(),
+                id: id.to_owned(),
+                image: s.image.clone(),
+                started: running.started_at.as_ref().map(|t| SystemTime::from(t.0)),
+            })
         })
         .collect()
 }
