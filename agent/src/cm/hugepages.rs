@@ -81,7 +81,7 @@ pub fn unit_size(bytes: u64) -> Option<String> {
     const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
     let mut size = bytes;
     let mut unit = 0;
-    while size != 0 && size % 1024 == 0 && unit < UNITS.len() - 1 {
+    while size != 0 && size.is_multiple_of(1024) && unit < UNITS.len() - 1 {
         size /= 1024;
         unit += 1;
     }
@@ -97,7 +97,7 @@ pub fn resource_name(size: u64) -> String {
     const UNITS: [&str; 6] = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
     let mut value = size;
     let mut unit = 0;
-    while value != 0 && value % 1024 == 0 && unit < UNITS.len() - 1 {
+    while value != 0 && value.is_multiple_of(1024) && unit < UNITS.len() - 1 {
         value /= 1024;
         unit += 1;
     }
