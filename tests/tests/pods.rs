@@ -1414,6 +1414,13 @@ fn hugepages_beyond_the_nodes_pages_are_refused_and_containers_get_every_size_li
         );
     }
     assert!(limited.iter().all(|v| v == "0"), "{limited:?}");
+    // Without a mounted v1 hugetlb hierarchy nothing is written where it would be: on the
+    // cgroup tmpfs a directory would only be made, never a cgroup.
+    let v1_hugetlb = std::path::Path::new("/sys/fs/cgroup/hugetlb");
+    if !v1_hugetlb.join("cgroup.procs").exists() {
+        let stray = v1_hugetlb.join(own.root.trim_start_matches('/'));
+        assert!(!stray.exists(), "{} made", stray.display());
+    }
     node.remove_manifest("plain.yaml");
     node.wait_gone("plain");
     node.wait_gone("huge");

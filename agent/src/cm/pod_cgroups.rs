@@ -283,9 +283,14 @@ impl PodCgroups {
                 }
                 (root.join(path), "max")
             }
+            // Only a mounted hierarchy: the layout names `<v1 root>/hugetlb` whether or not
+            // the controller is mounted there, and on the cgroup tmpfs a directory would just
+            // be made.
             other => match other.v1_controller("hugetlb") {
-                Some(mount) => (mount.join(path), "limit_in_bytes"),
-                None => return Ok(()),
+                Some(mount) if mount.join("cgroup.procs").exists() => {
+                    (mount.join(path), "limit_in_bytes")
+                }
+                _ => return Ok(()),
             },
         };
         let failed = |file: &std::path::Path, e: std::io::Error| CgroupError::Cgroup {
