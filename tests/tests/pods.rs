@@ -1056,3 +1056,372 @@ fn a_container_cannot_make_its_termination_message_more_than_bounded_text() {
         Some("still the file")
     );
 }
+
+/// A root of a test's own for its agent's pod cgroups, and where its driver puts them; on drop
+/// (after the node, which is declared later) the empty cgroups left below it go from every
+/// hierarchy, even when the test failed.
+struct OwnRoot {
+    pods: swiftlet::cgroup::PodCgroupLayout,
+    root: String,
+}
+
+impl OwnRoot {
+    fn new(name: &str) -> OwnRoot {
+        let root = swiftlet_tests::driver::own_cgroup_root(name);
+        let pods = swiftlet::cgroup::PodCgroupLayout::for_driver(
+            swiftlet_tests::driver::cgroup_driver(),
+            std::path::Path::new(&root),
+            true,
+        );
+        OwnRoot { pods, root }
+    }
+
+    /// The mount of `controller` (v1), else cgroup2's.
+    fn mount(controller: &str) -> std::path::PathBuf {
+        let layout = swiftlet::cm::CgroupLayout::detect().expect("layout");
+        layout
+            .v1_controller(controller)
+            .unwrap_or_else(|| layout.cgroup2_root().expect("cgroup2").to_owned())
+    }
+
+    /// An agent on this root, with `config` lines in its file.
+    fn node(&self, test: &str, name: &str, config: &str) -> Option<Node> {
+        if !swiftlet_tests::privileged(test) {
+            return None;
+        }
+        let endpoint = runtime_endpoint(test)?;
+        let file = self.config_file(name, config);
+        Some(Node::start_with(name, &endpoint, &["--config", &file]))
+    }
+
+    /// A configuration file on this root with `config` lines, named after `name`.
+    fn config_file(&self, name: &str, config: &str) -> String {
+        let file =
+            std::env::temp_dir().join(format!("swiftlet-{name}-{}.yaml", std::process::id()));
+        std::fs::write(&file, format!("cgroupRoot: {}\n{config}", self.root)).expect("config");
+        file.to_str().expect("utf-8 path").to_owned()
+    }
+
+    /// The cpu controller's directory of container `id` of pod `uid` (of QoS `class`).
+    fn container_cpu_dir(
+        &self,
+        class: swiftlet::pod::qos::QosClass,
+        uid: &str,
+        id: &str,
+    ) -> std::path::PathBuf {
+        let pod = OwnRoot::mount("cpu").join(self.pods.pod_dir(class, uid));
+        self.pods
+            .container_dir_names(id)
+            .into_iter()
+            .map(|name| pod.join(name))
+            .find(|dir| dir.is_dir())
+            .unwrap_or_else(|| panic!("no cpu cgroup of container {id} in {}", pod.display()))
+    }
+}
+
+impl Drop for OwnRoot {
+    fn drop(&mut self) {
+        let Ok(mounts) = std::fs::read_dir("/sys/fs/cgroup") else {
+            return;
+        };
+        let mut hierarchies: Vec<std::path::PathBuf> = mounts.flatten().map(|e| e.path()).collect();
+        hierarchies.push("/sys/fs/cgroup".into());
+        for mount in hierarchies {
+            let top = mount.join(self.root.trim_start_matches('/'));
+            let mut dirs = walk(&top);
+            dirs.push(top);
+            for dir in dirs.iter().filter(|d| d.is_dir()) {
+                let _ = std::fs::remove_dir(dir);
+            }
+        }
+    }
+}
+
+/// The value of a cgroup file, trimmed.
+fn read_trimmed(path: &std::path::Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Polls `path` until it reads `want`; fails with what it read last.
+fn wait_reads(path: &std::path::Path, want: &str) {
+    let deadline = std::time::Instant::now() + swiftlet_tests::event_wait();
+    loop {
+        let now = read_trimmed(path);
+        if now == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} reads {now:?}, not {want:?}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The CPU weight file of a cgroup and the value it holds for `shares` (runc's conversion on
+/// cgroup v2, the shares themselves on v1).
+fn cpu_weight_file(dir: &std::path::Path, shares: u64) -> (std::path::PathBuf, String) {
+    if dir.join("cpu.weight").exists() {
+        (
+            dir.join("cpu.weight"),
+            swiftlet::cm::helpers::shares_to_weight(shares).to_string(),
+        )
+    } else {
+        (dir.join("cpu.shares"), shares.to_string())
+    }
+}
+
+fn with_resources(name: &str, resources: &str, spec: &str) -> String {
+    PodManifest::new(name)
+        .grace(1)
+        .spec(spec)
+        .shell("main", "exec sleep 3600", resources)
+        .yaml()
+}
+
+#[test]
+fn the_burstable_weight_follows_its_pods_and_overhead_reaches_the_pod_cgroup() {
+    let own = OwnRoot::new("swiftlet-qos-weight");
+    let Some(node) = own.node(
+        "the_burstable_weight_follows_its_pods_and_overhead_reaches_the_pod_cgroup",
+        "qosweight",
+        "",
+    ) else {
+        return;
+    };
+    // 250m + 50m of overhead, and 200m: upstream's `setCPUCgroupConfig` sums 500m.
+    let a = with_resources(
+        "a",
+        "      resources:\n        requests:\n          cpu: 250m\n        limits:\n          memory: 64Mi\n",
+        "  overhead:\n    cpu: 50m\n    memory: 16Mi\n",
+    );
+    let b = with_resources(
+        "b",
+        "      resources:\n        requests:\n          cpu: 200m\n",
+        "",
+    );
+    node.write_manifest("a.yaml", &a);
+    node.write_manifest("b.yaml", &b);
+    let pod_a = node.wait_pod("a", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+    node.wait_pod("b", "Running", |p| {
+        status::running(status::container(p, "main"))
+    });
+
+    let burstable =
+        OwnRoot::mount("cpu").join(own.pods.qos_dir(swiftlet::pod::qos::QosClass::Burstable));
+    let (file, both) = cpu_weight_file(&burstable, 512);
+    wait_reads(&file, &both);
+    // The BestEffort level stays at the least weight.
+    let best_effort =
+        OwnRoot::mount("cpu").join(own.pods.qos_dir(swiftlet::pod::qos::QosClass::BestEffort));
+    let (file_be, least) = cpu_weight_file(&best_effort, 2);
+    assert_eq!(read_trimmed(&file_be), least, "{}", file_be.display());
+
+    // The pod cgroup's memory limit holds the overhead: 64Mi + 16Mi.
+    let uid = pod_a.metadata.uid.clone().unwrap_or_default();
+    let pod_dir = OwnRoot::mount("memory").join(
+        own.pods
+            .pod_dir(swiftlet::pod::qos::QosClass::Burstable, &uid),
+    );
+    let limit_file = ["memory.limit_in_bytes", "memory.max"]
+        .iter()
+        .map(|f| pod_dir.join(f))
+        .find(|f| f.exists())
+        .expect("a memory limit file");
+    assert_eq!(
+        read_trimmed(&limit_file),
+        (80u64 << 20).to_string(),
+        "{}",
+        limit_file.display()
+    );
+    // Its CPU weight too: 300m.
+    let (pod_weight, want) = cpu_weight_file(
+        &OwnRoot::mount("cpu").join(
+            own.pods
+                .pod_dir(swiftlet::pod::qos::QosClass::Burstable, &uid),
+        ),
+        307,
+    );
+    assert_eq!(read_trimmed(&pod_weight), want, "{}", pod_weight.display());
+
+    // b goes: the level drops to a's 300m.
+    node.remove_manifest("b.yaml");
+    node.wait_gone("b");
+    let (_, one) = cpu_weight_file(&burstable, 307);
+    wait_reads(&file, &one);
+    node.remove_manifest("a.yaml");
+    node.wait_gone("a");
+    let (_, none) = cpu_weight_file(&burstable, 2);
+    wait_reads(&file, &none);
+}
+
+/// A cgroup's CFS quota and period as cgroup v2's `cpu.max` has them (`<quota|max> <period>`),
+/// from v1's two files where the cpu controller is v1's.
+fn cpu_max(dir: &std::path::Path) -> String {
+    if dir.join("cpu.max").exists() {
+        return read_trimmed(&dir.join("cpu.max"));
+    }
+    let quota = read_trimmed(&dir.join("cpu.cfs_quota_us"));
+    let period = read_trimmed(&dir.join("cpu.cfs_period_us"));
+    let quota = if quota == "-1" {
+        "max".to_owned()
+    } else {
+        quota
+    };
+    format!("{quota} {period}")
+}
+
+/// The runtime id of container `name` of `pod`.
+fn container_id(pod: &k8s_openapi::api::core::v1::Pod, name: &str) -> String {
+    status::container(pod, name)
+        .and_then(|c| c.container_id.clone())
+        .map(|id| id.trim_start_matches("containerd://").to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn cpu_limits_become_quotas_in_the_configured_period_or_none() {
+    let test = "cpu_limits_become_quotas_in_the_configured_period_or_none";
+    let own = OwnRoot::new("swiftlet-qos-cfs");
+    let Some(mut node) = own.node(
+        test,
+        "cfs",
+        "featureGates:\n  CustomCPUCFSQuotaPeriod: true\ncpuCFSQuotaPeriod: 50ms\n",
+    ) else {
+        return;
+    };
+    let guaranteed = swiftlet::pod::qos::QosClass::Guaranteed;
+    let running =
+        |p: &k8s_openapi::api::core::v1::Pod| status::running(status::container(p, "main"));
+    node.write_manifest(
+        "limited.yaml",
+        &with_resources("limited", &manifest::guaranteed("500m", "64Mi"), ""),
+    );
+    let limited = node.wait_pod("limited", "Running", running);
+    let uid = limited.metadata.uid.clone().unwrap_or_default();
+    // 500m of every 50ms: 25ms, for the container (CRI cpu_period/cpu_quota) and its pod.
+    let container = own.container_cpu_dir(guaranteed, &uid, &container_id(&limited, "main"));
+    assert_eq!(
+        cpu_max(&container),
+        "25000 50000",
+        "{}",
+        container.display()
+    );
+    let pod_dir = OwnRoot::mount("cpu").join(own.pods.pod_dir(guaranteed, &uid));
+    assert_eq!(cpu_max(&pod_dir), "25000 50000", "{}", pod_dir.display());
+    node.remove_manifest("limited.yaml");
+    node.wait_gone("limited");
+
+    // cpuCFSQuota: false: the same limit throttles nothing, in the container or its pod.
+    let off = own.config_file("cfs-off", "cpuCFSQuota: false\n");
+    node.restart_with(&["--config", &off]);
+    node.write_manifest(
+        "free.yaml",
+        &with_resources("free", &manifest::guaranteed("500m", "64Mi"), ""),
+    );
+    let free = node.wait_pod("free", "Running", running);
+    let uid = free.metadata.uid.clone().unwrap_or_default();
+    let container = own.container_cpu_dir(guaranteed, &uid, &container_id(&free, "main"));
+    let pod_dir = OwnRoot::mount("cpu").join(own.pods.pod_dir(guaranteed, &uid));
+    for dir in [&container, &pod_dir] {
+        let value = cpu_max(dir);
+        assert!(value.starts_with("max "), "{}: {value}", dir.display());
+    }
+    node.remove_manifest("free.yaml");
+    node.wait_gone("free");
+}
+
+#[test]
+fn hugepages_beyond_the_nodes_pages_are_refused_and_containers_get_every_size_limited() {
+    let test = "hugepages_beyond_the_nodes_pages_are_refused_and_containers_get_every_size_limited";
+    let own = OwnRoot::new("swiftlet-qos-hugepages");
+    let Some(node) = own.node(test, "hugepages", "") else {
+        return;
+    };
+    let pages = swiftlet::cm::hugepages::NodeHugePages::read(std::path::Path::new(
+        swiftlet::cm::hugepages::SYSFS_HUGEPAGES,
+    ));
+    // One 2 MiB page more than the node has (whatever it has, or a size it lacks): refused.
+    let have = pages.bytes_by_size.get(&(2 << 20)).copied().unwrap_or(0);
+    let want = format!("{}Mi", (have >> 20) + 2);
+    let asking = format!(
+        "      resources:\n        requests:\n          memory: 16Mi\n          hugepages-2Mi: {want}\n        \
+         limits:\n          memory: 16Mi\n          hugepages-2Mi: {want}\n"
+    );
+    node.write_manifest("huge.yaml", &with_resources("huge", &asking, ""));
+    let huge = node.wait_pod("huge", "Failed", |p| status::phase(p) == "Failed");
+    let s = huge.status.unwrap_or_default();
+    assert_eq!(
+        s.reason.as_deref(),
+        Some("OutOfhugepages-2Mi"),
+        "{:?}",
+        s.message
+    );
+    assert!(
+        s.message
+            .as_deref()
+            .is_some_and(|m| m.contains(&format!("capacity: {have}"))),
+        "{:?}",
+        s.message
+    );
+    assert!(s.container_statuses.is_none(), "nothing of it was started");
+    node.remove_manifest("huge.yaml");
+
+    // A pod asking for none: every size the node has is limited to 0 in its container's
+    // cgroup, where the kernel's hugetlb controller reaches it (cgroup2 with hugetlb).
+    node.write_manifest(
+        "plain.yaml",
+        &with_resources("plain", &manifest::burstable("16Mi"), ""),
+    );
+    let running =
+        |p: &k8s_openapi::api::core::v1::Pod| status::running(status::container(p, "main"));
+    let plain = node.wait_pod("plain", "Running", running);
+    let uid = plain.metadata.uid.clone().unwrap_or_default();
+    let dir = swiftlet::cm::CgroupLayout::detect()
+        .ok()
+        .and_then(|l| l.cgroup2_root().ok().map(|r| r.to_owned()))
+        .map(|root| {
+            root.join(
+                own.pods
+                    .pod_dir(swiftlet::pod::qos::QosClass::Burstable, &uid),
+            )
+        });
+    let limited: Vec<String> = dir
+        .iter()
+        .flat_map(|pod| {
+            own.pods
+                .container_dir_names(&container_id(&plain, "main"))
+                .into_iter()
+                .map(move |name| pod.join(name))
+        })
+        .flat_map(|container| {
+            pages.sizes().into_iter().filter_map(move |size| {
+                let unit = swiftlet::cm::hugepages::unit_size(size)?;
+                let file = container.join(format!("hugetlb.{unit}.max"));
+                file.exists().then(|| read_trimmed(&file))
+            })
+        })
+        .collect();
+    if limited.is_empty() {
+        eprintln!(
+            "{test}: no hugetlb controller on cgroup2 here: the containers' limits are not visible"
+        );
+    }
+    assert!(limited.iter().all(|v| v == "0"), "{limited:?}");
+    // Without a mounted v1 hugetlb hierarchy nothing is written where it would be: on the
+    // cgroup tmpfs a directory would only be made, never a cgroup.
+    let v1_hugetlb = std::path::Path::new("/sys/fs/cgroup/hugetlb");
+    if !v1_hugetlb.join("cgroup.procs").exists() {
+        let stray = v1_hugetlb.join(own.root.trim_start_matches('/'));
+        assert!(!stray.exists(), "{} made", stray.display());
+    }
+    node.remove_manifest("plain.yaml");
+    node.wait_gone("plain");
+    node.wait_gone("huge");
+}

@@ -94,6 +94,7 @@ async fn slices(test: &str) {
         cpu_quota_us: Some(50_000),
         memory_bytes: Some(256 * MIB),
         pids_max: Some(100),
+        ..SliceResources::default()
     };
     slices
         .ensure_slice(&pod, &first)
@@ -129,6 +130,7 @@ async fn slices(test: &str) {
         cpu_quota_us: Some(20_000),
         memory_bytes: Some(128 * MIB),
         pids_max: Some(50),
+        ..SliceResources::default()
     };
     slices
         .ensure_slice(&pod, &second)
@@ -325,6 +327,7 @@ async fn pod_cgroups(test: &str) {
             pods: PodCgroupLayout::for_driver(CgroupDriver::Systemd, Path::new("/"), true),
             pod_pids_limit: 64,
             allocatable_memory: Some(1024 * MIB),
+            ..PodCgroupConfig::default()
         },
         CgroupLayout::Unified {
             root: elsewhere.clone(),

@@ -222,7 +222,7 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
         crate::pleg::evented::check_runtime(&runtime).await?;
     }
     let systemd = runtime_driver::resolve(&mut config, &metrics, &runtime, systemd).await?;
-    let cgroups = pods::cgroups(&config, systemd).await?;
+    let cgroups = pods::cgroups(&config, &node, systemd).await?;
     let (source, kernel_bus, memcg_trigger) =
         kernel_events(&config, &metrics, &health, &bus, &mut tasks, &shutdown)?;
     let (published, _) = broadcast::channel(BUS_CAPACITY);

@@ -23,6 +23,9 @@ pub struct NodeFacts {
     pub host_ip: Option<IpAddr>,
     /// CAP_SYS_RESOURCE is needed to write negative oom_score_adj values.
     pub has_cap_sys_resource: bool,
+    /// The huge page sizes and pages the kernel has (read once, as upstream's container
+    /// manager reads them at start).
+    pub hugepages: crate::cm::hugepages::NodeHugePages,
 }
 
 impl NodeFacts {
@@ -49,6 +52,9 @@ impl NodeFacts {
             host_ip: node_ips.first().copied(),
             node_ips,
             has_cap_sys_resource: has_capability(24),
+            hugepages: crate::cm::hugepages::NodeHugePages::read(Path::new(
+                crate::cm::hugepages::SYSFS_HUGEPAGES,
+            )),
         })
     }
 }

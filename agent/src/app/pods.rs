@@ -45,6 +45,7 @@ use crate::{
         sysctl::{Allowlist, parse_kernel_release},
     },
     kuberuntime::{
+        container_config::ResourceOptions,
         credentials::CredentialProviders,
         dns::DnsSettings,
         env::ClusterEnv,
@@ -118,6 +119,7 @@ pub enum PlegSource {
 /// (`cgroupDriver: systemd`), else written directly.
 pub async fn cgroups(
     config: &Config,
+    node: &NodeFacts,
     systemd: Option<zbus::Connection>,
 ) -> Result<Arc<PodCgroups>, Error> {
     let layout = CgroupLayout::detect().map_err(|e| Error::Cgroups(e.to_string()))?;
@@ -140,6 +142,8 @@ pub async fn cgroups(
         pods: config.pod_cgroups(),
         pod_pids_limit: config.pod_pids_limit,
         allocatable_memory,
+        cfs_quota: config.cfs_quota,
+        hugepage_sizes: node.hugepages.sizes(),
     };
     let cgroups = match systemd {
         Some(connection) => {
@@ -433,6 +437,7 @@ fn build_kubelet(
             max_pods: config.max_pods as usize,
             cpu_millis,
             memory_bytes,
+            hugepages: node.hugepages.bytes_by_size.clone(),
         },
         registration: registration(config),
         security: security_admission(config, runtime.features.clone())?,
@@ -547,6 +552,10 @@ fn runtime_manager(
             host_ip: node.host_ip.map(|ip| ip.to_string()),
             runtime_handler: String::new(),
             security: SecurityOptions::new(&config.root_dir, config.security.seccomp_default),
+            resources: ResourceOptions {
+                cfs_quota: config.cfs_quota,
+                hugepage_sizes: node.hugepages.sizes(),
+            },
         },
     );
     if let Some(cpus) = cpu_manager {

@@ -6,6 +6,7 @@
 
 pub mod cpumanager;
 pub mod helpers;
+pub mod hugepages;
 pub mod pod_cgroups;
 pub mod pressure_targets;
 pub mod psi;

@@ -1,11 +1,15 @@
 //! The QoS cgroup hierarchy and per-pod cgroups (upstream `pkg/kubelet/cm`
 //! `qos_container_manager_linux.go`, `pod_container_manager_linux.go`) at the paths
 //! `cgroup::pods` defines for the configured driver (`kubepods[/burstable|/besteffort]/pod<uid>`,
-//! or systemd's nested `kubepods.slice/...`); the besteffort level gets cpu shares 2.
+//! or systemd's nested `kubepods.slice/...`); the besteffort level gets cpu shares 2, the
+//! burstable level the shares of its pods' CPU requests summed (upstream `setCPUCgroupConfig`),
+//! updated as pods start and go and rewritten every [`QOS_REPAIR_PERIOD`] (`UpdateCgroups`).
 //!
-//! Pod cgroups carry the pod-level limits (CPU shares from requests, CPU quota and memory limit
-//! when every container sets one, pids.max from `podPidsLimit`); the runtime creates the
-//! container cgroups below them (the sandbox's `cgroup_parent`).
+//! Pod cgroups carry the pod-level limits (upstream `ResourceConfigForPod`: CPU shares from
+//! requests, CPU quota in the configured period and memory limit when every container sets one,
+//! each with `spec.overhead`; hugetlb limits per node page size; pids.max from `podPidsLimit`);
+//! the runtime creates the container cgroups below them (the sandbox's `cgroup_parent`). On
+//! cgroup v2 shares are written as `cpu.weight` (runc's conversion, `helpers::shares_to_weight`).
 //!
 //! Two ways to make them, as upstream's `cgroupManagerImpl` has: with cgroupfs they are written
 //! through cgroups-rs for the cpu, memory and pids controllers (on a hybrid layout the same paths
@@ -15,7 +19,11 @@
 //! them behind its back would be undone at its next reload. Either way a removed pod's
 //! directories are gone from every hierarchy afterwards.
 
-use std::path::PathBuf;
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
 
 use cgroups_rs::fs::{
     Cgroup, MaxValue, cpu::CpuController, hierarchies, memory::MemController, pid::PidController,
@@ -24,12 +32,18 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::{
     CgroupLayout,
+    helpers::{CfsQuota, MIN_SHARES, milli_cpu_to_shares, shares_to_weight},
+    hugepages::{self, HugePagesError},
     pressure_targets::{self, PodCgroupDir},
     qos::{QosClass, QosError, pod_qos},
     quantity::{self, QuantityError},
     systemd::{SliceResources, SystemdError, SystemdSlices},
 };
-use crate::{cgroup::PodCgroupLayout, container::PodUid};
+use crate::{
+    cgroup::PodCgroupLayout,
+    container::PodUid,
+    pod::resources::{OverheadError, RequestError, pod_overhead, pod_requests},
+};
 
 /// The controllers swiftlet writes pod-level limits to.
 const CONTROLLERS: [&str; 3] = ["cpu", "memory", "pids"];
@@ -48,7 +62,7 @@ pub enum CgroupError {
     Limits {
         pod: String,
         #[source]
-        source: QuantityError,
+        source: LimitsError,
     },
     #[error(transparent)]
     Systemd(#[from] SystemdError),
@@ -64,6 +78,10 @@ pub struct PodCgroupConfig {
     /// Node allocatable memory enforced on the pods' cgroup (`enforceNodeAllocatable: [pods]`
     /// with reservations): capacity minus kube and system reserved. `None` leaves it unlimited.
     pub allocatable_memory: Option<i64>,
+    /// `cpuCFSQuota` and `cpuCFSQuotaPeriod`, for the pods' CPU quota.
+    pub cfs_quota: CfsQuota,
+    /// The node's huge page sizes in bytes: each gets a hugetlb limit in every pod cgroup.
+    pub hugepage_sizes: Vec<u64>,
 }
 
 impl Default for PodCgroupConfig {
@@ -72,8 +90,26 @@ impl Default for PodCgroupConfig {
             pods: PodCgroupLayout::with_kubepods("kubepods", true),
             pod_pids_limit: -1,
             allocatable_memory: None,
+            cfs_quota: CfsQuota::default(),
+            hugepage_sizes: Vec::new(),
         }
     }
+}
+
+/// How often the Burstable level's weight is rewritten from the active pods even when their
+/// requests did not change (upstream's `periodicQOSCgroupUpdateInterval`): it repairs what
+/// something else wrote there.
+pub const QOS_REPAIR_PERIOD: Duration = Duration::from_secs(60);
+
+/// The Burstable pods' CPU requests behind the burstable level's weight.
+#[derive(Debug, Default)]
+struct BurstableCpu {
+    /// Millis (overhead included) by pod UID.
+    requests: BTreeMap<String, i64>,
+    /// The shares last written, `None` before the first write.
+    written: Option<u64>,
+    /// When the level was last rewritten from the whole set of active pods.
+    repaired: Option<Instant>,
 }
 
 pub struct PodCgroups {
@@ -82,6 +118,9 @@ pub struct PodCgroups {
     pods: PodCgroupLayout,
     /// The slices' manager with the systemd driver; `None` writes the cgroups directly.
     systemd: Option<SystemdSlices>,
+    /// Held across the write, so that concurrent pod syncs write the sums in the order they
+    /// computed them.
+    burstable: tokio::sync::Mutex<BurstableCpu>,
 }
 
 impl PodCgroups {
@@ -93,6 +132,7 @@ impl PodCgroups {
             layout,
             pods,
             systemd: None,
+            burstable: tokio::sync::Mutex::new(BurstableCpu::default()),
         }
     }
 
@@ -132,7 +172,7 @@ impl PodCgroups {
         let kubepods = self.pods.kubepods();
         for path in self.pods.qos_dirs() {
             let resources = SliceResources {
-                cpu_shares: (path == best_effort).then_some(2),
+                cpu_shares: (path == best_effort).then_some(MIN_SHARES as u64),
                 memory_bytes: self.config.allocatable_memory.filter(|_| path == kubepods),
                 ..SliceResources::default()
             };
@@ -154,7 +194,7 @@ impl PodCgroups {
         for path in self.pods.qos_dirs() {
             let cg = self.create(&path)?;
             if path == best_effort {
-                set(&path, cpu(&cg)?.set_shares(2))?;
+                self.set_shares(&path, &cg, MIN_SHARES as u64)?;
             }
             if path == self.pods.kubepods()
                 && let Some(limit) = self.config.allocatable_memory
@@ -192,40 +232,183 @@ impl PodCgroups {
         Ok(self.pods.cgroup_parent(self.class_of(pod)?, uid))
     }
 
-    /// Creates the pod's cgroup with its pod-level limits (idempotent; limits are rewritten).
+    /// Creates the pod's cgroup with its pod-level limits (idempotent; limits are rewritten),
+    /// after the Burstable level's weight has taken the pod's request in (upstream `SyncPod`
+    /// calls `UpdateQOSCgroups` before `EnsureExists`, so the level grows before the pod runs).
     pub async fn ensure_pod(&self, pod: &Pod) -> Result<(), CgroupError> {
         if !self.pods.per_qos() {
             return Ok(());
         }
         let path = self.pod_path(pod)?;
-        let limits = PodLimits::of(pod).map_err(|source| CgroupError::Limits {
+        let bad = |source| CgroupError::Limits {
             pod: path.clone(),
             source,
-        })?;
+        };
+        let request = burstable_cpu_request(pod).map_err(bad)?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.track_burstable(&uid, request).await?;
+        let limits = PodLimits::of(pod, &self.config.cfs_quota).map_err(bad)?;
         match &self.systemd {
             Some(slices) => {
                 let resources = SliceResources {
                     cpu_shares: Some(limits.cpu_shares),
                     cpu_quota_us: limits.cpu_quota_us,
+                    cpu_period_us: limits.cpu_period_us,
                     memory_bytes: limits.memory_bytes,
                     pids_max: (self.config.pod_pids_limit > 0)
                         .then_some(self.config.pod_pids_limit),
                 };
+                slices.ensure_slice(&path, &resources).await?;
+            }
+            None => self.write_pod_dir(&path, &limits)?,
+        }
+        // systemd has no hugetlb property: written directly under either driver, as runc's
+        // systemd manager leaves the controllers systemd does not know to its fs manager.
+        self.write_hugetlb(&path, &limits.hugepages)
+    }
+
+    /// Upstream `HugePageLimit` of the pod's `ResourceConfig`: each size the node has gets
+    /// the pod's request of it, 0 where it requests none. Nothing on a node whose kernel has
+    /// no hugetlb controller (nor without huge pages).
+    fn write_hugetlb(&self, path: &str, requested: &BTreeMap<u64, i64>) -> Result<(), CgroupError> {
+        if self.config.hugepage_sizes.is_empty() {
+            return Ok(());
+        }
+        let (dir, suffix) = match &self.layout {
+            CgroupLayout::Unified { root } => {
+                // What the parents delegate to the pod (systemd does not delegate hugetlb to
+                // its slices).
+                if !has_controller(&root.join(path), "hugetlb") {
+                    return Ok(());
+                }
+                (root.join(path), "max")
+            }
+            // Only a mounted hierarchy: the layout names `<v1 root>/hugetlb` whether or not
+            // the controller is mounted there, and on the cgroup tmpfs a directory would just
+            // be made.
+            other => match other.v1_controller("hugetlb") {
+                Some(mount) if mount.join("cgroup.procs").exists() => {
+                    (mount.join(path), "limit_in_bytes")
+                }
+                _ => return Ok(()),
+            },
+        };
+        let failed = |file: &std::path::Path, e: std::io::Error| CgroupError::Cgroup {
+            path: file.display().to_string(),
+            reason: e.to_string(),
+        };
+        // The runtime makes the path in every v1 hierarchy only for the containers, later.
+        std::fs::create_dir_all(&dir).map_err(|e| failed(&dir, e))?;
+        for size in &self.config.hugepage_sizes {
+            let Some(unit) = super::hugepages::unit_size(*size) else {
+                continue;
+            };
+            let file = dir.join(format!("hugetlb.{unit}.{suffix}"));
+            let limit = requested.get(size).copied().unwrap_or(0).max(0);
+            std::fs::write(&file, limit.to_string()).map_err(|e| failed(&file, e))?;
+        }
+        Ok(())
+    }
+
+    /// Records pod `uid`'s share of the Burstable level (`None`: none) and writes the level's
+    /// weight when the sum changed.
+    async fn track_burstable(&self, uid: &str, request: Option<i64>) -> Result<(), CgroupError> {
+        let mut burstable = self.burstable.lock().await;
+        match request {
+            Some(millis) => burstable.requests.insert(uid.to_owned(), millis),
+            None => burstable.requests.remove(uid),
+        };
+        let shares = burstable_shares(burstable.requests.values().copied());
+        if burstable.written != Some(shares) {
+            self.write_burstable(shares).await?;
+            burstable.written = Some(shares);
+        }
+        Ok(())
+    }
+
+    /// Upstream `UpdateCgroups` on its period: the Burstable level's weight recomputed from the
+    /// active pods (admitted and not terminated), written when it changed or when
+    /// [`QOS_REPAIR_PERIOD`] has passed since the last rewrite. A pod whose spec cannot be read
+    /// counts nothing (its sync reports why).
+    pub async fn update_qos_cgroups(
+        &self,
+        active: &[&Pod],
+        now: Instant,
+    ) -> Result<(), CgroupError> {
+        if !self.pods.per_qos() {
+            return Ok(());
+        }
+        let requests: BTreeMap<String, i64> = active
+            .iter()
+            .filter_map(|pod| {
+                let millis = burstable_cpu_request(pod).ok().flatten()?;
+                Some((pod.metadata.uid.clone().unwrap_or_default(), millis))
+            })
+            .collect();
+        let mut burstable = self.burstable.lock().await;
+        let shares = burstable_shares(requests.values().copied());
+        burstable.requests = requests;
+        let due = burstable
+            .repaired
+            .is_none_or(|at| now.saturating_duration_since(at) >= QOS_REPAIR_PERIOD);
+        if due || burstable.written != Some(shares) {
+            // Marked first: a failing write is retried on the next period, not every call.
+            burstable.repaired = Some(now);
+            burstable.written = None;
+            self.write_burstable(shares).await?;
+            burstable.written = Some(shares);
+        }
+        Ok(())
+    }
+
+    /// Sets the Burstable level's CPU weight (shares on cgroup v1).
+    async fn write_burstable(&self, shares: u64) -> Result<(), CgroupError> {
+        let path = self.pods.qos_dir(QosClass::Burstable);
+        match &self.systemd {
+            Some(slices) => {
+                let resources = SliceResources {
+                    cpu_shares: Some(shares),
+                    ..SliceResources::default()
+                };
                 Ok(slices.ensure_slice(&path, &resources).await?)
             }
-            None => self.write_pod_dir(&path, &limits),
+            None => {
+                let cg = self.create(&path)?;
+                self.set_shares(&path, &cg, shares)
+            }
         }
+    }
+
+    /// Writes CPU shares, as `cpu.weight` where the cpu controller is cgroup v2's (cgroups-rs
+    /// leaves the conversion to its caller).
+    fn set_shares(&self, path: &str, cg: &Cgroup, shares: u64) -> Result<(), CgroupError> {
+        let value = if cg.v2() {
+            shares_to_weight(shares)
+        } else {
+            shares
+        };
+        set(path, cpu(cg)?.set_shares(value))
     }
 
     fn write_pod_dir(&self, path: &str, limits: &PodLimits) -> Result<(), CgroupError> {
         let cg = self.create(path)?;
+        self.set_shares(path, &cg, limits.cpu_shares)?;
         let cpu = cpu(&cg)?;
-        set(path, cpu.set_shares(limits.cpu_shares))?;
         if let Some(quota) = limits.cpu_quota_us {
-            set(
-                path,
-                cpu.set_cfs_quota_and_period(Some(quota), Some(100_000)),
-            )?;
+            if cg.v2() {
+                set(
+                    path,
+                    cpu.set_cfs_quota_and_period(Some(quota), limits.cpu_period_us),
+                )?;
+            } else {
+                // v1 checks every write against the children's quota-to-period ratio: the
+                // period first, so that a shorter one raises the ratio before the quota
+                // lowers it to where the children already are.
+                if let Some(period) = limits.cpu_period_us {
+                    set(path, cpu.set_cfs_period(period))?;
+                }
+                set(path, cpu.set_cfs_quota(quota))?;
+            }
         }
         if let Some(memory) = limits.memory_bytes {
             let mem: &MemController = cg.controller_of().ok_or_else(|| missing(path, "memory"))?;
@@ -243,7 +426,11 @@ impl PodCgroups {
 
     /// Removes a pod's cgroup wherever it is (its QoS class may have been computed differently
     /// by an earlier run). Missing cgroups are fine.
+    /// The Burstable level's weight drops the pod's request first.
     pub async fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
+        if self.pods.per_qos() {
+            self.track_burstable(&uid.0, None).await?;
+        }
         for parent in self.pods.pod_parents() {
             // Relative also below an empty parent (`cgroupRoot: /` without QoS cgroups): joined
             // to a mount point, an absolute path would replace it.
@@ -400,12 +587,17 @@ fn enable_v2_controllers(layout: &CgroupLayout, path: &str) -> Result<(), Cgroup
         return Ok(());
     };
     let components: Vec<&str> = path.split('/').filter(|c| !c.is_empty()).collect();
+    // hugetlb where the kernel has it: a node without huge pages may lack it.
+    let mut controllers = CONTROLLERS.to_vec();
+    if has_controller(root, "hugetlb") {
+        controllers.push("hugetlb");
+    }
     let mut dir = root.clone();
     for (i, component) in components.iter().enumerate() {
         let control = dir.join("cgroup.subtree_control");
         let enabled = std::fs::read_to_string(&control).unwrap_or_default();
-        for controller in CONTROLLERS {
-            if !enabled.split_whitespace().any(|c| c == controller) {
+        for controller in &controllers {
+            if !enabled.split_whitespace().any(|c| c == *controller) {
                 std::fs::write(&control, format!("+{controller}")).map_err(|e| {
                     CgroupError::Cgroup {
                         path: control.display().to_string(),
@@ -424,6 +616,12 @@ fn enable_v2_controllers(layout: &CgroupLayout, path: &str) -> Result<(), Cgroup
         }
     }
     Ok(())
+}
+
+/// Whether cgroup2 directory `dir` has `controller` (its `cgroup.controllers`).
+fn has_controller(dir: &std::path::Path, controller: &str) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .is_ok_and(|list| list.split_whitespace().any(|c| c == controller))
 }
 
 /// Removes an empty cgroup and the empty cgroups below it, deepest first (a cgroup directory
@@ -464,58 +662,105 @@ fn set(path: &str, result: cgroups_rs::fs::error::Result<()>) -> Result<(), Cgro
     })
 }
 
-/// Pod-level limits as upstream computes them (`ResourceConfigForPod`).
+/// Why a pod's cgroup values cannot be computed.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitsError {
+    #[error(transparent)]
+    Quantity(#[from] QuantityError),
+    #[error(transparent)]
+    Requests(#[from] RequestError),
+    #[error(transparent)]
+    Overhead(#[from] OverheadError),
+    #[error(transparent)]
+    Qos(#[from] QosError),
+    #[error(transparent)]
+    HugePages(#[from] HugePagesError),
+}
+
+/// Pod-level limits as upstream computes them (`ResourceConfigForPod`): CPU shares from the
+/// pod's requests, CPU quota and memory limit from its limits where every container declares
+/// one, `spec.overhead` added to each (the pod cgroup holds the runtime's overhead processes
+/// too, as the scheduler and admission count them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodLimits {
     pub cpu_shares: u64,
+    /// The CFS quota in µs per [`PodLimits::cpu_period_us`]; -1 (none) with `cpuCFSQuota: false`.
     pub cpu_quota_us: Option<i64>,
+    /// The CFS period the quota is for (`cpuCFSQuotaPeriod`), set with the quota.
+    pub cpu_period_us: Option<u64>,
     pub memory_bytes: Option<i64>,
+    /// Bytes of huge pages by page size: the pod's requests.
+    pub hugepages: BTreeMap<u64, i64>,
 }
 
 impl PodLimits {
-    pub fn of(pod: &Pod) -> Result<PodLimits, QuantityError> {
+    pub fn of(pod: &Pod, cfs: &CfsQuota) -> Result<PodLimits, LimitsError> {
+        let class = pod_qos(pod)?;
+        let hugepages = hugepages::pod_requests(pod)?;
+        if class == QosClass::BestEffort {
+            // Upstream: BestEffort pods get the least weight, whatever their overhead.
+            return Ok(PodLimits {
+                cpu_shares: MIN_SHARES as u64,
+                cpu_quota_us: None,
+                cpu_period_us: None,
+                memory_bytes: None,
+                hugepages,
+            });
+        }
         let spec = pod.spec.clone().unwrap_or_default();
-        let (mut cpu_requests, mut cpu_limits, mut memory_limits) = (0i64, 0i64, 0i64);
+        let (mut cpu_limits, mut memory_limits) = (0i64, 0i64);
         let (mut all_cpu_limited, mut all_memory_limited) = (true, true);
         for c in &spec.containers {
-            let r = c.resources.clone().unwrap_or_default();
-            let get = |m: &Option<
-                std::collections::BTreeMap<
-                    String,
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity,
-                >,
-            >,
-                       k: &str| {
-                m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone())
-            };
-            let cpu_limit = get(&r.limits, "cpu")
-                .map(|q| quantity::cpu_millis(&q))
-                .transpose()?;
-            let cpu_request = get(&r.requests, "cpu")
+            let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+            let get = |k: &str| limits.and_then(|m| m.get(k)).map(|q| q.0.clone());
+            let cpu_limit = get("cpu")
                 .map(|q| quantity::cpu_millis(&q))
                 .transpose()?
-                .or(cpu_limit);
-            let memory_limit = get(&r.limits, "memory")
+                .filter(|l| *l != 0);
+            let memory_limit = get("memory")
                 .map(|q| quantity::memory_bytes(&q))
-                .transpose()?;
-            cpu_requests += cpu_request.unwrap_or(0);
+                .transpose()?
+                .filter(|l| *l != 0);
             match cpu_limit {
-                Some(l) => cpu_limits += l,
+                Some(l) => cpu_limits = cpu_limits.saturating_add(l),
                 None => all_cpu_limited = false,
             }
             match memory_limit {
-                Some(l) => memory_limits += l,
+                Some(l) => memory_limits = memory_limits.saturating_add(l),
                 None => all_memory_limited = false,
             }
         }
+        let (cpu_requests, _) = pod_requests(pod)?;
+        let (cpu_overhead, memory_overhead) = pod_overhead(pod)?;
         let has_containers = !spec.containers.is_empty();
+        let cpu_limited = has_containers && all_cpu_limited;
+        let quota = |millis: i64| cfs.quota_for(millis).unwrap_or(-1);
         Ok(PodLimits {
-            cpu_shares: super::helpers::milli_cpu_to_shares(cpu_requests) as u64,
-            cpu_quota_us: (has_containers && all_cpu_limited)
-                .then(|| super::helpers::milli_cpu_to_quota(cpu_limits)),
-            memory_bytes: (has_containers && all_memory_limited).then_some(memory_limits),
+            cpu_shares: milli_cpu_to_shares(cpu_requests.saturating_add(cpu_overhead)) as u64,
+            cpu_quota_us: cpu_limited.then(|| quota(cpu_limits.saturating_add(cpu_overhead))),
+            cpu_period_us: cpu_limited.then_some(cfs.period_us as u64),
+            memory_bytes: (has_containers && all_memory_limited)
+                .then_some(memory_limits.saturating_add(memory_overhead)),
+            hugepages,
         })
     }
+}
+
+/// The CPU request a pod adds to its QoS level's weight (upstream `setCPUCgroupConfig`:
+/// `PodRequests`, overhead included, of the Burstable pods); `None` for the other classes.
+pub fn burstable_cpu_request(pod: &Pod) -> Result<Option<i64>, LimitsError> {
+    if pod_qos(pod)? != QosClass::Burstable {
+        return Ok(None);
+    }
+    let (cpu, _) = pod_requests(pod)?;
+    let (overhead, _) = pod_overhead(pod)?;
+    Ok(Some(cpu.saturating_add(overhead)))
+}
+
+/// The Burstable level's CPU shares for the pods' requests (upstream `setCPUCgroupConfig`).
+pub fn burstable_shares(requests: impl IntoIterator<Item = i64>) -> u64 {
+    let sum = requests.into_iter().fold(0i64, i64::saturating_add);
+    milli_cpu_to_shares(sum) as u64
 }
 
 #[cfg(test)]
@@ -562,6 +807,22 @@ mod tests {
         }
     }
 
+    fn with_overhead(mut pod: Pod, overhead: &[(&str, &str)]) -> Pod {
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.overhead = Some(
+                overhead
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                    .collect(),
+            );
+        }
+        pod
+    }
+
+    fn limits(pod: &Pod) -> Option<PodLimits> {
+        PodLimits::of(pod, &CfsQuota::default()).ok()
+    }
+
     #[test]
     fn pod_limits_sum_containers_and_need_every_container_limited() {
         let guaranteed = pod(&[
@@ -569,24 +830,113 @@ mod tests {
             (&[], &[("cpu", "1"), ("memory", "64Mi")]),
         ]);
         assert_eq!(
-            PodLimits::of(&guaranteed),
-            Ok(PodLimits {
+            limits(&guaranteed),
+            Some(PodLimits {
                 cpu_shares: 1536,
                 cpu_quota_us: Some(150_000),
-                memory_bytes: Some(128 << 20)
+                cpu_period_us: Some(100_000),
+                memory_bytes: Some(128 << 20),
+                hugepages: BTreeMap::new(),
             })
         );
         let partly = pod(&[(&[("cpu", "100m")], &[("memory", "32Mi")]), (&[], &[])]);
         assert_eq!(
-            PodLimits::of(&partly),
-            Ok(PodLimits {
+            limits(&partly),
+            Some(PodLimits {
                 cpu_shares: 102,
                 cpu_quota_us: None,
-                memory_bytes: None
+                cpu_period_us: None,
+                memory_bytes: None,
+                hugepages: BTreeMap::new(),
             })
         );
         let best_effort = pod(&[(&[], &[])]);
-        assert_eq!(PodLimits::of(&best_effort).map(|l| l.cpu_shares), Ok(2));
+        assert_eq!(limits(&best_effort).map(|l| l.cpu_shares), Some(2));
+    }
+
+    #[test]
+    fn overhead_is_charged_to_the_pod_cgroup() {
+        // ResourceConfigForPod over PodRequests/PodLimits: overhead joins the requests, and
+        // the limits where the pod has them.
+        let guaranteed = with_overhead(
+            pod(&[(&[], &[("cpu", "500m"), ("memory", "64Mi")])]),
+            &[("cpu", "250m"), ("memory", "16Mi")],
+        );
+        assert_eq!(
+            limits(&guaranteed),
+            Some(PodLimits {
+                cpu_shares: 768,
+                cpu_quota_us: Some(75_000),
+                cpu_period_us: Some(100_000),
+                memory_bytes: Some(80 << 20),
+                hugepages: BTreeMap::new(),
+            })
+        );
+        // No memory limit on every container: none for the pod, overhead or not.
+        let burstable = with_overhead(
+            pod(&[(&[("cpu", "100m")], &[("cpu", "200m")]), (&[], &[])]),
+            &[("cpu", "100m"), ("memory", "16Mi")],
+        );
+        assert_eq!(
+            limits(&burstable),
+            Some(PodLimits {
+                cpu_shares: 204,
+                cpu_quota_us: None,
+                cpu_period_us: None,
+                memory_bytes: None,
+                hugepages: BTreeMap::new(),
+            })
+        );
+        // BestEffort keeps the least weight whatever its overhead.
+        let best_effort = with_overhead(pod(&[(&[], &[])]), &[("cpu", "1")]);
+        assert_eq!(limits(&best_effort).map(|l| l.cpu_shares), Some(2));
+        let bad = with_overhead(pod(&[(&[("cpu", "1")], &[])]), &[("memory", "lots")]);
+        let err = PodLimits::of(&bad, &CfsQuota::default())
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("spec.overhead[memory]"), "{err}");
+    }
+
+    #[test]
+    fn the_cfs_settings_shape_the_pod_quota() {
+        let limited = pod(&[(&[], &[("cpu", "500m"), ("memory", "64Mi")])]);
+        let short = CfsQuota {
+            enforce: true,
+            period_us: 50_000,
+        };
+        let got = PodLimits::of(&limited, &short).ok();
+        assert_eq!(
+            got.map(|l| (l.cpu_quota_us, l.cpu_period_us)),
+            Some((Some(25_000), Some(50_000)))
+        );
+        // cpuCFSQuota: false: the quota is lifted (-1), not left as it was.
+        let off = CfsQuota {
+            enforce: false,
+            period_us: 100_000,
+        };
+        let got = PodLimits::of(&limited, &off).ok();
+        assert_eq!(
+            got.map(|l| (l.cpu_quota_us, l.cpu_shares)),
+            Some((Some(-1), 512))
+        );
+    }
+
+    #[test]
+    fn the_burstable_level_weighs_its_pods_requests() {
+        let burstable = with_overhead(
+            pod(&[(&[("cpu", "100m")], &[]), (&[("cpu", "150m")], &[])]),
+            &[("cpu", "50m")],
+        );
+        let guaranteed = pod(&[(&[], &[("cpu", "1"), ("memory", "1Gi")])]);
+        let best_effort = pod(&[(&[], &[])]);
+        assert_eq!(burstable_cpu_request(&burstable).ok(), Some(Some(300)));
+        assert_eq!(burstable_cpu_request(&guaranteed).ok(), Some(None));
+        assert_eq!(burstable_cpu_request(&best_effort).ok(), Some(None));
+        // setCPUCgroupConfig: MilliCPUToShares of the sum; no Burstable pods is the minimum.
+        assert_eq!(burstable_shares([300, 200]), 512);
+        assert_eq!(burstable_shares([]), 2);
+        assert_eq!(burstable_shares([i64::MAX, 1]), 262_144);
     }
 
     #[test]

@@ -42,6 +42,7 @@ use std::{
 };
 
 use super::{
+    cfs,
     cpumanager::{self, CpuManagerConfig},
     defaults,
     error::{ConfigError, Origin, invalid},
@@ -163,6 +164,8 @@ with_settings!(config {
     node_status_report_frequency: Duration,
     /// Graceful node shutdown's priority rows (`shutdown.rs`); none: shut down at once.
     shutdown: crate::nodeshutdown::ShutdownConfig,
+    /// `cpuCFSQuota` and `cpuCFSQuotaPeriod` (`cfs.rs`).
+    cfs_quota: crate::cm::helpers::CfsQuota,
     /// `featureGates` over upstream's defaults (`feature_gates.rs`).
     feature_gates: FeatureGates,
     /// The file's `logging` block; the global flags win over it (`logging.rs`).
@@ -241,6 +244,7 @@ impl Config {
         no_effect.extend(gates_without_effect);
         no_effect.extend(logging_without_effect);
         let node_shutdown = shutdown::resolve(&settings, &feature_gates, &file_origin)?;
+        let cfs_quota = cfs::resolve(&settings, &feature_gates, &file_origin)?;
         let mut kubelet_config = settings.configz();
         // What the sections decided over the settings as written.
         kubelet_config.insert("nodeName".to_owned(), node_name.clone().into());
@@ -278,6 +282,7 @@ impl Config {
             security: security::resolve(&settings),
             node_status_report_frequency: node_status_report_frequency(file, &settings),
             shutdown: node_shutdown,
+            cfs_quota,
             feature_gates,
             logging,
             no_effect,

@@ -1385,3 +1385,58 @@ fn configz_shows_the_effective_configuration_under_upstream_names() {
         "unset fields are left out"
     );
 }
+
+#[test]
+fn cfs_quota_settings_follow_upstreams_validation() {
+    use crate::cm::helpers::CfsQuota;
+    let (_dir, result) = load("cpuCFSQuota: false\n", &[]);
+    assert_eq!(
+        result.expect("loads").cfs_quota,
+        CfsQuota {
+            enforce: false,
+            period_us: 100_000
+        }
+    );
+    // 100ms is the default: no gate needed.
+    let (_dir, result) = load("cpuCFSQuotaPeriod: 100ms\n", &[]);
+    assert_eq!(result.expect("loads").cfs_quota, CfsQuota::default());
+    let gated = "featureGates:\n  CustomCPUCFSQuotaPeriod: true\ncpuCFSQuotaPeriod: 50ms\n";
+    let (_dir, result) = load(gated, &[]);
+    assert_eq!(
+        result.expect("loads").cfs_quota,
+        CfsQuota {
+            enforce: true,
+            period_us: 50_000
+        }
+    );
+    let without_gate = err("cpuCFSQuotaPeriod: 200ms\n", &[]);
+    assert!(
+        without_gate.contains("field `cpuCFSQuotaPeriod`")
+            && without_gate.contains("\"200ms\"")
+            && without_gate.contains("CustomCPUCFSQuotaPeriod"),
+        "{without_gate}"
+    );
+    for (period, shown) in [("2s", "\"2s\""), ("500us", "\"500µs\""), ("0s", "\"0s\"")] {
+        let out_of_range = err(
+            &format!(
+                "featureGates:\n  CustomCPUCFSQuotaPeriod: true\ncpuCFSQuotaPeriod: {period}\n"
+            ),
+            &[],
+        );
+        assert!(
+            out_of_range.contains("between 1ms and 1s") && out_of_range.contains(shown),
+            "{out_of_range}"
+        );
+    }
+    // Both ends are in range.
+    for period in ["1ms", "1s"] {
+        let (_dir, result) = load(
+            &format!(
+                "featureGates:\n  CustomCPUCFSQuotaPeriod: true\ncpuCFSQuotaPeriod: {period}\n"
+            ),
+            &[],
+        );
+        assert!(result.is_ok(), "{period}: {result:?}");
+    }
+    assert!(err("cpuCFSQuotaPeriod: soon\n", &[]).contains("cpuCFSQuotaPeriod"));
+}

@@ -153,8 +153,6 @@ qosReserved:
   memory: 50%
 hairpinMode: hairpin-veth
 runOnce: true
-cpuCFSQuota: false
-cpuCFSQuotaPeriod: 50ms
 nodeStatusMaxImages: -1
 maxOpenFiles: 4096
 contentType: application/json

@@ -8,12 +8,13 @@
 //! Modules depend one way: the leaves (`error.rs`, `duration.rs`, `types.rs`, `defaults.rs`,
 //! `file.rs`, `kernel.rs`, `no_effect.rs`, `logging.rs`, then the rules `input.rs`, `rules.rs` and `registration.rs`), then the table
 //! (`settings.rs`), then the sections that check several settings together (`server.rs`,
-//! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `housekeeping.rs`, `image_pulls.rs`, `security.rs`, `shutdown.rs`,
+//! `eviction.rs`, `reserved.rs`, `cpumanager.rs`, `cfs.rs`, `housekeeping.rs`, `image_pulls.rs`, `security.rs`, `shutdown.rs`,
 //! `feature_gates.rs`), then loading (`zero.rs`, `load.rs`) and the command line (`cli.rs`). This file only declares and re-exports.
 //!
 //! Not here: what the components do with their settings. Upstream: `cmd/kubelet/app/options` and
 //! `pkg/kubelet/apis/config`.
 
+mod cfs;
 mod cli;
 pub mod configz;
 mod cpumanager;

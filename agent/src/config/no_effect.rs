@@ -73,10 +73,6 @@ macro_rules! with_no_effect {
                 => |v| v.is_empty() || v == "promiscuous-bridge", "hairpin traffic is the CNI plugin's to configure";
             run_once: [bool] = "runOnce"
                 => |v| !v, "swiftlet has no run-once mode";
-            cpu_cfs_quota: [bool] = "cpuCFSQuota"
-                => |v| *v, "CPU limits always become CFS quotas";
-            cpu_cfs_quota_period: [DurationText] = "cpuCFSQuotaPeriod"
-                => |d| d.0 == Duration::from_millis(100), "containers get the runtime's CFS period (100ms)";
             node_status_max_images: [i32] = "nodeStatusMaxImages"
                 => |v| *v == 50, "the node status's image list is swiftlet's own";
             max_open_files: [i64] = "maxOpenFiles"

@@ -138,6 +138,12 @@ macro_rules! with_settings {
                 file [i64]
                 => |i| int(i, 1..=i64::from(i32::MAX), "must be at least 1"),
                 default defaults::MAX_PODS;
+            /// Whether CPU limits become CFS quotas of containers and pod cgroups (`cpuCFSQuota`).
+            section cpu_cfs_quota: [bool] = "cpuCFSQuota", file [bool] => plain, default true;
+            /// The CFS period of containers and pod cgroups (`cpuCFSQuotaPeriod`, default 100ms);
+            /// another value needs the feature gate `CustomCPUCFSQuotaPeriod` (`cfs.rs`).
+            section cpu_cfs_quota_period: [Option<Duration>] = "cpuCFSQuotaPeriod", file [String]
+                => duration;
             /// Per-pod PID limit; `-1` means no pod-level limit.
             config pod_pids_limit: [i64] = "podPidsLimit", file [i64]
                 => pod_pids_limit, default defaults::POD_PIDS_LIMIT;

@@ -28,12 +28,16 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 
 pub use crate::pod::Rejection;
 use crate::{
+    cm::hugepages,
     node::{
         Registration,
         labels::{LABEL_OS, OS},
         taints::{NO_EXECUTE, first_untolerated},
     },
-    pod::{quantity, resources::pod_requests, spec::is_static_pod},
+    pod::{
+        resources::{pod_overhead, pod_requests},
+        spec::is_static_pod,
+    },
 };
 
 /// What the node offers.
@@ -42,6 +46,8 @@ pub struct NodeCapacity {
     pub max_pods: usize,
     pub cpu_millis: i64,
     pub memory_bytes: i64,
+    /// Bytes of huge pages by page size; a size the node does not have is absent.
+    pub hugepages: std::collections::BTreeMap<u64, u64>,
 }
 
 /// The node a pod is admitted to (upstream's `NodeInfo` with its Node).
@@ -139,16 +145,8 @@ fn requests_with_overhead(pod: &Pod) -> Result<(i64, i64), Rejection> {
         message,
     };
     let (cpu, memory) = pod_requests(pod).map_err(|e| unexpected(e.to_string()))?;
-    let overhead = pod.spec.as_ref().and_then(|s| s.overhead.as_ref());
-    let of = |resource: &str, parse: fn(&str) -> Result<i64, quantity::QuantityError>| {
-        overhead
-            .and_then(|o| o.get(resource))
-            .map(|q| parse(&q.0).map_err(|e| unexpected(format!("spec.overhead[{resource}]: {e}"))))
-            .transpose()
-            .map(Option::unwrap_or_default)
-    };
-    let cpu_overhead = of("cpu", quantity::cpu_millis)?;
-    let memory_overhead = of("memory", quantity::memory_bytes)?;
+    let (cpu_overhead, memory_overhead) =
+        pod_overhead(pod).map_err(|e| unexpected(e.to_string()))?;
     Ok((
         cpu.saturating_add(cpu_overhead),
         memory.saturating_add(memory_overhead),
@@ -174,6 +172,44 @@ fn fits_resources(pod: &Pod, active: &[&Pod], node: &NodeCapacity) -> Result<(),
     }
     if memory > 0 && memory > node.memory_bytes.saturating_sub(used_memory) {
         return Err(out_of("memory", memory, used_memory, node.memory_bytes));
+    }
+    fits_hugepages(pod, active, node)
+}
+
+/// `fitsRequest` for the `hugepages-<size>` resources: a size the node does not have has no
+/// capacity, so a pod asking for one is `OutOfhugepages-<size>`, as upstream rejects it.
+fn fits_hugepages(pod: &Pod, active: &[&Pod], node: &NodeCapacity) -> Result<(), Rejection> {
+    let requests = |p: &Pod| {
+        hugepages::pod_requests(p).map_err(|e| Rejection {
+            reason: "UnexpectedAdmissionError".into(),
+            message: e.to_string(),
+        })
+    };
+    let wanted = requests(pod)?;
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let mut used: std::collections::BTreeMap<u64, i64> = std::collections::BTreeMap::new();
+    for other in active {
+        for (size, bytes) in requests(other)? {
+            let sum = used.entry(size).or_default();
+            *sum = sum.saturating_add(bytes);
+        }
+    }
+    for (size, bytes) in wanted {
+        let capacity = node
+            .hugepages
+            .get(&size)
+            .map_or(0, |b| i64::try_from(*b).unwrap_or(i64::MAX));
+        let used = used.get(&size).copied().unwrap_or(0);
+        if bytes > capacity.saturating_sub(used) {
+            return Err(out_of(
+                &hugepages::resource_name(size),
+                bytes,
+                used,
+                capacity,
+            ));
+        }
     }
     Ok(())
 }

@@ -591,6 +591,24 @@ impl Kubelet {
                 tracing::debug!(pod = %uid, error = %e, "orphaned pod cgroup not removed yet");
             }
         }
+        {
+            // Upstream's periodic `UpdateCgroups`: the Burstable level's weight from the pods
+            // that still run or may (pod syncs and removals update it as they happen).
+            let active = self.admitted_pods(|uid| {
+                !matches!(
+                    self.workers.phase(uid),
+                    Some(WorkerPhase::Terminated | WorkerPhase::Finished)
+                )
+            });
+            let active: Vec<&Pod> = active.iter().map(AsRef::as_ref).collect();
+            if let Err(e) = self
+                .cgroups
+                .update_qos_cgroups(&active, Instant::now())
+                .await
+            {
+                tracing::warn!(error = %e, "updating the QoS cgroups");
+            }
+        }
         if let Some(cpus) = &self.cpu_manager {
             self.cpu_housekeeping(cpus);
         }

@@ -16,10 +16,10 @@ use super::{
     },
 };
 pub use crate::cm::helpers::{
-    CPU_PERIOD_US, MIN_QUOTA_US, MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares,
+    CPU_PERIOD_US, CfsQuota, MIN_QUOTA_US, MIN_SHARES, milli_cpu_to_quota, milli_cpu_to_shares,
 };
 use crate::{
-    cm::quantity,
+    cm::{hugepages, quantity},
     container::{
         ANNOTATION_CONTAINER_HASH, ANNOTATION_CONTAINER_TYPE, ANNOTATION_RESTART_COUNT,
         ANNOTATION_TERMINATION_GRACE_PERIOD, ANNOTATION_TERMINATION_MESSAGE_PATH,
@@ -61,6 +61,17 @@ pub struct ContainerParams<'a> {
     pub security: &'a SecurityOptions,
     /// The pod's user namespace, as its sandbox got it.
     pub userns: Option<cri::UserNamespace>,
+    /// How limits become the container's cgroup values.
+    pub resources: &'a ResourceOptions,
+}
+
+/// What the node's configuration and hardware add to a container's resources.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceOptions {
+    /// `cpuCFSQuota` and `cpuCFSQuotaPeriod`.
+    pub cfs_quota: CfsQuota,
+    /// The node's huge page sizes in bytes (`/sys/kernel/mm/hugepages`).
+    pub hugepage_sizes: Vec<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -164,19 +175,27 @@ pub fn container_config(
         stdin_once: container.stdin_once.unwrap_or(false),
         tty: container.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
-            resources: Some(linux_resources(container, params.oom_score_adj)?),
+            resources: Some(linux_resources(
+                container,
+                params.oom_score_adj,
+                params.resources,
+            )?),
             security_context: Some(security_context),
         }),
         ..Default::default()
     })
 }
 
-/// CPU shares from the request, CFS quota from the limit, memory limit, oom_score_adj (upstream
-/// `milliCPUToShares`, `milliCPUToQuota`).
+/// CPU shares from the request, CFS quota from the limit in the configured period, memory
+/// limit, oom_score_adj (upstream `calculateLinuxResources`: with `cpuCFSQuota` the period is
+/// always sent, the quota 0 without a limit; without it neither is, and the runtime leaves the
+/// container unthrottled); the hugepage limits as [`hugepage_limits`] makes them.
 pub fn linux_resources(
     container: &Container,
     oom_score_adj: i64,
+    options: &ResourceOptions,
 ) -> Result<cri::LinuxContainerResources, ConfigError> {
+    let cfs = &options.cfs_quota;
     let resources = container.resources.clone().unwrap_or_default();
     let bad = |e: quantity::QuantityError| ConfigError::Resources {
         container: container.name.clone(),
@@ -202,18 +221,43 @@ pub fn linux_resources(
         .map(|q| quantity::memory_bytes(&q))
         .transpose()
         .map_err(bad)?;
+    let (cpu_period, cpu_quota) = match cfs.quota_for(cpu_limit.unwrap_or(0)) {
+        Some(quota) => (cfs.period_us, quota),
+        None => (0, 0),
+    };
     Ok(cri::LinuxContainerResources {
-        cpu_period: if cpu_limit.is_some() {
-            CPU_PERIOD_US
-        } else {
-            0
-        },
-        cpu_quota: cpu_limit.map_or(0, milli_cpu_to_quota),
+        cpu_period,
+        cpu_quota,
         cpu_shares: milli_cpu_to_shares(cpu_request.unwrap_or(0)),
         memory_limit_in_bytes: memory_limit.unwrap_or(0),
         oom_score_adj,
+        hugepage_limits: hugepage_limits(container, &options.hugepage_sizes)?,
         ..Default::default()
     })
+}
+
+/// Upstream `GetHugepageLimitsFromResources`: every page size the node has, limited to the
+/// container's `hugepages-<size>` limit, 0 (none may be used) where it sets none. A limit of a
+/// size the node does not have is left out (admission refuses such pods before they start).
+pub fn hugepage_limits(
+    container: &Container,
+    node_sizes: &[u64],
+) -> Result<Vec<cri::HugepageLimit>, ConfigError> {
+    let limits = hugepages::container_limits(container).map_err(|e| ConfigError::Resources {
+        container: container.name.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(node_sizes
+        .iter()
+        .filter_map(|size| {
+            Some(cri::HugepageLimit {
+                page_size: hugepages::unit_size(*size)?,
+                limit: limits
+                    .get(size)
+                    .map_or(0, |bytes| u64::try_from(*bytes).unwrap_or(0)),
+            })
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -242,8 +286,9 @@ mod tests {
     #[test]
     fn cpu_and_memory_become_shares_quota_and_limit() {
         let cases = [
-            (resources(&[], &[]), (2, 0, 0, 0)),
-            (resources(&[("cpu", "250m")], &[]), (256, 0, 0, 0)),
+            // The period goes with cpuCFSQuota even without a limit (quota 0: none).
+            (resources(&[], &[]), (2, 0, 100_000, 0)),
+            (resources(&[("cpu", "250m")], &[]), (256, 0, 100_000, 0)),
             (
                 resources(&[("cpu", "500m")], &[("cpu", "1"), ("memory", "64Mi")]),
                 (512, 100_000, 100_000, 64 << 20),
@@ -258,7 +303,7 @@ mod tests {
                 resources: Some(r.clone()),
                 ..Default::default()
             };
-            let got = linux_resources(&c, 5).expect("valid");
+            let got = linux_resources(&c, 5, &ResourceOptions::default()).expect("valid");
             assert_eq!(
                 (
                     got.cpu_shares,
@@ -274,13 +319,84 @@ mod tests {
     }
 
     #[test]
+    fn the_cfs_settings_shape_the_quota_and_period() {
+        let c = Container {
+            name: "c".into(),
+            resources: Some(resources(&[], &[("cpu", "100m")])),
+            ..Default::default()
+        };
+        let at = |enforce, period_us| {
+            let options = ResourceOptions {
+                cfs_quota: CfsQuota { enforce, period_us },
+                hugepage_sizes: Vec::new(),
+            };
+            linux_resources(&c, 0, &options)
+                .map(|r| (r.cpu_quota, r.cpu_period, r.cpu_shares))
+                .ok()
+        };
+        // 100m at 100ms is 10ms (upstream's TestMilliCPUToQuota); at 50ms, 5ms.
+        assert_eq!(at(true, 100_000), Some((10_000, 100_000, 102)));
+        assert_eq!(at(true, 50_000), Some((5_000, 50_000, 102)));
+        // At least 1ms whatever the period.
+        assert_eq!(at(true, 5_000), Some((1_000, 5_000, 102)));
+        // cpuCFSQuota: false: neither quota nor period, shares as before.
+        assert_eq!(at(false, 50_000), Some((0, 0, 102)));
+    }
+
+    #[test]
+    fn every_node_hugepage_size_is_limited_and_requested_ones_to_their_limit() {
+        let c = Container {
+            name: "c".into(),
+            resources: Some(resources(
+                &[("hugepages-2Mi", "4Mi")],
+                &[("hugepages-2Mi", "4Mi"), ("memory", "64Mi")],
+            )),
+            ..Default::default()
+        };
+        let options = ResourceOptions {
+            cfs_quota: CfsQuota::default(),
+            hugepage_sizes: vec![2 << 20, 1 << 30],
+        };
+        let got = linux_resources(&c, 0, &options)
+            .map(|r| {
+                r.hugepage_limits
+                    .into_iter()
+                    .map(|l| (l.page_size, l.limit))
+                    .collect::<Vec<_>>()
+            })
+            .ok();
+        assert_eq!(
+            got,
+            Some(vec![("2MB".to_owned(), 4 << 20), ("1GB".to_owned(), 0)])
+        );
+        // A node without huge pages sends none.
+        let none = linux_resources(&c, 0, &ResourceOptions::default())
+            .map(|r| r.hugepage_limits.len())
+            .ok();
+        assert_eq!(none, Some(0));
+        let bad = Container {
+            name: "web".into(),
+            resources: Some(resources(&[], &[("hugepages-2Mi", "lots")])),
+            ..Default::default()
+        };
+        let err = linux_resources(&bad, 0, &options)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            err.contains("container web") && err.contains("hugepages-2Mi"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn a_bad_quantity_names_the_container() {
         let c = Container {
             name: "web".into(),
             resources: Some(resources(&[("cpu", "lots")], &[])),
             ..Default::default()
         };
-        let err = linux_resources(&c, 0)
+        let err = linux_resources(&c, 0, &ResourceOptions::default())
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -324,6 +440,7 @@ mod tests {
             image_user: &ImageUser::Uid(0),
             security: &security,
             userns: None,
+            resources: &ResourceOptions::default(),
         };
         let c = container_config(&pod, &container, &params).expect("config");
         assert_eq!(c.args, vec!["echo me".to_owned()]);

@@ -25,6 +25,21 @@ pub fn runtime_manager(
     log_dir: &str,
     seccomp_default: bool,
 ) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
+    runtime_manager_with(
+        fake,
+        log_dir,
+        seccomp_default,
+        super::container_config::ResourceOptions::default(),
+    )
+}
+
+/// [`runtime_manager`] on a node with `resources` (CFS settings, huge page sizes).
+pub fn runtime_manager_with(
+    fake: &Arc<FakeRuntime>,
+    log_dir: &str,
+    seccomp_default: bool,
+    resources: super::container_config::ResourceOptions,
+) -> (KubeRuntimeManager, Arc<Mutex<ReasonCache>>) {
     let reasons = Arc::new(Mutex::new(ReasonCache::new()));
     let manager = KubeRuntimeManager::new(
         fake.clone(),
@@ -43,6 +58,7 @@ pub fn runtime_manager(
                 std::path::Path::new("/var/lib/swiftlet"),
                 seccomp_default,
             ),
+            resources,
         },
     );
     let clock = fake.clone();

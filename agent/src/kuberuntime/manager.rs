@@ -68,6 +68,8 @@ pub struct RuntimeManagerConfig {
     pub runtime_handler: String,
     /// Seccomp profiles' root and `seccompDefault`.
     pub security: SecurityOptions,
+    /// `cpuCFSQuota`, `cpuCFSQuotaPeriod` and the node's huge page sizes.
+    pub resources: super::container_config::ResourceOptions,
 }
 
 /// Why a sync did not complete; the worker logs it and retries after its back-off.
@@ -720,6 +722,7 @@ impl KubeRuntimeManager {
                 .and_then(|l| l.security_context.as_ref())
                 .and_then(|s| s.namespace_options.as_ref())
                 .and_then(|n| n.userns_options.clone()),
+            resources: &self.config.resources,
         };
         let config = container_config(start.pod, container, &params)
             .map_err(|e| config_error(e.to_string()))?;

@@ -55,3 +55,30 @@ pub fn pod_requests(pod: &Pod) -> Result<(i64, i64), RequestError> {
     }
     Ok((cpu, memory))
 }
+
+/// A `spec.overhead` entry that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("spec.overhead[{resource}]: {source}")]
+pub struct OverheadError {
+    pub resource: &'static str,
+    #[source]
+    pub source: QuantityError,
+}
+
+/// The pod's `spec.overhead` (what its RuntimeClass costs beyond its containers), CPU in
+/// millis and memory in bytes; upstream `PodRequests` adds it to the requests and `PodLimits`
+/// to the limits that are set.
+pub fn pod_overhead(pod: &Pod) -> Result<(i64, i64), OverheadError> {
+    let overhead = pod.spec.as_ref().and_then(|s| s.overhead.as_ref());
+    let of = |resource: &'static str, parse: fn(&str) -> Result<i64, QuantityError>| {
+        overhead
+            .and_then(|o| o.get(resource))
+            .map(|q| parse(&q.0).map_err(|source| OverheadError { resource, source }))
+            .transpose()
+            .map(Option::unwrap_or_default)
+    };
+    Ok((
+        of("cpu", quantity::cpu_millis)?,
+        of("memory", quantity::memory_bytes)?,
+    ))
+}

@@ -19,7 +19,7 @@ use super::{
     spec::Medium,
 };
 use crate::{
-    cm::pod_cgroups::PodLimits,
+    cm::{helpers::CfsQuota, pod_cgroups::PodLimits},
     hostfs::{self, Dir},
 };
 
@@ -34,7 +34,7 @@ pub fn memory_size(node_allocatable: i64, size_limit: Option<i64>, pod: &Pod) ->
     if let Ok(PodLimits {
         memory_bytes: Some(limit),
         ..
-    }) = PodLimits::of(pod)
+    }) = PodLimits::of(pod, &CfsQuota::default())
         && limit > 0
         && limit <= size
     {

@@ -26,8 +26,7 @@ use zbus::{
     zvariant::{OwnedObjectPath, Value},
 };
 
-/// The period the CPU quota is given in (upstream's `QuotaPeriod`, 100ms).
-const CPU_PERIOD_US: u64 = 100_000;
+use super::helpers::{CPU_PERIOD_US, shares_to_weight};
 
 /// How long a job may take before it is given up on (runc's `startUnit`/`stopUnit` wait 30s).
 const JOB_TIMEOUT: Duration = Duration::from_secs(30);
@@ -97,8 +96,10 @@ trait Manager {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SliceResources {
     pub cpu_shares: Option<u64>,
-    /// CPU quota per 100ms period, in µs.
+    /// CPU quota per period, in µs; -1 for none.
     pub cpu_quota_us: Option<i64>,
+    /// The CFS period in µs (`cpuCFSQuotaPeriod`); `None` leaves systemd's (100ms).
+    pub cpu_period_us: Option<u64>,
     pub memory_bytes: Option<i64>,
     pub pids_max: Option<i64>,
 }
@@ -333,13 +334,20 @@ fn resource_properties(
     let mut properties = Vec::new();
     if let Some(shares) = resources.cpu_shares {
         properties.push(if unified {
-            ("CPUWeight", Value::from(cpu_weight(shares)))
+            ("CPUWeight", Value::from(shares_to_weight(shares)))
         } else {
             ("CPUShares", Value::from(shares))
         });
     }
+    if let Some(period) = resources.cpu_period_us {
+        properties.push(("CPUQuotaPeriodUSec", Value::from(period)));
+    }
     if let Some(quota) = resources.cpu_quota_us {
-        properties.push(("CPUQuotaPerSecUSec", Value::from(quota_per_sec(quota))));
+        let period = resources.cpu_period_us.unwrap_or(CPU_PERIOD_US as u64);
+        properties.push((
+            "CPUQuotaPerSecUSec",
+            Value::from(quota_per_sec(quota, period)),
+        ));
     }
     if let Some(memory) = resources.memory_bytes {
         let limit = u64::try_from(memory).unwrap_or(u64::MAX);
@@ -358,20 +366,13 @@ fn resource_properties(
     properties
 }
 
-/// runc's `addCpuQuota`: the quota per second, rounded up to whole 10ms as systemd keeps it;
-/// none (`-1`) is infinity.
-fn quota_per_sec(quota_us: i64) -> u64 {
-    let Ok(quota) = u64::try_from(quota_us) else {
-        return u64::MAX;
+/// runc's `addCpuQuota`: the quota per second of a quota per `period_us`, rounded up to whole
+/// 10ms as systemd keeps it; none (`-1`, or 0) is infinity.
+fn quota_per_sec(quota_us: i64, period_us: u64) -> u64 {
+    let quota = match u64::try_from(quota_us) {
+        Ok(quota) if quota > 0 => quota,
+        _ => return u64::MAX,
     };
-    let per_sec = quota.saturating_mul(1_000_000) / CPU_PERIOD_US;
+    let per_sec = quota.saturating_mul(1_000_000) / period_us.max(1);
     per_sec.div_ceil(10_000) * 10_000
-}
-
-/// runc's `ConvertCPUSharesToCgroupV2Value`: shares 2..262144 onto weight 1..10000.
-fn cpu_weight(shares: u64) -> u64 {
-    if shares == 0 {
-        return 0;
-    }
-    1 + (shares.saturating_sub(2) * 9999) / 262_142
 }

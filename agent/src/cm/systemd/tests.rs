@@ -240,6 +240,7 @@ async fn pod_slices_start_as_transient_units_nested_by_wants() {
         cpu_quota_us: Some(25_000),
         memory_bytes: Some(128 << 20),
         pids_max: Some(100),
+        ..SliceResources::default()
     };
     slices.ensure_slice(&pod, &limits).await.expect("pod slice");
     // Again: the unit exists, so its limits are set on it instead.
@@ -374,11 +375,11 @@ async fn the_manager_answering_a_ping_passes_the_bus_check() {
 #[test]
 fn quota_and_weight_follow_runc() {
     // addCpuQuota: 1.5ms per 100ms is 15ms per second, rounded up to 20ms.
-    assert_eq!(quota_per_sec(1_500), 20_000);
-    assert_eq!(quota_per_sec(100_000), 1_000_000);
-    assert_eq!(cpu_weight(2), 1);
-    assert_eq!(cpu_weight(1024), 39);
-    assert_eq!(cpu_weight(262_144), 10_000);
+    assert_eq!(quota_per_sec(1_500, 100_000), 20_000);
+    assert_eq!(quota_per_sec(100_000, 100_000), 1_000_000);
+    // cpuCFSQuotaPeriod 50ms: 25ms of every 50ms is half a CPU.
+    assert_eq!(quota_per_sec(25_000, 50_000), 500_000);
+    assert_eq!(quota_per_sec(-1, 50_000), u64::MAX);
     assert!(matches!(
         unit_and_parent("kubepods.slice/x"),
         Err(SystemdError::NotASlice { .. })
@@ -470,6 +471,7 @@ async fn with_the_systemd_driver_pod_cgroups_are_slices_and_only_leftovers_are_r
             pods: PodCgroupLayout::for_driver(CgroupDriver::Systemd, Path::new("/"), true),
             pod_pids_limit: 1024,
             allocatable_memory: Some(8 << 30),
+            ..PodCgroupConfig::default()
         },
         CgroupLayout::Unified {
             root: root.path().to_owned(),
@@ -500,24 +502,34 @@ async fn with_the_systemd_driver_pod_cgroups_are_slices_and_only_leftovers_are_r
     let calls = calls.lock().expect("calls");
     let started = started(&calls);
     let units: Vec<&str> = started.iter().map(|(u, _)| *u).collect();
+    // The burstable level weighs the pod's request before its slice is made, and drops it
+    // with the pod (upstream `UpdateQOSCgroups` before `EnsureExists`).
     assert_eq!(
         units,
         [
             "kubepods.slice",
             "kubepods-burstable.slice",
             "kubepods-besteffort.slice",
-            "kubepods-burstable-pod9f_1.slice"
+            "kubepods-burstable.slice",
+            "kubepods-burstable-pod9f_1.slice",
+            "kubepods-burstable.slice"
         ]
     );
     assert_eq!(started[0].1.get("MemoryMax"), Some(&value(8u64 << 30)));
     assert_eq!(started[2].1.get("CPUWeight"), Some(&value(1u64)));
     assert!(!started[1].1.contains_key("CPUWeight") && !started[1].1.contains_key("MemoryMax"));
-    let pod_props = started[3].1;
+    assert_eq!(started[3].1.get("CPUWeight"), Some(&value(10u64)));
+    assert_eq!(started[5].1.get("CPUWeight"), Some(&value(1u64)));
+    let pod_props = started[4].1;
     // 250m requested: shares 256, weight 10; 500m limit: 50ms per 100ms.
     assert_eq!(pod_props.get("CPUWeight"), Some(&value(10u64)));
     assert_eq!(
         pod_props.get("CPUQuotaPerSecUSec"),
         Some(&value(500_000u64))
+    );
+    assert_eq!(
+        pod_props.get("CPUQuotaPeriodUSec"),
+        Some(&value(100_000u64))
     );
     assert_eq!(pod_props.get("MemoryMax"), Some(&value(128u64 << 20)));
     assert_eq!(pod_props.get("TasksMax"), Some(&value(1024u64)));

@@ -15,6 +15,8 @@ fn capacity() -> NodeCapacity {
         max_pods: 3,
         cpu_millis: 2000,
         memory_bytes: 1 << 30,
+        // 4 pages of 2 MiB; no 1 GiB pages configured (the size exists, with none).
+        hugepages: [(2 << 20, 8 << 20), (1 << 30, 0)].into_iter().collect(),
     }
 }
 
@@ -409,4 +411,51 @@ fn the_pods_os_must_be_the_nodes() {
     assert_eq!(reason(&linux, &[]), None);
     let windows = tolerant(json!({ "os": { "name": "windows" } }));
     assert_eq!(reason(&windows, &[]).as_deref(), Some("PodOSNotSupported"));
+}
+
+#[test]
+fn hugepages_fit_the_pages_of_their_size_or_are_refused_naming_it() {
+    let asking = |resource: &str, amount: &str| {
+        let mut list = json!({ "memory": "1Mi" });
+        list[resource] = json!(amount);
+        tolerant(json!({
+            "containers": [{ "name": "c", "image": "busybox", "resources": {
+                "requests": list.clone(),
+                "limits": list,
+            }}],
+        }))
+    };
+    let two = asking("hugepages-2Mi", "4Mi");
+    assert_eq!(reason(&two, &[]), None);
+    // 8 MiB of 2 MiB pages: 4 MiB used, 6 more do not fit.
+    let six = asking("hugepages-2Mi", "6Mi");
+    assert_eq!(reason(&six, &[&two]).as_deref(), Some("OutOfhugepages-2Mi"));
+    // A size the node has no pages of, and one it does not have at all: no capacity.
+    let registration = registration();
+    let capacity = capacity();
+    let node = AdmissionNode {
+        name: NODE,
+        capacity: &capacity,
+        registration: &registration,
+    };
+    for (resource, reason) in [
+        ("hugepages-1Gi", "OutOfhugepages-1Gi"),
+        ("hugepages-32Mi", "OutOfhugepages-32Mi"),
+    ] {
+        let pod = asking(
+            resource,
+            if resource.ends_with("Gi") {
+                "1Gi"
+            } else {
+                "32Mi"
+            },
+        );
+        let rejected = admit(&pod, &[], &node).err();
+        assert_eq!(rejected.as_ref().map(|r| r.reason.as_str()), Some(reason));
+        let message = rejected.map(|r| r.message).unwrap_or_default();
+        assert!(
+            message.contains(&format!("resource: {resource},")) && message.contains("capacity: 0"),
+            "{message}"
+        );
+    }
 }

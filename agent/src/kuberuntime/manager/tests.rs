@@ -2,6 +2,7 @@
 //! init containers, images, back-off and kills.
 
 mod events;
+mod resources;
 mod runtime_class;
 mod security;
 mod termination;
