@@ -236,6 +236,9 @@ impl EbpfPleg {
                     tracing::warn!(missed, "kernel-event PLEG fell behind: relisting");
                     self.force_relist("lagged");
                 }
+                // At shutdown the pump closes the stream while this task is told to stop: both
+                // are ready at once, and an ended stream then is no failure.
+                Err(broadcast::error::RecvError::Closed) if shutdown.is_cancelled() => return,
                 Err(broadcast::error::RecvError::Closed) => {
                     tracing::error!(
                         "the kernel event stream ended: the PLEG falls back to its relist"

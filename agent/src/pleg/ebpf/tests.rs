@@ -373,6 +373,23 @@ async fn lost_events_force_a_full_relist() {
 }
 
 #[tokio::test]
+async fn an_ended_stream_is_a_failure_except_at_shutdown() {
+    for at_shutdown in [true, false] {
+        let f = fixture(vec![ContainerState::Running]);
+        let (tx, rx) = broadcast::channel(4);
+        drop(tx);
+        let shutdown = CancellationToken::new();
+        if at_shutdown {
+            shutdown.cancel();
+        }
+        f.pleg.clone().run(rx, shutdown).await;
+        let relists = f.metrics.relists.with_label_values(&["stream"]).get();
+        let alive = f.pleg.stream_alive.load(Ordering::Acquire);
+        assert_eq!((alive, relists), (at_shutdown, u64::from(!at_shutdown)));
+    }
+}
+
+#[tokio::test]
 async fn an_oom_kill_marks_the_container() {
     let f = fixture(vec![ContainerState::Running]);
     f.pleg.handle(&mkdir(30, "/kubepods/podu2/c9"));
