@@ -287,4 +287,39 @@ mod tests {
             "{err}"
         );
     }
+
+    /// A pod's author controls every name and quantity: sums that overflow saturate, a negative
+    /// limit becomes "none may be used", and a size that is no quantity is an error naming it.
+    #[test]
+    fn hostile_hugepage_quantities_neither_overflow_nor_widen_a_limit() {
+        let huge = || container("x", &[], &[("hugepages-2Mi", "8Ei")]);
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![huge(), huge(), huge()],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let requests = pod_requests(&pod).expect("valid quantities");
+        assert_eq!(requests.get(&(2 << 20)), Some(&i64::MAX));
+
+        let negative = container("n", &[], &[("hugepages-2Mi", "-4Mi")]);
+        let limits = container_limits(&negative).expect("parses");
+        assert_eq!(limits.get(&(2 << 20)), Some(&-(4 << 20)));
+        let pod = Pod {
+            spec: Some(PodSpec {
+                containers: vec![negative],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(pod_requests(&pod).expect("parses").is_empty());
+
+        let garbage = container("g", &[], &[("hugepages-../../x", "1Gi")]);
+        let err = container_limits(&garbage)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("hugepages-../../x"), "{err}");
+    }
 }

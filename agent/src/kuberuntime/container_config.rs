@@ -389,6 +389,22 @@ mod tests {
         );
     }
 
+    /// A negative hugepage limit from a manifest must not wrap into an unlimited one at CRI.
+    #[test]
+    fn a_negative_hugepage_limit_reaches_cri_as_none_may_be_used() {
+        let c = Container {
+            name: "c".into(),
+            resources: Some(resources(&[], &[("hugepages-2Mi", "-2Mi")])),
+            ..Default::default()
+        };
+        let limits = hugepage_limits(&c, &[2 << 20]).map(|l| {
+            l.into_iter()
+                .map(|l| (l.page_size, l.limit))
+                .collect::<Vec<_>>()
+        });
+        assert_eq!(limits.ok(), Some(vec![("2MB".to_owned(), 0)]));
+    }
+
     #[test]
     fn a_bad_quantity_names_the_container() {
         let c = Container {
