@@ -191,7 +191,14 @@ impl KernelFacts {
     /// process) is the runtime's business alone: the sandbox state says it.
     /// The runtime's own status not listing a container at all confirms its end too (it was
     /// removed, or the pod is not this runtime's): waiting for its exit to show would be vain.
-    pub fn amend(&mut self, status: &mut PodStatus, source: Source) {
+    ///
+    /// Returns the containers whose exit the runtime confirmed with more to say than the
+    /// kernel's account did (a termination message, its own reason or exit code): the status
+    /// reported at the kernel's word lacked it, and nothing else would make a worker read it
+    /// again before its next sync — which, for a container in back-off, is minutes away.
+    #[must_use]
+    pub fn amend(&mut self, status: &mut PodStatus, source: Source) -> Vec<String> {
+        let mut confirmed = Vec::new();
         for sandbox in &status.sandboxes {
             self.exits.remove(&sandbox.id);
         }
@@ -234,6 +241,18 @@ impl KernelFacts {
                     }
                     tracing::warn!(container = c.id.id, kernel = exit.exit_code, runtime = ?c.exit_code, "the runtime reports another exit code than the kernel did; keeping the runtime's");
                 }
+                let mut kernels = c.clone();
+                amend_exit(&mut kernels, exit);
+                let oom = self.oom_killed(&c.id.id);
+                let reason = |c: &crate::container::ContainerStatus| {
+                    if oom { "OOMKilled" } else { c.reason.as_str() }.to_owned()
+                };
+                if !c.message.is_empty()
+                    || c.exit_code != kernels.exit_code
+                    || reason(c) != reason(&kernels)
+                {
+                    confirmed.push(c.id.id.clone());
+                }
                 let id = c.id.id.clone();
                 self.exits.remove(&id);
                 continue;
@@ -249,6 +268,7 @@ impl KernelFacts {
                 c.reason = "OOMKilled".into();
             }
         }
+        confirmed
     }
 }
 
@@ -279,7 +299,7 @@ mod tests {
                 finished_at: t(100),
             },
         );
-        facts.amend(&mut status, Source::Runtime);
+        let _ = facts.amend(&mut status, Source::Runtime);
         let c = &status.containers[0];
         assert_eq!(
             (c.state, c.exit_code, c.finished_at, c.reason.as_str()),
@@ -294,7 +314,7 @@ mod tests {
             .running(&spec)
             .build();
         later.containers[1].id.id.clone_from(&id);
-        facts.amend(&mut later, Source::Runtime);
+        let _ = facts.amend(&mut later, Source::Runtime);
         assert_eq!(later.containers[1].exit_code, Some(137));
         // Once the runtime removed the container, nothing of it is kept.
         let mut removed = runtime()
@@ -302,7 +322,7 @@ mod tests {
             .running(&spec)
             .map_latest(|c| c.id.id = "a-new-instance".into())
             .build();
-        facts.amend(&mut removed, Source::Runtime);
+        let _ = facts.amend(&mut removed, Source::Runtime);
         assert!(facts.lost.by_container.is_empty());
 
         // A runtime that knows the exit keeps its own account.
@@ -316,7 +336,74 @@ mod tests {
                 finished_at: t(100),
             },
         );
-        facts.amend(&mut known, Source::Runtime);
+        let _ = facts.amend(&mut known, Source::Runtime);
         assert_eq!(known.containers[0].exit_code, Some(3));
+    }
+
+    /// The runtime's confirmation of an exit the kernel reported is worth a new status only when
+    /// it says more than the kernel did.
+    #[test]
+    fn a_confirmation_that_adds_a_message_or_a_reason_is_returned() {
+        let spec = container("app");
+        let kernel = |code| KernelExit {
+            pod: PodUid::from(UID),
+            exit_code: code,
+            finished_at: t(100),
+        };
+        let confirm = |facts: &mut KernelFacts, status: &mut PodStatus, code| {
+            let id = status.containers[0].id.id.clone();
+            facts.record_exit(id.clone(), kernel(code));
+            (id, facts.amend(status, Source::Runtime))
+        };
+        let mut facts = KernelFacts::new(None);
+
+        // What the kernel said, and no more.
+        let mut same = runtime().ready_sandbox().exited(&spec, 1).build();
+        let (id, confirmed) = confirm(&mut facts, &mut same, 1);
+        assert!(confirmed.is_empty());
+        assert!(!facts.exit_pending(&id));
+
+        // A termination message only the runtime's status brings.
+        let mut message = runtime()
+            .ready_sandbox()
+            .exited(&spec, 1)
+            .map_latest(|c| c.message = "crashed".into())
+            .build();
+        let (id, confirmed) = confirm(&mut facts, &mut message, 1);
+        assert_eq!(confirmed, vec![id]);
+
+        // Another exit code, or another reason (an OOM kill the kernel did not see).
+        let mut code = runtime().ready_sandbox().exited(&spec, 3).build();
+        let (id, confirmed) = confirm(&mut facts, &mut code, 1);
+        assert_eq!(confirmed, vec![id]);
+        let mut oom = runtime()
+            .ready_sandbox()
+            .exited(&spec, 137)
+            .map_latest(|c| c.reason = "OOMKilled".into())
+            .build();
+        let (id, confirmed) = confirm(&mut facts, &mut oom, 137);
+        assert_eq!(confirmed, vec![id]);
+
+        // An OOM kill both saw is no news.
+        let mut both = runtime()
+            .ready_sandbox()
+            .exited(&spec, 137)
+            .map_latest(|c| c.reason = "OOMKilled".into())
+            .build();
+        let id = both.containers[0].id.id.clone();
+        facts.record_oom(&PodUid::from(UID), &id, "default", "web");
+        let (_, confirmed) = confirm(&mut facts, &mut both, 137);
+        assert!(confirmed.is_empty());
+
+        // A cached status showing the kernel's own account confirms nothing.
+        let mut cached = runtime()
+            .ready_sandbox()
+            .exited(&spec, 1)
+            .map_latest(|c| c.message = "crashed".into())
+            .build();
+        let id = cached.containers[0].id.id.clone();
+        facts.record_exit(id.clone(), kernel(1));
+        assert!(facts.amend(&mut cached, Source::Cache).is_empty());
+        assert!(facts.exit_pending(&id));
     }
 }

@@ -21,7 +21,7 @@ use super::{
     facts::{KernelFacts, Source},
     relist::{compute_events, running_pod_of},
 };
-use crate::container::{PodStatus, PodUid, RunningPod};
+use crate::container::{ContainerId, PodStatus, PodUid, RunningPod};
 use crate::lock::MutexExt as _;
 
 /// An observation of a pod to record.
@@ -188,7 +188,7 @@ impl PodRecords {
                 (status, Source::Cache, cached.timestamp, Some(kernel_ts_ns))
             }
         };
-        self.facts().amend(&mut status, source);
+        let confirmed = self.facts().amend(&mut status, source);
         let running = running_pod_of(&status);
         let (mut events, gone) = {
             let mut pods = lock(&self.pods);
@@ -205,7 +205,22 @@ impl PodRecords {
             {
                 return None;
             }
-            let events = compute_events(uid, pods.get(uid), Some(&running), &self.runtime_name);
+            let mut events = compute_events(uid, pods.get(uid), Some(&running), &self.runtime_name);
+            // The runtime's confirmation of an exit already reported changes no state, so no
+            // event says it; its message and reason still have to reach the API status.
+            for id in confirmed {
+                let id = ContainerId::new(&self.runtime_name, &id);
+                if !events.iter().any(|e| e.container.as_ref() == Some(&id)) {
+                    events.push(PodLifecycleEvent {
+                        pod: uid.clone(),
+                        kind: EventType::PodSync,
+                        container: Some(id),
+                        kernel_ts_ns: None,
+                        observed_at: None,
+                        status: None,
+                    });
+                }
+            }
             let gone = if running.sandboxes.is_empty() && running.containers.is_empty() {
                 pods.remove(uid).is_some()
             } else {
@@ -219,7 +234,10 @@ impl PodRecords {
             self.facts().forget_pod(uid);
         }
         for event in &mut events {
-            event.kernel_ts_ns = kernel_ts_ns;
+            // A confirmation is no state change the kernel saw: kept out of the latency figures.
+            if event.kind != EventType::PodSync {
+                event.kernel_ts_ns = kernel_ts_ns;
+            }
             event.observed_at = Some(observed);
             event.status = event
                 .container
@@ -290,6 +308,7 @@ mod tests {
 
     use super::*;
     use crate::container::{ContainerId, ContainerState, ContainerStatus};
+    use crate::pleg::facts::KernelExit;
 
     fn status(state: ContainerState) -> PodStatus {
         let mut status = PodStatus::empty(PodUid::from("u1"), "web", "default");
@@ -371,5 +390,83 @@ mod tests {
             cached.status.map(|s| s.containers[0].state),
             Some(ContainerState::Exited)
         );
+    }
+
+    /// An exit reported at the kernel's word is sent once; the runtime's confirmation wakes the
+    /// pod's worker again only when it brings what the kernel could not know (the message).
+    #[test]
+    fn a_confirmation_with_a_message_wakes_the_worker_once_more() {
+        let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + s);
+        let run = |message: &str| {
+            let (records, mut rx) = PodRecords::new(
+                "containerd",
+                KernelFacts::default(),
+                Outputs {
+                    observer: None,
+                    event_latency: None,
+                    discarded: IntCounter::new("d", "d").expect("counter"),
+                },
+            );
+            let uid = PodUid::from("u1");
+            records.record(&uid, None, runtime(ContainerState::Running, t(1)));
+            assert_eq!(
+                rx.try_recv().map(|e| e.kind),
+                Ok(EventType::ContainerStarted)
+            );
+            records.facts().record_exit(
+                "c1".into(),
+                KernelExit {
+                    pod: uid.clone(),
+                    exit_code: 4,
+                    finished_at: t(2),
+                },
+            );
+            let early = records.record(
+                &uid,
+                Some("c1"),
+                Observation::KernelExit { kernel_ts_ns: 7 },
+            );
+            assert_eq!(
+                early.map(|s| s.containers[0].message.clone()),
+                Some(String::new())
+            );
+            let died = rx.try_recv().expect("the kernel's exit is sent");
+            assert_eq!(
+                (died.kind, died.kernel_ts_ns),
+                (EventType::ContainerDied, Some(7))
+            );
+
+            let mut confirmed = status(ContainerState::Exited);
+            confirmed.containers[0].reason = "Error".into();
+            confirmed.containers[0].message = message.into();
+            records.record(
+                &uid,
+                None,
+                Observation::Runtime {
+                    status: confirmed,
+                    at: t(3),
+                    kernel_ts_ns: Some(7),
+                },
+            );
+            assert!(!records.facts().exit_pending("c1"));
+            let cached = records
+                .cache()
+                .get(&uid)
+                .status
+                .map(|s| s.containers[0].message.clone());
+            assert_eq!(cached.as_deref(), Some(message));
+            let after: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+            after
+        };
+        let woken = run("crashed");
+        assert_eq!(woken.len(), 1, "{woken:?}");
+        assert_eq!(woken[0].kind, EventType::PodSync);
+        assert_eq!(
+            woken[0].container.as_ref().map(|c| c.id.as_str()),
+            Some("c1")
+        );
+        // Not a state the kernel saw: no latency is measured from it.
+        assert_eq!(woken[0].kernel_ts_ns, None);
+        assert!(run("").is_empty(), "nothing new: no second wake-up");
     }
 }

@@ -112,7 +112,7 @@ fn pod_status(
     status
 }
 
-/// Container `id` of the "main" container in `state` (exit code 3 once exited).
+/// Container `id` of the "main" container in `state` (exit code 3, `Error`, once exited).
 fn container(id: &str, state: ContainerState) -> ContainerStatus {
     ContainerStatus {
         id: ContainerId::new("containerd", id),
@@ -122,7 +122,13 @@ fn container(id: &str, state: ContainerState) -> ContainerStatus {
         started_at: None,
         finished_at: None,
         exit_code: (state == ContainerState::Exited).then_some(3),
-        reason: String::new(),
+        // containerd's reason for a non-zero exit.
+        reason: if state == ContainerState::Exited {
+            "Error"
+        } else {
+            ""
+        }
+        .into(),
         message: String::new(),
         image: String::new(),
         image_ref: String::new(),
