@@ -901,6 +901,43 @@ fn the_node_object_is_served_locally() {
             "{resource} missing: {status}"
         );
     }
+    // Every huge page size the kernel offers, with the bytes of its pre-allocated pages (this
+    // machine's sizes have none: "0"), in capacity and allocatable alike.
+    let sizes: Vec<(String, u64)> = std::fs::read_dir("/sys/kernel/mm/hugepages")
+        .map(|dir| {
+            dir.flatten()
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let kb: u64 = name
+                        .strip_prefix("hugepages-")?
+                        .strip_suffix("kB")?
+                        .parse()
+                        .ok()?;
+                    let pages: u64 = std::fs::read_to_string(e.path().join("nr_hugepages"))
+                        .ok()?
+                        .trim()
+                        .parse()
+                        .ok()?;
+                    let unit = if kb % (1024 * 1024) == 0 {
+                        format!("{}Gi", kb / (1024 * 1024))
+                    } else {
+                        format!("{}Mi", kb / 1024)
+                    };
+                    Some((format!("hugepages-{unit}"), pages * kb * 1024))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for (resource, bytes) in &sizes {
+        for list in ["capacity", "allocatable"] {
+            let shown = status[list][resource].as_str().unwrap_or("missing");
+            if *bytes == 0 {
+                assert_eq!(shown, "0", "{list} {resource}: {status}");
+            } else {
+                assert_ne!(shown, "missing", "{list} {resource}: {status}");
+            }
+        }
+    }
     let info = &status["nodeInfo"];
     assert!(
         info["kubeletVersion"]

@@ -423,8 +423,12 @@ fn build_kubelet(
         },
     )?;
     // Admission fits pods into allocatable, as upstream's does.
-    let (cpu_millis, memory_bytes) =
-        allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
+    let (cpu_millis, memory_bytes) = allocatable::cpu_and_memory(
+        config,
+        node.cpu_millis,
+        node.memory_bytes,
+        node.hugepages.total_bytes(),
+    );
     let kubelet = Kubelet::new(KubeletParts {
         node_name: config.node_name.clone(),
         pods: workers.pods,
@@ -1039,8 +1043,12 @@ fn volume_manager(
     events: crate::events::Events,
 ) -> Result<Arc<VolumeManager>, Error> {
     let config = app.config;
-    let (_, allocatable_memory) =
-        allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
+    let (_, allocatable_memory) = allocatable::cpu_and_memory(
+        config,
+        node.cpu_millis,
+        node.memory_bytes,
+        node.hugepages.total_bytes(),
+    );
     // Upstream `setupDataDirs`: the root dir, `pods` and the pod log directory 0750, before any
     // pod's directory is made below them (wider ones an older agent left are narrowed).
     let dirs = PodDirs::new(config.root_dir.clone());
@@ -1087,8 +1095,12 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
             .map(|s| s.trim().to_owned())
             .unwrap_or_default()
     };
-    let (allocatable_cpu_millis, allocatable_memory_bytes) =
-        allocatable::cpu_and_memory(config, node.cpu_millis, node.memory_bytes);
+    let (allocatable_cpu_millis, allocatable_memory_bytes) = allocatable::cpu_and_memory(
+        config,
+        node.cpu_millis,
+        node.memory_bytes,
+        node.hugepages.total_bytes(),
+    );
     let (ephemeral_storage_bytes, allocatable_ephemeral_storage_bytes) =
         allocatable::ephemeral_storage(config).unzip();
     let Registration { labels, taints } = registration(config);
@@ -1103,6 +1115,7 @@ fn describe_node(config: &Config, node: &NodeFacts, runtime_version: String) -> 
         allocatable_memory_bytes: u64::try_from(allocatable_memory_bytes).unwrap_or(0),
         ephemeral_storage_bytes,
         allocatable_ephemeral_storage_bytes,
+        hugepages_bytes_by_size: node.hugepages.bytes_by_size.clone(),
         max_pods: config.max_pods,
         // `uname -r`.
         kernel_version: read("/proc/sys/kernel/osrelease"),

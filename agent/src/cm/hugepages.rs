@@ -55,6 +55,13 @@ impl NodeHugePages {
         NodeHugePages { bytes_by_size }
     }
 
+    /// The bytes of every size's pages together.
+    pub fn total_bytes(&self) -> u64 {
+        self.bytes_by_size
+            .values()
+            .fold(0, |sum, b| sum.saturating_add(*b))
+    }
+
     /// The page sizes, smallest first.
     pub fn sizes(&self) -> Vec<u64> {
         self.bytes_by_size.keys().copied().collect()

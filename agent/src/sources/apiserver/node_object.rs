@@ -67,6 +67,9 @@ pub struct NodeDescription {
     /// allocatable subtracts the reservations and the hard `nodefs.available` threshold.
     pub ephemeral_storage_bytes: Option<u64>,
     pub allocatable_ephemeral_storage_bytes: Option<u64>,
+    /// The pre-allocated huge pages, bytes by page size: `hugepages-<size>` in both capacity and
+    /// allocatable (nothing reserves them), every size the kernel offers, 0 included.
+    pub hugepages_bytes_by_size: BTreeMap<u64, u64>,
     /// `maxPods`: the `pods` capacity.
     pub max_pods: u32,
     /// `uname -r`.
@@ -174,6 +177,17 @@ pub(super) fn node_status(
     let allocatable_storage = node
         .allocatable_ephemeral_storage_bytes
         .map(|b| ("ephemeral-storage".to_owned(), Quantity(b.to_string())));
+    // cadvisor's binary quantities, as in capacity and allocatable alike.
+    let hugepages = node
+        .hugepages_bytes_by_size
+        .iter()
+        .map(|(size, bytes)| {
+            (
+                crate::cm::hugepages::resource_name(*size),
+                binary_quantity(*bytes),
+            )
+        })
+        .collect::<Vec<_>>();
     let resources: BTreeMap<String, Quantity> = [
         ("cpu".to_owned(), cpu_quantity(node.cpu_millis)),
         ("memory".to_owned(), memory_quantity(node.memory_bytes)),
@@ -181,6 +195,7 @@ pub(super) fn node_status(
     ]
     .into_iter()
     .chain(storage(node.ephemeral_storage_bytes))
+    .chain(hugepages.iter().cloned())
     .collect();
     let allocatable: BTreeMap<String, Quantity> = [
         ("cpu".to_owned(), cpu_quantity(node.allocatable_cpu_millis)),
@@ -192,6 +207,7 @@ pub(super) fn node_status(
     ]
     .into_iter()
     .chain(allocatable_storage)
+    .chain(hugepages)
     .collect();
     let mut conditions = pressure;
     conditions.push(ready);
@@ -394,6 +410,21 @@ fn memory_quantity(bytes: u64) -> Quantity {
     }
 }
 
+/// A byte count as a `BinarySI` quantity in canonical form: the largest binary suffix that
+/// divides it (`2Gi`, `512Mi`, `0`).
+fn binary_quantity(bytes: u64) -> Quantity {
+    const UNITS: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let (mut value, mut unit) = (bytes, "");
+    for next in UNITS {
+        if value == 0 || !value.is_multiple_of(1024) {
+            break;
+        }
+        value /= 1024;
+        unit = next;
+    }
+    Quantity(format!("{value}{unit}"))
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -410,6 +441,11 @@ mod tests {
         assert_eq!(cpu_quantity(3500).0, "3500m");
         assert_eq!(memory_quantity(16 * 1024 * 1024 * 1024).0, "16777216Ki");
         assert_eq!(memory_quantity(1000).0, "1000");
+        assert_eq!(binary_quantity(0).0, "0");
+        assert_eq!(binary_quantity(2 << 30).0, "2Gi");
+        assert_eq!(binary_quantity(3 * (2 << 20)).0, "6Mi");
+        assert_eq!(binary_quantity(1536).0, "1536");
+        assert_eq!(binary_quantity(u64::MAX).0, u64::MAX.to_string());
     }
 
     #[test]
@@ -491,6 +527,28 @@ mod tests {
             pressure_conditions(&[], at(120), Some(&b)),
         );
         assert!(!same_but_heartbeat(&b, &c));
+    }
+
+    /// Every size the kernel offers, in capacity and allocatable alike, 0 included.
+    #[test]
+    fn huge_pages_are_capacity_and_allocatable() {
+        let node = NodeDescription {
+            hugepages_bytes_by_size: [(2 << 20, 512 << 20), (1 << 30, 0)].into(),
+            ..NodeDescription::default()
+        };
+        let status = node_status(
+            &node,
+            ready_condition(None, at(100), None),
+            pressure_conditions(&[], at(100), None),
+        );
+        for list in [status.capacity, status.allocatable] {
+            let list = list.unwrap_or_default();
+            assert_eq!(
+                list.get("hugepages-2Mi").map(|q| q.0.as_str()),
+                Some("512Mi")
+            );
+            assert_eq!(list.get("hugepages-1Gi").map(|q| q.0.as_str()), Some("0"));
+        }
     }
 
     #[test]

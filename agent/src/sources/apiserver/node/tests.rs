@@ -41,6 +41,7 @@ fn description() -> NodeDescription {
         allocatable_memory_bytes: 7 * 1024 * 1024 * 1024,
         ephemeral_storage_bytes: Some(100 * 1024 * 1024 * 1024),
         allocatable_ephemeral_storage_bytes: Some(90 * 1024 * 1024 * 1024),
+        hugepages_bytes_by_size: [(2 * 1024 * 1024, 0)].into(),
         max_pods: 110,
         kernel_version: "6.12.0".into(),
         os_image: "Debian GNU/Linux 13 (trixie)".into(),
@@ -118,6 +119,7 @@ fn capacity() -> serde_json::Value {
         "memory": "8388608Ki",
         "pods": "110",
         "ephemeral-storage": "104857600Ki",
+        "hugepages-2Mi": "0",
     })
 }
 
@@ -148,6 +150,7 @@ fn assert_registered_node(node: &serde_json::Value) {
             "memory": "7340032Ki",
             "pods": "110",
             "ephemeral-storage": "96636764160",
+            "hugepages-2Mi": "0",
         })
     );
     // No pressure: the three conditions are reported False, before Ready, as upstream orders them.
