@@ -28,7 +28,7 @@ use std::{
 use cgroups_rs::fs::{
     Cgroup, MaxValue, cpu::CpuController, hierarchies, memory::MemController, pid::PidController,
 };
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::{
     CgroupLayout,
@@ -708,42 +708,64 @@ impl PodLimits {
             });
         }
         let spec = pod.spec.clone().unwrap_or_default();
-        let (mut cpu_limits, mut memory_limits) = (0i64, 0i64);
-        let (mut all_cpu_limited, mut all_memory_limited) = (true, true);
-        for c in &spec.containers {
-            let limits = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-            let get = |k: &str| limits.and_then(|m| m.get(k)).map(|q| q.0.clone());
-            let cpu_limit = get("cpu")
-                .map(|q| quantity::cpu_millis(&q))
-                .transpose()?
-                .filter(|l| *l != 0);
-            let memory_limit = get("memory")
-                .map(|q| quantity::memory_bytes(&q))
-                .transpose()?
-                .filter(|l| *l != 0);
-            match cpu_limit {
-                Some(l) => cpu_limits = cpu_limits.saturating_add(l),
-                None => all_cpu_limited = false,
-            }
-            match memory_limit {
-                Some(l) => memory_limits = memory_limits.saturating_add(l),
-                None => all_memory_limited = false,
-            }
-        }
+        let cpu_limits = declared_limit(&spec, "cpu", quantity::cpu_millis)?;
+        let memory_limits = declared_limit(&spec, "memory", quantity::memory_bytes)?;
         let (cpu_requests, _) = pod_requests(pod)?;
         let (cpu_overhead, memory_overhead) = pod_overhead(pod)?;
         let has_containers = !spec.containers.is_empty();
-        let cpu_limited = has_containers && all_cpu_limited;
+        let cpu_limits = cpu_limits.filter(|_| has_containers);
         let quota = |millis: i64| cfs.quota_for(millis).unwrap_or(-1);
         Ok(PodLimits {
             cpu_shares: milli_cpu_to_shares(cpu_requests.saturating_add(cpu_overhead)) as u64,
-            cpu_quota_us: cpu_limited.then(|| quota(cpu_limits.saturating_add(cpu_overhead))),
-            cpu_period_us: cpu_limited.then_some(cfs.period_us as u64),
-            memory_bytes: (has_containers && all_memory_limited)
-                .then_some(memory_limits.saturating_add(memory_overhead)),
+            cpu_quota_us: cpu_limits.map(|l| quota(l.saturating_add(cpu_overhead))),
+            cpu_period_us: cpu_limits.map(|_| cfs.period_us as u64),
+            memory_bytes: memory_limits
+                .filter(|_| has_containers)
+                .map(|l| l.saturating_add(memory_overhead)),
             hugepages,
         })
     }
+}
+
+/// The pod's limit of one resource as upstream's `PodLimits` sums it for
+/// `ResourceConfigForPod`: the regular containers' and sidecars' limits together, or, if more,
+/// what the largest init container needs beside the sidecars started before it. `None` when a
+/// container (an init container counted with those sidecars) declares none: the pod then has
+/// no limit of it (upstream's `ContainerFn` marking the limit undeclared on a zero).
+fn declared_limit(
+    spec: &PodSpec,
+    resource: &str,
+    parse: impl Fn(&str) -> Result<i64, QuantityError>,
+) -> Result<Option<i64>, QuantityError> {
+    let limit = |c: &Container| -> Result<i64, QuantityError> {
+        let value = c
+            .resources
+            .as_ref()
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(resource));
+        Ok(value.map(|q| parse(&q.0)).transpose()?.unwrap_or(0))
+    };
+    let mut declared = true;
+    let mut sum = 0i64;
+    for c in &spec.containers {
+        let l = limit(c)?;
+        declared &= l != 0;
+        sum = sum.saturating_add(l);
+    }
+    let (mut sidecars, mut init_max) = (0i64, 0i64);
+    for c in spec.init_containers.iter().flatten() {
+        let l = limit(c)?;
+        let needs = if crate::pod::spec::is_sidecar(c) {
+            sum = sum.saturating_add(l);
+            sidecars = sidecars.saturating_add(l);
+            sidecars
+        } else {
+            l.saturating_add(sidecars)
+        };
+        declared &= needs != 0;
+        init_max = init_max.max(needs);
+    }
+    Ok(declared.then_some(sum.max(init_max)))
 }
 
 /// The CPU request a pod adds to its QoS level's weight (upstream `setCPUCgroupConfig`:
@@ -852,6 +874,54 @@ mod tests {
         );
         let best_effort = pod(&[(&[], &[])]);
         assert_eq!(limits(&best_effort).map(|l| l.cpu_shares), Some(2));
+    }
+
+    /// Upstream `PodLimits`: an init container's limit counts when it is larger than the
+    /// regular containers' sum, with the sidecars started before it; sidecars also join the sum.
+    #[test]
+    fn init_containers_and_sidecars_count_as_upstreams_pod_limits() {
+        let init = |name: &str, sidecar: bool, limits: &[(&str, &str)]| Container {
+            name: name.into(),
+            restart_policy: sidecar.then(|| "Always".to_owned()),
+            resources: Some(ResourceRequirements {
+                limits: Some(
+                    limits
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let with_init = |inits: Vec<Container>| {
+            let mut p = pod(&[(&[], &[("cpu", "1"), ("memory", "64Mi")])]);
+            if let Some(spec) = p.spec.as_mut() {
+                spec.init_containers = Some(inits);
+            }
+            limits(&p)
+        };
+        // A larger init container sets the limits.
+        let big = with_init(vec![init("i0", false, &[("cpu", "2"), ("memory", "32Mi")])]);
+        assert_eq!(
+            big.map(|l| (l.cpu_quota_us, l.memory_bytes)),
+            Some((Some(200_000), Some(64 << 20)))
+        );
+        // A sidecar joins the sum, and the init container after it runs beside it.
+        let sidecar = with_init(vec![
+            init("s0", true, &[("cpu", "500m"), ("memory", "16Mi")]),
+            init("i1", false, &[("cpu", "1"), ("memory", "128Mi")]),
+        ]);
+        assert_eq!(
+            sidecar.map(|l| (l.cpu_quota_us, l.memory_bytes)),
+            Some((Some(150_000), Some(144 << 20)))
+        );
+        // An init container without a memory limit leaves the pod without one.
+        let unlimited = with_init(vec![init("i0", false, &[("cpu", "1")])]);
+        assert_eq!(
+            unlimited.map(|l| (l.cpu_quota_us, l.memory_bytes)),
+            Some((Some(100_000), None))
+        );
     }
 
     #[test]
