@@ -139,6 +139,68 @@ fn audit_metrics(node: &Node) -> String {
         .join("\n")
 }
 
+/// The pod-resources API (on root's own socket) lists `exclusive`'s CPU 1 for its container,
+/// no CPU for the shared pods, and CPU 1 as all the node can hand out (CPU 0 is reserved).
+fn pod_resources_list_the_assignment(node: &Node) {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use swiftlet_proto::podresources::{
+        AllocatableResourcesRequest, GetPodResourcesRequest, ListPodResourcesRequest,
+        pod_resources_lister_client::PodResourcesListerClient,
+    };
+    let socket = node.dir().join("root/pod-resources/kubelet.sock");
+    let meta = std::fs::metadata(&socket).expect("the pod-resources socket");
+    assert_eq!((meta.uid(), meta.permissions().mode() & 0o777), (0, 0o600));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (listed, allocatable, get) = runtime.block_on(async {
+        let channel = swiftlet_tests::unix_channel(socket)
+            .await
+            .expect("connect to the pod-resources socket");
+        let mut client = PodResourcesListerClient::new(channel);
+        let listed = client
+            .list(ListPodResourcesRequest {})
+            .await
+            .expect("List")
+            .into_inner();
+        let allocatable = client
+            .get_allocatable_resources(AllocatableResourcesRequest {})
+            .await
+            .expect("GetAllocatableResources")
+            .into_inner();
+        let get = client
+            .get(GetPodResourcesRequest {
+                pod_name: format!("exclusive-{}", node.name),
+                pod_namespace: "default".into(),
+            })
+            .await;
+        (listed, allocatable, get)
+    });
+    let cpus: Vec<(String, String, Vec<i64>)> = listed
+        .pod_resources
+        .iter()
+        .flat_map(|p| {
+            p.containers
+                .iter()
+                .map(|c| (p.name.clone(), c.name.clone(), c.cpu_ids.clone()))
+        })
+        .collect();
+    let of = |pod: &str| {
+        let name = format!("{pod}-{}", node.name);
+        cpus.iter()
+            .find(|(p, c, _)| *p == name && c == "main")
+            .map(|(_, _, ids)| ids.clone())
+    };
+    assert_eq!(of("exclusive"), Some(vec![1]), "{cpus:?}");
+    assert_eq!(of("spinner"), Some(vec![]), "{cpus:?}");
+    assert_eq!(of("burstable"), Some(vec![]), "{cpus:?}");
+    assert_eq!(allocatable.cpu_ids, [1]);
+    // `Get` is alpha upstream, behind its gate, which this node leaves off.
+    let refused = get.expect_err("Get is gated");
+    assert_eq!(refused.code(), tonic::Code::Unimplemented, "{refused:?}");
+}
+
 #[test]
 fn a_guaranteed_pod_gets_cpu_1_alone_until_it_is_deleted() {
     let Some(node) = node(
@@ -184,6 +246,7 @@ fn a_guaranteed_pod_gets_cpu_1_alone_until_it_is_deleted() {
         annotations.contains_key("cpumanager.swiftlet.io/foreign-seconds"),
         "{annotations:?}"
     );
+    pod_resources_list_the_assignment(&node);
     assert_eq!(
         node.metric("kubelet_cpu_manager_exclusive_cpu_allocation_count"),
         1.0

@@ -31,8 +31,9 @@ use crate::{
     },
 };
 
-/// The listeners sharing the descriptor budget: healthz, read-only, kubelet server, gRPC.
-pub const LISTENERS: usize = 4;
+/// The listeners sharing the descriptor budget: healthz, read-only, kubelet server, gRPC,
+/// pod-resources.
+pub const LISTENERS: usize = 5;
 /// A gRPC connection with no call in flight for this long is closed (clients reconnect).
 const GRPC_IDLE: Duration = Duration::from_secs(30);
 /// A gRPC connection whose writes make no progress for this long is closed.

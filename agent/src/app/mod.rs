@@ -34,6 +34,9 @@ use crate::{
     server::{EventsService, Health, HttpState},
 };
 
+/// The pod-resources socket, below the root dir.
+pub const POD_RESOURCES_SOCKET: &str = "pod-resources/kubelet.sock";
+
 /// How long shutdown waits for the tasks to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -270,6 +273,22 @@ pub async fn run(mut config: Config) -> Result<(), Error> {
             EventsService::new(bus, published)
                 .with_evictions(pods.evictions.clone())
                 .with_kube_events(kube_events),
+        ),
+        &servers,
+        &metrics.server,
+        &mut tasks,
+        &shutdown,
+    )?;
+    // Upstream's fixed place under the root dir (`podresources.GetPodResourcesSocket`).
+    listeners::serve_grpc(
+        &config.root_dir.join(POD_RESOURCES_SOCKET),
+        swiftlet_proto::podresources::pod_resources_lister_server::PodResourcesListerServer::new(
+            crate::server::podresources::PodResourcesService::new(
+                pods.pod_resources.clone(),
+                config
+                    .feature_gates
+                    .enabled(crate::server::podresources::GET_GATE),
+            ),
         ),
         &servers,
         &metrics.server,

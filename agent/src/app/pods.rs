@@ -98,6 +98,8 @@ pub struct Pods {
     pub logs: crate::server::logs::LogsState,
     /// The API server's clients, with `--kubeconfig` (the kubelet server's reviews use them).
     pub api: Option<ApiClients>,
+    /// What the pod-resources API reports.
+    pub pod_resources: Arc<crate::server::podresources::NodeSources>,
 }
 
 /// How the pod half learns of container changes.
@@ -268,6 +270,10 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         pleg.pleg.cache(),
         &status,
     )?;
+    let pod_resources = Arc::new(crate::server::podresources::NodeSources {
+        status: status.clone(),
+        cpus: cpu_manager.clone(),
+    });
     let annotate = cpu_manager.clone().map(|cpus| {
         Arc::new(move |uid: &str| cpus.pod_annotations(uid)) as crate::server::http::Annotator
     });
@@ -375,6 +381,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
         evictions: eviction.decision_sender(),
         runtime: runtime.client,
         api: app.api.cloned(),
+        pod_resources,
     })
 }
 

@@ -3,7 +3,8 @@
 //! and the kubelet server (`full.rs`): TLS (`tls.rs`, its swappable certificate in
 //! `serving_cert.rs`, reloaded from changed files by `tls_reload.rs`), authentication and authorization
 //! (`auth.rs`, with the API server's reviews in `webhook.rs`), the Summary API (`stats/`),
-//! container logs (`logs.rs`) and container access (`streaming.rs`, through `stream_proxy.rs`).
+//! container logs (`logs.rs`) and container access (`streaming.rs`, through `stream_proxy.rs`);
+//! and the kubelet's pod-resources API (`podresources.rs`, on its own unix socket).
 //! Every listener's connections are bounded (`connections.rs`: a limit, eviction at it, idle and
 //! stall deadlines; `track_requests.rs` tells it which are busy); the HTTP ones share one accept
 //! loop (`listener.rs`). Upstream counterpart:
@@ -16,6 +17,7 @@ pub mod grpc;
 pub mod http;
 pub mod listener;
 pub mod logs;
+pub mod podresources;
 pub mod review_cache;
 pub mod serving_cert;
 pub mod stats;

@@ -194,6 +194,23 @@ impl CpuManager {
         self.lock().state.clone()
     }
 
+    /// The CPUs container `name` of pod `pod_uid` holds exclusively (upstream
+    /// `GetExclusiveCPUs`); empty when it runs in the shared pool.
+    pub fn exclusive_cpus(&self, pod_uid: &str, name: &str) -> CpuSet {
+        self.lock()
+            .state
+            .entries
+            .get(pod_uid)
+            .and_then(|containers| containers.get(name))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The CPUs the manager may hand out exclusively.
+    pub fn allocatable_cpus(&self) -> CpuSet {
+        self.policy.allocatable()
+    }
+
     /// The live containers the manager knows, by container id.
     pub fn containers(&self) -> HashMap<String, ContainerRef> {
         self.lock().containers.clone()

@@ -88,6 +88,11 @@ impl StaticPolicy {
         &self.reserved
     }
 
+    /// The CPUs containers may be given (upstream `GetAllocatableCPUs`): all but the reserved.
+    pub fn allocatable(&self) -> CpuSet {
+        self.topology.all_cpus().difference(&self.reserved)
+    }
+
     /// A fresh state (every CPU shared), or a restored one checked against this node: the
     /// shared pool and the assignments must cover the node's CPUs exactly, without overlap, and
     /// the reserved CPUs must be shared (upstream `validateState`).
