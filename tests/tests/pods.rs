@@ -918,7 +918,7 @@ fn the_node_object_is_served_locally() {
                         .trim()
                         .parse()
                         .ok()?;
-                    let unit = if kb % (1024 * 1024) == 0 {
+                    let unit = if kb.is_multiple_of(1024 * 1024) {
                         format!("{}Gi", kb / (1024 * 1024))
                     } else {
                         format!("{}Mi", kb / 1024)
