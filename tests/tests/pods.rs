@@ -1308,6 +1308,67 @@ fn the_burstable_weight_follows_its_pods_and_overhead_reaches_the_pod_cgroup() {
     wait_reads(&file, &none);
 }
 
+/// `qosReserved: {memory: 50%}` (gate on): the Burstable level's memory limit keeps half the
+/// Guaranteed pods' requests free, the BestEffort level's half the Burstable pods' too, and the
+/// limits follow the pods as they come and go.
+#[test]
+fn qos_reserved_limits_the_lower_levels_memory_as_pods_come_and_go() {
+    let own = OwnRoot::new("swiftlet-qos-reserved");
+    let Some(node) = own.node(
+        "qos_reserved_limits_the_lower_levels_memory_as_pods_come_and_go",
+        "qosreserved",
+        "featureGates:\n  QOSReserved: true\nqosReserved:\n  memory: 50%\n",
+    ) else {
+        return;
+    };
+    let node_object: serde_json::Value =
+        serde_json::from_str(&swiftlet_tests::http_get(node.port, "/node")).expect("the Node");
+    let capacity_ki: u64 = node_object["status"]["capacity"]["memory"]
+        .as_str()
+        .and_then(|m| m.strip_suffix("Ki"))
+        .and_then(|k| k.parse().ok())
+        .expect("memory capacity in Ki");
+    let capacity = capacity_ki * 1024;
+    let level = |class| {
+        let dir = OwnRoot::mount("memory").join(own.pods.qos_dir(class));
+        ["memory.limit_in_bytes", "memory.max"]
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|f| f.exists())
+            .expect("a memory limit file")
+    };
+    let burstable = level(swiftlet::pod::qos::QosClass::Burstable);
+    let best_effort = level(swiftlet::pod::qos::QosClass::BestEffort);
+    let guaranteed = with_resources(
+        "g",
+        "      resources:\n        limits:\n          cpu: 100m\n          memory: 64Mi\n",
+        "",
+    );
+    let burst = with_resources(
+        "b",
+        "      resources:\n        requests:\n          memory: 32Mi\n",
+        "",
+    );
+    node.write_manifest("g.yaml", &guaranteed);
+    node.write_manifest("b.yaml", &burst);
+    for name in ["g", "b"] {
+        node.wait_pod(name, "Running", |p| {
+            status::running(status::container(p, "main"))
+        });
+    }
+    // The kernel keeps a limit in whole pages.
+    let pages = |bytes: u64| (bytes / 4096 * 4096).to_string();
+    // 64Mi Guaranteed: half of it kept from Burstable; 32Mi Burstable: half kept from BestEffort.
+    let burstable_limit = capacity - (32 << 20);
+    wait_reads(&burstable, &pages(burstable_limit));
+    wait_reads(&best_effort, &pages(burstable_limit - (16 << 20)));
+    // The Guaranteed pod goes: the Burstable level gets the whole of allocatable back.
+    node.remove_manifest("g.yaml");
+    node.wait_gone("g");
+    wait_reads(&burstable, &pages(capacity));
+    wait_reads(&best_effort, &pages(capacity - (16 << 20)));
+}
+
 /// A cgroup's CFS quota and period as cgroup v2's `cpu.max` has them (`<quota|max> <period>`),
 /// from v1's two files where the cpu controller is v1's.
 fn cpu_max(dir: &std::path::Path) -> String {

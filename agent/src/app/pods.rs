@@ -22,7 +22,7 @@ use super::{Error, node::NodeFacts};
 use crate::{
     cm::{
         CgroupLayout,
-        pod_cgroups::{PodCgroupConfig, PodCgroups},
+        pod_cgroups::{PodCgroupConfig, PodCgroups, QosMemoryReserve},
         systemd::SystemdSlices,
     },
     config::{ChangeDetectionStrategy, Config},
@@ -146,6 +146,14 @@ pub async fn cgroups(
         allocatable_memory,
         cfs_quota: config.cfs_quota,
         hugepage_sizes: node.hugepages.sizes(),
+        // Upstream takes the levels' limits from `GetNodeAllocatableAbsolute`: capacity less
+        // the reservations, whether or not allocatable is enforced.
+        qos_memory_reserve: config.qos_reserved_memory.map(|percent| QosMemoryReserve {
+            percent,
+            allocatable: i64::try_from(node.memory_bytes)
+                .unwrap_or(i64::MAX)
+                .saturating_sub(config.reserved.memory_bytes()),
+        }),
     };
     let cgroups = match systemd {
         Some(connection) => {

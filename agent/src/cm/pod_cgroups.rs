@@ -82,6 +82,31 @@ pub struct PodCgroupConfig {
     pub cfs_quota: CfsQuota,
     /// The node's huge page sizes in bytes: each gets a hugetlb limit in every pod cgroup.
     pub hugepage_sizes: Vec<u64>,
+    /// `qosReserved` for memory (feature gate `QOSReserved`): the lower QoS levels' memory
+    /// limits keep this share of the higher levels' requests free.
+    pub qos_memory_reserve: Option<QosMemoryReserve>,
+}
+
+/// `qosReserved: {memory: <percent>%}` and what it is taken from: the node's allocatable memory
+/// as upstream enforces it (`GetNodeAllocatableAbsolute`: capacity less the reservations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QosMemoryReserve {
+    pub percent: i64,
+    pub allocatable: i64,
+}
+
+impl QosMemoryReserve {
+    /// Upstream `setMemoryReserve`: the Burstable level gets the allocatable memory less the
+    /// reserved share of the Guaranteed pods' requests, the BestEffort level the Burstable
+    /// limit less the reserved share of the Burstable pods' requests.
+    pub fn limits(&self, guaranteed: i64, burstable: i64) -> (i64, i64) {
+        let share = |requests: i64| requests.saturating_mul(self.percent) / 100;
+        let burstable_limit = self.allocatable.saturating_sub(share(guaranteed));
+        (
+            burstable_limit,
+            burstable_limit.saturating_sub(share(burstable)),
+        )
+    }
 }
 
 impl Default for PodCgroupConfig {
@@ -92,6 +117,7 @@ impl Default for PodCgroupConfig {
             allocatable_memory: None,
             cfs_quota: CfsQuota::default(),
             hugepage_sizes: Vec::new(),
+            qos_memory_reserve: None,
         }
     }
 }
@@ -110,6 +136,23 @@ struct BurstableCpu {
     written: Option<u64>,
     /// When the level was last rewritten from the whole set of active pods.
     repaired: Option<Instant>,
+    /// With `qosReserved`: the memory requests (overhead included) of the Guaranteed and
+    /// Burstable pods, by pod UID, and the (Burstable, BestEffort) limits last written.
+    memory: BTreeMap<String, (QosClass, i64)>,
+    memory_written: Option<(i64, i64)>,
+}
+
+impl BurstableCpu {
+    /// The levels' memory limits for the tracked requests.
+    fn memory_limits(&self, reserve: &QosMemoryReserve) -> (i64, i64) {
+        let sum = |class: QosClass| {
+            self.memory
+                .values()
+                .filter(|(c, _)| *c == class)
+                .fold(0i64, |s, (_, r)| s.saturating_add(*r))
+        };
+        reserve.limits(sum(QosClass::Guaranteed), sum(QosClass::Burstable))
+    }
 }
 
 pub struct PodCgroups {
@@ -245,8 +288,10 @@ impl PodCgroups {
             source,
         };
         let request = burstable_cpu_request(pod).map_err(bad)?;
+        let memory = memory_request(pod).map_err(bad)?;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.track_burstable(&uid, request).await?;
+        self.track_memory(&uid, memory).await?;
         let limits = PodLimits::of(pod, &self.config.cfs_quota).map_err(bad)?;
         match &self.systemd {
             Some(slices) => {
@@ -326,6 +371,68 @@ impl PodCgroups {
         Ok(())
     }
 
+    /// Records pod `uid`'s memory request at its level (`None`: none) and, with `qosReserved`,
+    /// writes the levels' memory limits when they changed.
+    async fn track_memory(
+        &self,
+        uid: &str,
+        request: Option<(QosClass, i64)>,
+    ) -> Result<(), CgroupError> {
+        let Some(reserve) = self.config.qos_memory_reserve else {
+            return Ok(());
+        };
+        let mut levels = self.burstable.lock().await;
+        match request {
+            Some(request) => levels.memory.insert(uid.to_owned(), request),
+            None => levels.memory.remove(uid),
+        };
+        let limits = levels.memory_limits(&reserve);
+        if levels.memory_written != Some(limits) {
+            levels.memory_written = None;
+            self.write_memory_reserve(limits).await?;
+            levels.memory_written = Some(limits);
+        }
+        Ok(())
+    }
+
+    /// Limits the Burstable and BestEffort levels' memory (upstream `UpdateCgroups` with
+    /// `QOSReserved`). A level already using more than its new limit cannot take it (cgroup v1
+    /// refuses; v2 would reclaim hard): it is limited to its usage instead, which stops its
+    /// growth (upstream `retrySetMemoryReserve`).
+    async fn write_memory_reserve(
+        &self,
+        (burstable, best_effort): (i64, i64),
+    ) -> Result<(), CgroupError> {
+        for (class, limit) in [
+            (QosClass::Burstable, burstable),
+            (QosClass::BestEffort, best_effort),
+        ] {
+            let path = self.pods.qos_dir(class);
+            let limit = limit.max(0);
+            match &self.systemd {
+                Some(slices) => {
+                    let resources = SliceResources {
+                        memory_bytes: Some(limit),
+                        ..SliceResources::default()
+                    };
+                    slices.ensure_slice(&path, &resources).await?;
+                }
+                None => {
+                    let cg = self.create(&path)?;
+                    let mem: &MemController =
+                        cg.controller_of().ok_or_else(|| missing(&path, "memory"))?;
+                    if mem.set_limit(limit).is_err() {
+                        let usage =
+                            i64::try_from(mem.memory_stat().usage_in_bytes).unwrap_or(i64::MAX);
+                        tracing::warn!(level = %path, limit, usage, "the QoS level uses more memory than qosReserved leaves it: limited to its usage");
+                        set(&path, mem.set_limit(usage.max(limit)))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Upstream `UpdateCgroups` on its period: the Burstable level's weight recomputed from the
     /// active pods (admitted and not terminated), written when it changed or when
     /// [`QOS_REPAIR_PERIOD`] has passed since the last rewrite. A pod whose spec cannot be read
@@ -345,9 +452,17 @@ impl PodCgroups {
                 Some((pod.metadata.uid.clone().unwrap_or_default(), millis))
             })
             .collect();
+        let memory: BTreeMap<String, (QosClass, i64)> = active
+            .iter()
+            .filter_map(|pod| {
+                let request = memory_request(pod).ok().flatten()?;
+                Some((pod.metadata.uid.clone().unwrap_or_default(), request))
+            })
+            .collect();
         let mut burstable = self.burstable.lock().await;
         let shares = burstable_shares(requests.values().copied());
         burstable.requests = requests;
+        burstable.memory = memory;
         let due = burstable
             .repaired
             .is_none_or(|at| now.saturating_duration_since(at) >= QOS_REPAIR_PERIOD);
@@ -357,6 +472,14 @@ impl PodCgroups {
             burstable.written = None;
             self.write_burstable(shares).await?;
             burstable.written = Some(shares);
+        }
+        if let Some(reserve) = self.config.qos_memory_reserve {
+            let limits = burstable.memory_limits(&reserve);
+            if due || burstable.memory_written != Some(limits) {
+                burstable.memory_written = None;
+                self.write_memory_reserve(limits).await?;
+                burstable.memory_written = Some(limits);
+            }
         }
         Ok(())
     }
@@ -430,6 +553,7 @@ impl PodCgroups {
     pub async fn remove_pod(&self, uid: &PodUid) -> Result<(), CgroupError> {
         if self.pods.per_qos() {
             self.track_burstable(&uid.0, None).await?;
+            self.track_memory(&uid.0, None).await?;
         }
         for parent in self.pods.pod_parents() {
             // Relative also below an empty parent (`cgroupRoot: /` without QoS cgroups): joined
@@ -779,6 +903,18 @@ pub fn burstable_cpu_request(pod: &Pod) -> Result<Option<i64>, LimitsError> {
     Ok(Some(cpu.saturating_add(overhead)))
 }
 
+/// The memory request (overhead included) a Guaranteed or Burstable pod adds to its level, for
+/// `qosReserved` (upstream `getQoSMemoryRequests`); `None` for BestEffort.
+pub fn memory_request(pod: &Pod) -> Result<Option<(QosClass, i64)>, LimitsError> {
+    let class = pod_qos(pod)?;
+    if class == QosClass::BestEffort {
+        return Ok(None);
+    }
+    let (_, memory) = pod_requests(pod)?;
+    let (_, overhead) = pod_overhead(pod)?;
+    Ok(Some((class, memory.saturating_add(overhead))))
+}
+
 /// The Burstable level's CPU shares for the pods' requests (upstream `setCPUCgroupConfig`).
 pub fn burstable_shares(requests: impl IntoIterator<Item = i64>) -> u64 {
     let sum = requests.into_iter().fold(0i64, i64::saturating_add);
@@ -922,6 +1058,37 @@ mod tests {
             unlimited.map(|l| (l.cpu_quota_us, l.memory_bytes)),
             Some((Some(100_000), None))
         );
+    }
+
+    /// Upstream `setMemoryReserve` with 50%: 10Gi allocatable, 2Gi of Guaranteed and 1Gi of
+    /// Burstable requests leave the Burstable level 9Gi and the BestEffort level 8.5Gi.
+    #[test]
+    fn qos_reserved_limits_the_lower_levels() {
+        const GI: i64 = 1 << 30;
+        let reserve = QosMemoryReserve {
+            percent: 50,
+            allocatable: 10 * GI,
+        };
+        assert_eq!(reserve.limits(2 * GI, GI), (9 * GI, 17 * GI / 2));
+        assert_eq!(reserve.limits(0, 0), (10 * GI, 10 * GI));
+        let none = QosMemoryReserve {
+            percent: 0,
+            ..reserve
+        };
+        assert_eq!(none.limits(2 * GI, GI), (10 * GI, 10 * GI));
+        // Hostile sums saturate rather than wrap into a huge limit.
+        assert!(reserve.limits(i64::MAX, i64::MAX).1 <= 10 * GI);
+        let mut levels = BurstableCpu::default();
+        let guaranteed = pod(&[(&[], &[("cpu", "1"), ("memory", "2Gi")])]);
+        let burstable = pod(&[(&[("memory", "1Gi")], &[])]);
+        let best_effort = pod(&[(&[], &[])]);
+        for (uid, p) in [("g", &guaranteed), ("b", &burstable), ("e", &best_effort)] {
+            if let Some(request) = memory_request(p).expect("valid") {
+                levels.memory.insert(uid.into(), request);
+            }
+        }
+        assert_eq!(levels.memory.len(), 2, "BestEffort requests nothing");
+        assert_eq!(levels.memory_limits(&reserve), (9 * GI, 17 * GI / 2));
     }
 
     #[test]

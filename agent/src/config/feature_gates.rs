@@ -55,6 +55,8 @@ const GATES: &[(&str, bool, Implemented)] = &[
         true,
         Implemented::Switchable,
     ),
+    // `qosReserved` (`config/qos_reserved.rs`); alpha and off upstream.
+    ("QOSReserved", false, Implemented::Switchable),
     // The pod-resources API's `Get` (`server/podresources.rs`); alpha and off upstream.
     ("KubeletPodResourcesGet", false, Implemented::Switchable),
     // A `cpuCFSQuotaPeriod` other than 100ms (`config/cfs.rs`); alpha and off upstream.

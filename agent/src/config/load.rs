@@ -55,6 +55,7 @@ use super::{
     kernel::KernelArgs,
     logging::{self, LoggingConfig},
     no_effect::{self, NoEffect},
+    qos_reserved,
     reserved::{self, Reserved},
     security::{self, SecurityConfig},
     server::{self, ServerConfig},
@@ -166,6 +167,8 @@ with_settings!(config {
     shutdown: crate::nodeshutdown::ShutdownConfig,
     /// `cpuCFSQuota` and `cpuCFSQuotaPeriod` (`cfs.rs`).
     cfs_quota: crate::cm::helpers::CfsQuota,
+    /// `qosReserved`'s memory percentage, with its gate on (`qos_reserved.rs`).
+    qos_reserved_memory: Option<i64>,
     /// `featureGates` over upstream's defaults (`feature_gates.rs`).
     feature_gates: FeatureGates,
     /// The file's `logging` block; the global flags win over it (`logging.rs`).
@@ -245,6 +248,9 @@ impl Config {
         no_effect.extend(logging_without_effect);
         let node_shutdown = shutdown::resolve(&settings, &feature_gates, &file_origin)?;
         let cfs_quota = cfs::resolve(&settings, &feature_gates, &file_origin)?;
+        let (qos_reserved_memory, qos_reserved_unused) =
+            qos_reserved::resolve(&settings, &feature_gates, &file_origin)?;
+        no_effect.extend(qos_reserved_unused);
         let mut kubelet_config = settings.configz();
         // What the sections decided over the settings as written.
         kubelet_config.insert("nodeName".to_owned(), node_name.clone().into());
@@ -283,6 +289,7 @@ impl Config {
             node_status_report_frequency: node_status_report_frequency(file, &settings),
             shutdown: node_shutdown,
             cfs_quota,
+            qos_reserved_memory,
             feature_gates,
             logging,
             no_effect,

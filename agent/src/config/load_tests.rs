@@ -1440,3 +1440,45 @@ fn cfs_quota_settings_follow_upstreams_validation() {
     }
     assert!(err("cpuCFSQuotaPeriod: soon\n", &[]).contains("cpuCFSQuotaPeriod"));
 }
+
+/// `qosReserved` as upstream's `ParseQOSReserved` reads it, in force only with its gate.
+#[test]
+fn qos_reserved_is_a_memory_percentage_behind_its_gate() {
+    let gated = |body: &str| format!("featureGates:\n  QOSReserved: true\nqosReserved:\n{body}");
+    let (_dir, result) = load(&gated("  memory: 50%\n"), &[]);
+    let config = result.expect("loads");
+    assert_eq!(config.qos_reserved_memory, Some(50));
+    assert!(config.no_effect.iter().all(|n| n.field != "qosReserved"));
+    // Without the gate: checked, not in force, and said so once.
+    let (_dir, result) = load("qosReserved:\n  memory: 50%\n", &[]);
+    let config = result.expect("loads");
+    assert_eq!(config.qos_reserved_memory, None);
+    let unused: Vec<&str> = config.no_effect.iter().map(|n| n.field.as_str()).collect();
+    assert_eq!(unused, ["qosReserved"]);
+    for (body, says) in [
+        ("  cpu: 50%\n", "only memory"),
+        ("  memory: 50\n", "expected a percentage"),
+        ("  memory: half%\n", "whole percentage"),
+        ("  memory: 101%\n", "between 0% and 100%"),
+        ("  memory: -1%\n", "between 0% and 100%"),
+    ] {
+        let message = load(&gated(body), &[])
+            .1
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            message.contains("qosReserved") && message.contains(says),
+            "{body}: {message}"
+        );
+    }
+    let flat = load(
+        &format!(
+            "{}cgroupsPerQOS: false\nenforceNodeAllocatable: []\n",
+            gated("  memory: 10%\n")
+        ),
+        &[],
+    );
+    let message = flat.1.err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("cgroupsPerQOS"), "{message}");
+}

@@ -149,8 +149,6 @@ topologyManagerPolicy: single-numa-node
 topologyManagerScope: pod
 topologyManagerPolicyOptions:
   prefer-closest-numa-nodes: \"true\"
-qosReserved:
-  memory: 50%
 hairpinMode: hairpin-veth
 runOnce: true
 nodeStatusMaxImages: -1

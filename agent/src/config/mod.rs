@@ -31,6 +31,7 @@ mod kernel;
 mod load;
 mod logging;
 mod no_effect;
+mod qos_reserved;
 mod registration;
 mod reserved;
 mod rules;

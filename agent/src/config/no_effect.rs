@@ -67,8 +67,6 @@ macro_rules! with_no_effect {
                 => |v| v.is_empty() || v == "container", "swiftlet has no topology manager";
             topology_manager_policy_options: [BTreeMap<String, String>] = "topologyManagerPolicyOptions"
                 => |v| v.is_empty(), "swiftlet has no topology manager";
-            qos_reserved: [BTreeMap<String, String>] = "qosReserved"
-                => |v| v.is_empty(), "swiftlet reserves no memory for the Guaranteed tier";
             hairpin_mode: [String] = "hairpinMode"
                 => |v| v.is_empty() || v == "promiscuous-bridge", "hairpin traffic is the CNI plugin's to configure";
             run_once: [bool] = "runOnce"

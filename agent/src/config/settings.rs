@@ -144,6 +144,10 @@ macro_rules! with_settings {
             /// another value needs the feature gate `CustomCPUCFSQuotaPeriod` (`cfs.rs`).
             section cpu_cfs_quota_period: [Option<Duration>] = "cpuCFSQuotaPeriod", file [String]
                 => duration;
+            /// The share of the higher QoS levels' memory requests kept from the lower levels
+            /// (`qosReserved`, e.g. `memory: 50%`; feature gate `QOSReserved`, `qos_reserved.rs`).
+            section qos_reserved: [Option<BTreeMap<String, String>>] = "qosReserved",
+                file [BTreeMap<String, String>] => plain;
             /// Per-pod PID limit; `-1` means no pod-level limit.
             config pod_pids_limit: [i64] = "podPidsLimit", file [i64]
                 => pod_pids_limit, default defaults::POD_PIDS_LIMIT;
