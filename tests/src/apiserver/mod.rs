@@ -26,6 +26,7 @@ pub mod controllers;
 pub mod csr;
 pub mod deletion;
 pub mod discovery;
+pub mod ephemeral;
 pub mod faults;
 pub mod http;
 pub mod json_patch;
