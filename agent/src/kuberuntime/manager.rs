@@ -596,7 +596,10 @@ impl KubeRuntimeManager {
         target: Option<&str>,
         outcome: &mut SyncOutcome,
     ) -> bool {
-        match self.try_start_container(start, container, kind, target).await {
+        match self
+            .try_start_container(start, container, kind, target)
+            .await
+        {
             Ok(()) => {
                 self.reasons().remove(&start.uid, &container.name);
                 true

@@ -84,10 +84,7 @@ async fn an_ephemeral_container_starts_once_in_its_targets_pid_namespace() {
         Some((cri::NamespaceMode::Container as i32, String::new()))
     );
     let status = status_of(&fake).await;
-    assert_eq!(
-        status.latest("debugger").map(|d| d.restart_count),
-        Some(0)
-    );
+    assert_eq!(status.latest("debugger").map(|d| d.restart_count), Some(0));
 
     // It exits: never restarted, whatever the pod's restart policy says.
     fake.exit_container(&debugger_id, 0);
@@ -109,8 +106,14 @@ async fn none_is_started_on_a_pod_being_deleted() {
     fake.add_image(IMAGE);
     let (m, _) = manager(&fake);
     let p = pod(vec![], vec![container("main", "IfNotPresent")], "Always");
-    m.sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &CancellationToken::new())
-        .await;
+    m.sync_pod(
+        &p,
+        &status_of(&fake).await,
+        "/p",
+        &NoProbes,
+        &CancellationToken::new(),
+    )
+    .await;
     let mut p = with_ephemeral(p, vec![debugger("debugger", None)]);
     let status = status_of(&fake).await;
     assert_eq!(
@@ -200,10 +203,10 @@ async fn a_target_that_is_not_a_running_container_fails_as_a_config_error() {
     m.sync_pod(&p, &status_of(&fake).await, "/p", &NoProbes, &cancel)
         .await;
     assert_eq!(mutating(fake.take_calls()), vec!["Create first#0", "Start"]);
-    let reason = reasons
-        .lock()
-        .ok()
-        .and_then(|r| r.get(&"uid-1".into(), "second").map(|f| (f.reason, f.message.clone())));
+    let reason = reasons.lock().ok().and_then(|r| {
+        r.get(&"uid-1".into(), "second")
+            .map(|f| (f.reason, f.message.clone()))
+    });
     assert_eq!(
         reason,
         Some((
