@@ -867,6 +867,31 @@ fn an_ephemeral_container_debugs_a_running_pod_in_its_targets_pid_namespace() {
         .count();
     assert_eq!(debuggers, 1);
 
+    // A second one that keeps running: it dies with the pod.
+    let sleeper = json!({"name": "sleeper", "image": BUSYBOX, "imagePullPolicy": "Never",
+                         "targetContainerName": "main", "command": ["sleep", "3600"]});
+    let patch = Patch::Strategic(json!({"spec": {"ephemeralContainers": [sleeper]}}));
+    rt.block_on(pods.patch_ephemeral_containers(name, &PatchParams::default(), &patch))
+        .expect("a second ephemeral container is added");
+    wait_for(
+        "the sleeper running",
+        EVENT_WAIT * 2,
+        || rt.block_on(pods.get(name)).expect("the pod"),
+        |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.ephemeral_container_statuses.as_ref())
+                .is_some_and(|l| {
+                    l.iter().any(|c| {
+                        c.name == "sleeper" && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                    })
+                })
+        },
+    );
+    assert_eq!(running_containers(&uid), 2, "main and the sleeper");
+    let running = rt.block_on(pods.get(name)).expect("the pod");
+    assert_eq!(container_instance(&running), before, "main still untouched");
+
     rt.block_on(pods.delete(name, &DeleteParams::default().grace_period(1)))
         .expect("the delete is accepted");
     wait_for(
