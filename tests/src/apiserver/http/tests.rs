@@ -658,6 +658,29 @@ async fn the_ephemeral_containers_subresource_adds_and_refuses_changes() {
         patched["spec"]["ephemeralContainers"]
     );
 
+    // A second `kubectl debug`: its two-way patch keeps the order of the existing ones.
+    let second = json!({"spec": {
+        "$setElementOrder/ephemeralContainers": [{"name": "dbg"}, {"name": "dbg2"}],
+        "ephemeralContainers": [{"name": "dbg2", "image": "busybox"}],
+    }});
+    let (status, both) = call(
+        &server,
+        "PATCH",
+        &format!("{base}/ephemeralcontainers"),
+        "application/strategic-merge-patch+json",
+        Some(second),
+    )
+    .await;
+    assert_eq!(status, 200, "{both}");
+    let names: Vec<&str> = both["spec"]["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["dbg", "dbg2"]);
+    let got = both;
+
     let change = json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "alpine"}]}});
     let (status, refused) = call(
         &server,
@@ -693,7 +716,7 @@ async fn the_ephemeral_containers_subresource_adds_and_refuses_changes() {
     assert!(
         refused["message"]
             .as_str()
-            .is_some_and(|m| m.contains("spec.ephemeralContainers[1].name: Duplicate value: \"c\"")),
+            .is_some_and(|m| m.contains("spec.ephemeralContainers[2].name: Duplicate value: \"c\"")),
         "{refused}"
     );
     // The main resource cannot write them.
