@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
-    api::{DeleteParams, PostParams, WatchEvent, WatchParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
 };
 use serde_json::json;
 use swiftlet_tests::{
@@ -739,4 +739,180 @@ fn the_agent_keeps_to_its_api_rate_limit() {
         }
     }
     drop(node);
+}
+
+/// `kubectl debug --target main` through the API (issue 20): an ephemeral container added to a
+/// running pod with a strategic merge patch of `pods/ephemeralcontainers` runs once in the pod,
+/// in `main`'s pid namespace (it finds `sleep 3600` among the processes it sees, which in a pid
+/// namespace of its own it could not), ends terminated with exit 0 in
+/// `ephemeralContainerStatuses`, and leaves `main` as it was (same container, no restart). The
+/// API server refuses a change to it and an ephemeral container named like `main` with 422, and
+/// the debugger dies with the pod.
+#[test]
+fn an_ephemeral_container_debugs_a_running_pod_in_its_targets_pid_namespace() {
+    let test = "an_ephemeral_container_debugs_a_running_pod_in_its_targets_pid_namespace";
+    if !privileged(test) {
+        return;
+    }
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let server = TestApiServer::start("ephemeral");
+    let kubeconfig = server.kubeconfig.to_str().expect("utf-8 path").to_owned();
+    let node = Node::start_with("apieph", &endpoint, &["--kubeconfig", &kubeconfig]);
+    let rt = runtime();
+    let pods: Api<Pod> = Api::namespaced(rt.block_on(server.client()), "default");
+    let name = "debugged";
+    let manifest: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": node.name,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "main",
+                "image": BUSYBOX,
+                "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+            }],
+        },
+    }))
+    .expect("a pod");
+    let created = rt
+        .block_on(pods.create(&PostParams::default(), &manifest))
+        .expect("the pod is created");
+    let uid = created.metadata.uid.clone().expect("a uid");
+    wait_running(&rt, &pods, &[name.to_owned()]);
+    let before = wait_for(
+        "main's container id on the API server",
+        EVENT_WAIT,
+        || container_instance(&rt.block_on(pods.get(name)).expect("the pod")),
+        |(id, _)| id.is_some(),
+    );
+
+    // What `kubectl debug -it debugged --image=busybox --target=main` sends.
+    let script = "for f in /proc/[0-9]*/cmdline; do \
+                  if tr '\\0' ' ' < \"$f\" | grep -q '^sleep 3600'; then exit 0; fi; \
+                  done; exit 1";
+    let debugger = json!({
+        "name": "debugger",
+        "image": BUSYBOX,
+        "imagePullPolicy": "Never",
+        "targetContainerName": "main",
+        "command": ["sh", "-c", script],
+    });
+    let patch = Patch::Strategic(json!({"spec": {"ephemeralContainers": [debugger]}}));
+    rt.block_on(pods.patch_ephemeral_containers(name, &PatchParams::default(), &patch))
+        .expect("the ephemeral container is added");
+
+    let debugged = wait_for(
+        "the debugger's terminated state",
+        EVENT_WAIT * 2,
+        || rt.block_on(pods.get(name)).expect("the pod"),
+        |p| ephemeral_exit(p).is_some(),
+    );
+    let status = debugged
+        .status
+        .as_ref()
+        .and_then(|s| s.ephemeral_container_statuses.as_ref())
+        .and_then(|l| l.first())
+        .cloned()
+        .expect("the debugger's status");
+    assert_eq!(status.name, "debugger");
+    assert_eq!(
+        ephemeral_exit(&debugged),
+        Some(0),
+        "the debugger did not see main's processes: {status:?}"
+    );
+    assert_eq!(status.restart_count, 0);
+    assert_eq!(
+        container_instance(&debugged),
+        before,
+        "main was neither restarted nor replaced"
+    );
+    assert_eq!(phase(&debugged), "Running");
+    // The runtime ran it once, in the pod's one sandbox.
+    let instances: Vec<_> = pod_containers(&uid)
+        .into_iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "debugger"))
+        .collect();
+    assert_eq!(instances.len(), 1, "{instances:?}");
+    assert_eq!(pod_sandboxes(&uid).len(), 1);
+
+    // A change to the existing one, and a name taken by a regular container: 422 Invalid.
+    for (changed, field) in [
+        (
+            json!({"name": "debugger", "image": BUSYBOX, "imagePullPolicy": "Never", "targetContainerName": "main", "command": ["true"]}),
+            "existing ephemeral containers \"debugger\" may not be changed",
+        ),
+        (
+            json!({"name": "main", "image": BUSYBOX, "imagePullPolicy": "Never"}),
+            "Duplicate value: \"main\"",
+        ),
+    ] {
+        let patch = Patch::Strategic(json!({"spec": {"ephemeralContainers": [changed]}}));
+        let refused = rt
+            .block_on(pods.patch_ephemeral_containers(name, &PatchParams::default(), &patch))
+            .expect_err("the API server refuses it");
+        let kube::Error::Api(status) = refused else {
+            panic!("not an API error: {refused:?}");
+        };
+        assert_eq!(status.code, 422, "{status:?}");
+        assert!(status.message.contains(field), "{status:?}");
+    }
+    // Still one instance of it after the agent saw the refused writes (none reached the pod).
+    std::thread::sleep(Duration::from_secs(2));
+    let debuggers = pod_containers(&uid)
+        .into_iter()
+        .filter(|c| c.metadata.as_ref().is_some_and(|m| m.name == "debugger"))
+        .count();
+    assert_eq!(debuggers, 1);
+
+    // A second one that keeps running: it dies with the pod.
+    let sleeper = json!({"name": "sleeper", "image": BUSYBOX, "imagePullPolicy": "Never",
+                         "targetContainerName": "main", "command": ["sleep", "3600"]});
+    let patch = Patch::Strategic(json!({"spec": {"ephemeralContainers": [sleeper]}}));
+    rt.block_on(pods.patch_ephemeral_containers(name, &PatchParams::default(), &patch))
+        .expect("a second ephemeral container is added");
+    wait_for(
+        "the sleeper running",
+        EVENT_WAIT * 2,
+        || rt.block_on(pods.get(name)).expect("the pod"),
+        |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.ephemeral_container_statuses.as_ref())
+                .is_some_and(|l| {
+                    l.iter().any(|c| {
+                        c.name == "sleeper" && c.state.as_ref().is_some_and(|s| s.running.is_some())
+                    })
+                })
+        },
+    );
+    assert_eq!(running_containers(&uid), 2, "main and the sleeper");
+    let running = rt.block_on(pods.get(name)).expect("the pod");
+    assert_eq!(container_instance(&running), before, "main still untouched");
+
+    rt.block_on(pods.delete(name, &DeleteParams::default().grace_period(1)))
+        .expect("the delete is accepted");
+    wait_for(
+        "the pod's containers stopped",
+        EVENT_WAIT * 2,
+        || running_containers(&uid),
+        |n| *n == 0,
+    );
+    drop(node);
+}
+
+/// The exit code of the pod's first ephemeral container, once it terminated.
+fn ephemeral_exit(pod: &Pod) -> Option<i32> {
+    pod.status
+        .as_ref()?
+        .ephemeral_container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
 }

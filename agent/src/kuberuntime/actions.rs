@@ -4,8 +4,14 @@
 //! the spec, the runtime's view and the probe results; the caller executes the plan and applies
 //! the crash-loop back-off ([`super::Backoff::check_restart`]) to each start.
 //!
-//! Not supported: ephemeral containers (never started) and in-place resize (a changed
-//! `resources`, like any change to a container's spec, kills and recreates the container).
+//! Ephemeral containers (`kubectl debug`) are started once each, before the init containers and
+//! even while the pod initializes, and never restarted; adding one changes no other container's
+//! hash, so it is an update of the running pod, not a recreation.
+//!
+//! Not supported: in-place resize (a changed `resources`, like any change to a container's spec,
+//! kills and recreates the container).
+
+use std::collections::HashSet;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 
@@ -66,6 +72,21 @@ pub struct PodActions {
     pub containers_to_start: Vec<usize>,
     /// Instances to stop first (each id at most once).
     pub containers_to_kill: Vec<ContainerToKill>,
+    /// Indexes into `spec.ephemeralContainers`, in spec order: those the runtime has no
+    /// instance of yet (upstream `EphemeralContainersToStart`).
+    pub ephemeral_containers_to_start: Vec<usize>,
+    /// Ephemeral containers that will not be started, with why.
+    pub ephemeral_containers_refused: Vec<RefusedEphemeral>,
+}
+
+/// An ephemeral container the agent refuses to start.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedEphemeral {
+    /// Its index in `spec.ephemeralContainers`.
+    pub index: usize,
+    pub name: String,
+    /// For the warning event and the log.
+    pub message: String,
 }
 
 impl PodActions {
@@ -76,6 +97,8 @@ impl PodActions {
             && self.init_containers_to_start.is_empty()
             && self.containers_to_start.is_empty()
             && self.containers_to_kill.is_empty()
+            && self.ephemeral_containers_to_start.is_empty()
+            && self.ephemeral_containers_refused.is_empty()
     }
 
     pub(super) fn kill(&mut self, instance: &ContainerStatus, reason: KillReason, message: String) {
@@ -110,7 +133,13 @@ pub fn compute_pod_actions(
         return actions;
     }
 
+    // Ephemeral containers may start while the pod initializes.
+    plan_ephemeral_containers(pod, status, &mut actions);
     let initialized = compute_init_container_actions(pod, status, probes, &mut actions);
+    if actions.kill_pod {
+        // A pod that is killed gets nothing new.
+        actions.ephemeral_containers_to_start.clear();
+    }
     if actions.kill_pod || !initialized {
         // Initialization failed or is still in progress: regular containers wait.
         return actions;
@@ -166,10 +195,44 @@ pub fn compute_pod_actions(
 
     if keep == 0 && actions.containers_to_start.is_empty() {
         actions.kill_pod = true;
-        // Sidecars alone must not keep a finished pod alive.
+        // Sidecars alone must not keep a finished pod alive, nor may debuggers.
         actions.init_containers_to_start.clear();
+        actions.ephemeral_containers_to_start.clear();
     }
     actions
+}
+
+/// The ephemeral containers to start (upstream `computePodActions`: one with no status yet is
+/// started, one that has any is never started again; none once the pod is being deleted, as
+/// upstream's terminating pods are no longer synced). The API server keeps names unique across
+/// all of a pod's containers, but the agent does not rely on it: an ephemeral container named
+/// like a regular or init container, or like an earlier ephemeral one, would be taken for it
+/// (its status, its kills, its logs), so it is refused.
+fn plan_ephemeral_containers(pod: &Pod, status: &PodStatus, actions: &mut PodActions) {
+    if spec::is_deleted(pod) {
+        return;
+    }
+    let mut names: HashSet<&str> = spec::containers(pod)
+        .iter()
+        .chain(spec::init_containers(pod))
+        .map(|c| c.name.as_str())
+        .collect();
+    for (index, ephemeral) in spec::ephemeral_containers(pod).iter().enumerate() {
+        let name = ephemeral.name.as_str();
+        if !names.insert(name) {
+            actions.ephemeral_containers_refused.push(RefusedEphemeral {
+                index,
+                name: name.to_owned(),
+                message: format!(
+                    "ephemeral container {name:?} (spec.ephemeralContainers[{index}]) is not started: its name is already another container's in the pod"
+                ),
+            });
+            continue;
+        }
+        if status.latest(name).is_none() {
+            actions.ephemeral_containers_to_start.push(index);
+        }
+    }
 }
 
 /// The pod needs a new sandbox: everything restarts from the first init container, unless the

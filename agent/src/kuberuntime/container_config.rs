@@ -35,6 +35,8 @@ pub enum ContainerKind {
     /// An init container with `restartPolicy: Always`.
     Sidecar,
     Regular,
+    /// From `spec.ephemeralContainers`.
+    Ephemeral,
 }
 
 impl ContainerKind {
@@ -43,6 +45,7 @@ impl ContainerKind {
             ContainerKind::Init => "init",
             ContainerKind::Sidecar => "sidecar",
             ContainerKind::Regular => "regular",
+            ContainerKind::Ephemeral => "ephemeral",
         }
     }
 }
@@ -184,6 +187,26 @@ pub fn container_config(
         }),
         ..Default::default()
     })
+}
+
+/// Puts an ephemeral container into the pid namespace of its target (upstream
+/// `generateLinuxContainerConfig` with `nsTarget`: `NamespaceMode_TARGET` and the target's
+/// runtime id), so that a debugger sees the target's processes. Only where the container would
+/// have a pid namespace of its own: with `shareProcessNamespace` or `hostPID` it already sees
+/// them, and the pod's choice stands.
+pub fn target_pid_namespace(config: &mut cri::ContainerConfig, target_id: &str) {
+    let Some(namespaces) = config
+        .linux
+        .as_mut()
+        .and_then(|l| l.security_context.as_mut())
+        .and_then(|s| s.namespace_options.as_mut())
+    else {
+        return;
+    };
+    if namespaces.pid == cri::NamespaceMode::Container as i32 {
+        namespaces.pid = cri::NamespaceMode::Target as i32;
+        target_id.clone_into(&mut namespaces.target_id);
+    }
 }
 
 /// CPU shares from the request, CFS quota from the limit in the configured period, memory
@@ -476,6 +499,63 @@ mod tests {
         assert_eq!(
             c.annotations.get(ANNOTATION_CONTAINER_HASH),
             Some(&format!("{:x}", container_hash(&container)))
+        );
+    }
+
+    #[test]
+    fn an_ephemeral_container_joins_its_targets_pid_namespace_unless_the_pod_shares_one() {
+        let pod = |share: Option<bool>| Pod {
+            metadata: ObjectMeta {
+                name: Some("web".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                share_process_namespace: share,
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let container = Container {
+            name: "debugger".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        };
+        let security = SecurityOptions::new(std::path::Path::new("/var/lib/swiftlet"), false);
+        let params = ContainerParams {
+            kind: ContainerKind::Ephemeral,
+            restart_count: 0,
+            image_ref: "sha256:abc",
+            env: EnvContext::default(),
+            oom_score_adj: 1000,
+            image_user: &ImageUser::Uid(0),
+            security: &security,
+            userns: None,
+            resources: &ResourceOptions::default(),
+        };
+        let namespaces = |c: cri::ContainerConfig| {
+            c.linux
+                .and_then(|l| l.security_context)
+                .and_then(|s| s.namespace_options)
+                .map(|n| (n.pid, n.target_id))
+        };
+        let mut own = container_config(&pod(None), &container, &params).expect("config");
+        assert_eq!(
+            own.annotations
+                .get(ANNOTATION_CONTAINER_TYPE)
+                .map(String::as_str),
+            Some("ephemeral")
+        );
+        target_pid_namespace(&mut own, "main-id");
+        assert_eq!(
+            namespaces(own),
+            Some((cri::NamespaceMode::Target as i32, "main-id".to_owned()))
+        );
+        let mut shared = container_config(&pod(Some(true)), &container, &params).expect("config");
+        target_pid_namespace(&mut shared, "main-id");
+        assert_eq!(
+            namespaces(shared),
+            Some((cri::NamespaceMode::Pod as i32, String::new()))
         );
     }
 }

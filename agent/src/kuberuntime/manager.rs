@@ -25,7 +25,7 @@ use super::{
     ContainerProbeResults,
     actions::{PodActions, compute_pod_actions},
     backoff::{ContainerBackoffKey, CrashLoopBackoff, last_finished_at},
-    container_config::{ContainerKind, ContainerParams, container_config},
+    container_config::{ContainerKind, ContainerParams, container_config, target_pid_namespace},
     dns::DnsSettings,
     env::{ClusterEnv, EnvContext},
     images::ImagePuller,
@@ -331,6 +331,16 @@ impl KubeRuntimeManager {
                 "Pod sandbox changed, it will be killed and re-created.",
             ));
         }
+        for refused in &actions.ephemeral_containers_refused {
+            tracing::warn!(pod = %format_pod(pod), container = refused.name, "{}", refused.message);
+            // About the pod: the name would resolve to the other container's field path.
+            self.events.record(Event::warning(
+                pod_ref(pod),
+                reasons::FAILED_TO_CREATE_CONTAINER,
+                Action::CreateContainer,
+                format!("Error: {}", refused.message),
+            ));
+        }
         if let Err(e) = self.kill_for_sync(pod, status, &actions).await {
             outcome.errors.push(e);
             return outcome;
@@ -338,6 +348,7 @@ impl KubeRuntimeManager {
         if !actions.create_sandbox
             && actions.init_containers_to_start.is_empty()
             && actions.containers_to_start.is_empty()
+            && actions.ephemeral_containers_to_start.is_empty()
         {
             return outcome;
         }
@@ -513,8 +524,9 @@ impl KubeRuntimeManager {
         Ok((id, ips))
     }
 
-    /// The plan's starts in order: init containers one at a time (a sidecar does not hold up
-    /// the next), then the regular containers.
+    /// The plan's starts in order: ephemeral containers (upstream starts them first, so that
+    /// a pod whose init containers fail can still be debugged), init containers one at a time
+    /// (a sidecar does not hold up the next), then the regular containers.
     async fn start_containers(
         &self,
         start: &StartContext<'_>,
@@ -524,6 +536,22 @@ impl KubeRuntimeManager {
         let Some(spec) = start.pod.spec.as_ref() else {
             return;
         };
+        let ephemerals = spec.ephemeral_containers.as_deref().unwrap_or_default();
+        for &idx in &actions.ephemeral_containers_to_start {
+            if start.cancel.is_cancelled() {
+                return;
+            }
+            let Some(ephemeral) = ephemerals.get(idx) else {
+                continue;
+            };
+            let container = super::spec::ephemeral_as_container(ephemeral);
+            let target = ephemeral
+                .target_container_name
+                .as_deref()
+                .filter(|t| !t.is_empty());
+            self.start_container(start, &container, ContainerKind::Ephemeral, target, outcome)
+                .await;
+        }
         let inits = spec.init_containers.as_deref().unwrap_or_default();
         for &idx in &actions.init_containers_to_start {
             if start.cancel.is_cancelled() {
@@ -537,7 +565,9 @@ impl KubeRuntimeManager {
             } else {
                 ContainerKind::Init
             };
-            let started = self.start_container(start, container, kind, outcome).await;
+            let started = self
+                .start_container(start, container, kind, None, outcome)
+                .await;
             // A regular init container runs alone: the next waits for it to succeed.
             if kind == ContainerKind::Init || !started {
                 return;
@@ -548,7 +578,7 @@ impl KubeRuntimeManager {
                 return;
             }
             if let Some(container) = spec.containers.get(idx) {
-                self.start_container(start, container, ContainerKind::Regular, outcome)
+                self.start_container(start, container, ContainerKind::Regular, None, outcome)
                     .await;
             }
         }
@@ -556,15 +586,20 @@ impl KubeRuntimeManager {
 
     /// One container start (upstream `startContainer` with `doBackOff` and `EnsureImageExists`).
     /// Returns whether it started; a failure is in the reason cache and `outcome`. A `postStart`
-    /// hook runs until it ends or the sync is cancelled.
+    /// hook runs until it ends or the sync is cancelled. `target` is an ephemeral container's
+    /// `targetContainerName`.
     async fn start_container(
         &self,
         start: &StartContext<'_>,
         container: &Container,
         kind: ContainerKind,
+        target: Option<&str>,
         outcome: &mut SyncOutcome,
     ) -> bool {
-        match self.try_start_container(start, container, kind).await {
+        match self
+            .try_start_container(start, container, kind, target)
+            .await
+        {
             Ok(()) => {
                 self.reasons().remove(&start.uid, &container.name);
                 true
@@ -585,15 +620,53 @@ impl KubeRuntimeManager {
         start: &StartContext<'_>,
         container: &Container,
         kind: ContainerKind,
+        target: Option<&str>,
     ) -> Result<(), StartStop> {
         let now = (self.clock)();
         self.check_crash_backoff(start, container, now)?;
-        let config = self
+        let mut config = self
             .build_container_config(start, container, kind, now)
             .await?;
+        if let Some(target) = target {
+            let id = self.target_id(start, container, target)?;
+            target_pid_namespace(&mut config, &id);
+        }
         let id = self.create_and_start(start, container, config).await?;
         tracing::info!(pod = %format_pod(start.pod), container = container.name, id, "started container");
         self.run_post_start(start, container, &id).await
+    }
+
+    /// The runtime id of an ephemeral container's target (upstream `startSpec.getTargetID`: the
+    /// target's newest instance). Only a regular or init container can be a target, as the API
+    /// server's validation requires; anything else fails the start as a config error.
+    fn target_id(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        target: &str,
+    ) -> Result<String, StartStop> {
+        let in_spec = super::spec::containers(start.pod)
+            .iter()
+            .chain(super::spec::init_containers(start.pod))
+            .any(|c| c.name == target);
+        let found = in_spec
+            .then(|| start.status.latest(target))
+            .flatten()
+            .map(|instance| instance.id.id.clone());
+        found.ok_or_else(|| {
+            let message = format!("unable to find target container {target}");
+            self.container_event(
+                start.pod,
+                &container.name,
+                None,
+                failed(Action::CreateContainer),
+                format!("Error: {message}"),
+            );
+            StartStop::from(StartFailure::new(
+                StartFailureReason::CreateContainerConfigError,
+                message,
+            ))
+        })
     }
 
     fn check_crash_backoff(

@@ -47,7 +47,7 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use actions::{ContainerToKill, KillReason, PodActions, compute_pod_actions};
+pub use actions::{ContainerToKill, KillReason, PodActions, RefusedEphemeral, compute_pod_actions};
 pub use backoff::{
     Backoff, CRASH_LOOP_INITIAL, CRASH_LOOP_MAX, ContainerBackoffKey, CrashLoopBackoff,
     IMAGE_PULL_INITIAL, IMAGE_PULL_MAX, ImageBackoffKey, ImagePullBackoff, InBackoff,

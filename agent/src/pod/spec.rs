@@ -3,7 +3,7 @@
 //! Upstream spreads these over `pkg/api/v1/pod` (`IsRestartableInitContainer`) and
 //! `pkg/kubelet/container/helpers.go` (`IsHostNetworkPod`).
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod};
 
 /// A pod's `restartPolicy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +47,41 @@ pub fn init_containers(pod: &Pod) -> &[Container] {
         .as_ref()
         .and_then(|s| s.init_containers.as_deref())
         .unwrap_or(&[])
+}
+
+/// The ephemeral containers (`kubectl debug`), in spec order.
+pub fn ephemeral_containers(pod: &Pod) -> &[EphemeralContainer] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.ephemeral_containers.as_deref())
+        .unwrap_or(&[])
+}
+
+/// An ephemeral container as the container it runs as (upstream casts its
+/// `EphemeralContainerCommon` to a `v1.Container`). What the API server's
+/// `validateEphemeralContainers` forbids is dropped rather than trusted: an ephemeral container
+/// is never probed, restarted, resized or hooked, and exposes no ports, whatever the object says.
+pub fn ephemeral_as_container(ephemeral: &EphemeralContainer) -> Container {
+    let e = ephemeral.clone();
+    Container {
+        name: e.name,
+        image: e.image,
+        image_pull_policy: e.image_pull_policy,
+        command: e.command,
+        args: e.args,
+        working_dir: e.working_dir,
+        env: e.env,
+        env_from: e.env_from,
+        volume_mounts: e.volume_mounts,
+        volume_devices: e.volume_devices,
+        security_context: e.security_context,
+        stdin: e.stdin,
+        stdin_once: e.stdin_once,
+        tty: e.tty,
+        termination_message_path: e.termination_message_path,
+        termination_message_policy: e.termination_message_policy,
+        ..Container::default()
+    }
 }
 
 /// A sidecar: an init container with `restartPolicy: Always` (upstream

@@ -10,7 +10,7 @@
 use std::{net::IpAddr, time::SystemTime};
 
 use k8s_openapi::api::core::v1::{
-    ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
+    Container, ContainerStatus as ApiContainerStatus, HostIP, Pod, PodCondition, PodIP,
     PodStatus as ApiPodStatus,
 };
 
@@ -74,6 +74,21 @@ fn generate(
         &previous(&old.init_container_statuses),
         init_specs,
         true,
+    );
+
+    // Upstream `convertToAPIContainerStatuses` for the ephemeral containers, as regular ones
+    // (never ready, no probes): they count for neither the phase nor the conditions.
+    let ephemeral_specs: Vec<Container> = spec::ephemeral_containers(pod)
+        .iter()
+        .map(spec::ephemeral_as_container)
+        .collect();
+    let ephemeral = containers::convert(
+        pod,
+        runtime,
+        reasons,
+        &previous(&old.ephemeral_container_statuses),
+        &ephemeral_specs,
+        false,
     );
 
     let all: Vec<ApiContainerStatus> = regular.iter().chain(&init).cloned().collect();
@@ -142,6 +157,7 @@ fn generate(
         start_time: old.start_time.clone().or_else(|| api_time(now)),
         init_container_statuses: (!init_specs.is_empty()).then_some(init),
         container_statuses: Some(regular),
+        ephemeral_container_statuses: (!ephemeral_specs.is_empty()).then_some(ephemeral),
         observed_generation: generation,
         ..ApiPodStatus::default()
     }

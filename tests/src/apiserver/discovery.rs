@@ -57,6 +57,9 @@ pub fn resource_list(group: &str, version: &str) -> Value {
         if r.status {
             resources.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if r.kind == "Pod" && r.group.is_empty() {
+            resources.push(json!({"name": "pods/ephemeralcontainers", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get", "patch", "update"]}));
+        }
         if r.kind == super::csr::KIND {
             resources.push(json!({"name": format!("{}/approval", r.plural), "singularName": "", "namespaced": false, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }

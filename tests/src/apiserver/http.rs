@@ -292,6 +292,9 @@ fn serve(
         Some("status") if resource.status => Target::Status,
         // The approval writes only conditions; the generic status rules keep the spec.
         Some("approval") if resource.kind == csr::KIND => Target::Status,
+        Some("ephemeralcontainers") if resource.kind == "Pod" && resource.group.is_empty() => {
+            Target::EphemeralContainers
+        }
         Some("token") if resource.plural == "serviceaccounts" && *method == Method::POST => {
             return token_request(server, resource, namespace, name, parse_json(body)?);
         }

@@ -5,7 +5,8 @@
 //! (<https://kubernetes.io/docs/reference/using-api/api-concepts/>): a store with monotonic
 //! resourceVersions ([`store`]), list and watch with selectors, pages, bookmarks and 410 Gone
 //! ([`list`], [`watch`], [`selector`]), the patch types ([`patch`], [`json_patch`]), the
-//! resources' create/update strategies ([`strategy`]), graceful deletion ([`deletion`]), the
+//! resources' create/update strategies ([`strategy`], with the pods' `ephemeralcontainers`
+//! subresource in [`ephemeral`]), graceful deletion ([`deletion`]), the
 //! review and token resources ([`reviews`]), HTTP routing and discovery ([`http`],
 //! [`discovery`]), TLS and the kubeconfig ([`serve`]), and fault injection for tests
 //! ([`faults`], driven through [`control`]).
@@ -26,6 +27,7 @@ pub mod controllers;
 pub mod csr;
 pub mod deletion;
 pub mod discovery;
+pub mod ephemeral;
 pub mod faults;
 pub mod http;
 pub mod json_patch;

@@ -17,6 +17,8 @@ use super::{
 pub enum Target {
     Main,
     Status,
+    /// A pod's `ephemeralcontainers` subresource ([`super::ephemeral`]).
+    EphemeralContainers,
 }
 
 /// How a `metadata.uid` in the written object that differs from the stored one fails.
@@ -154,25 +156,14 @@ fn default_pod(pod: &mut Value) {
         spec.entry("securityContext").or_insert_with(|| json!({}));
         spec.entry("terminationGracePeriodSeconds")
             .or_insert_with(|| json!(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS));
-        for list in ["initContainers", "containers"] {
+        for list in ["initContainers", "containers", "ephemeralContainers"] {
             for container in spec
                 .get_mut(list)
                 .and_then(Value::as_array_mut)
                 .into_iter()
                 .flatten()
             {
-                let Some(c) = container.as_object_mut() else {
-                    continue;
-                };
-                c.entry("terminationMessagePath")
-                    .or_insert_with(|| json!("/dev/termination-log"));
-                c.entry("terminationMessagePolicy")
-                    .or_insert_with(|| json!("File"));
-                let latest = c.get("image").and_then(Value::as_str).is_some_and(|i| {
-                    !i.rsplit('/').next().unwrap_or(i).contains(':') || i.ends_with(":latest")
-                });
-                let policy = if latest { "Always" } else { "IfNotPresent" };
-                c.entry("imagePullPolicy").or_insert_with(|| json!(policy));
+                default_container(container);
             }
         }
     }
@@ -180,6 +171,22 @@ fn default_pod(pod: &mut Value) {
         "status".to_owned(),
         json!({"phase": "Pending", "qosClass": qos}),
     );
+}
+
+/// `SetDefaults_Container` for the fields swiftlet reads (ephemeral containers get the same).
+pub(super) fn default_container(container: &mut Value) {
+    let Some(c) = container.as_object_mut() else {
+        return;
+    };
+    c.entry("terminationMessagePath")
+        .or_insert_with(|| json!("/dev/termination-log"));
+    c.entry("terminationMessagePolicy")
+        .or_insert_with(|| json!("File"));
+    let latest = c.get("image").and_then(Value::as_str).is_some_and(|i| {
+        !i.rsplit('/').next().unwrap_or(i).contains(':') || i.ends_with(":latest")
+    });
+    let policy = if latest { "Always" } else { "IfNotPresent" };
+    c.entry("imagePullPolicy").or_insert_with(|| json!(policy));
 }
 
 /// Upstream `qos.GetPodQOS`, for the common cases: BestEffort without requests or limits,
@@ -264,12 +271,28 @@ pub fn prepare_update(
         return Err(ApiError::stale(resource, &name));
     }
     set_meta(&mut new, "resourceVersion", Value::String(old_version));
+    if target == Target::EphemeralContainers {
+        return super::ephemeral::prepare_update(resource, &name, old, &new);
+    }
     if resource.status {
         let keep = match target {
-            Target::Main => "status",
             Target::Status => "spec",
+            Target::Main | Target::EphemeralContainers => "status",
         };
         copy_field(old, &mut new, keep);
+        if target == Target::Main && resource.kind == "Pod" {
+            // Ephemeral containers are written through their subresource only.
+            let stored = old
+                .get("spec")
+                .and_then(|s| s.get("ephemeralContainers"))
+                .cloned();
+            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                match stored {
+                    Some(list) => spec.insert("ephemeralContainers".to_owned(), list),
+                    None => spec.remove("ephemeralContainers"),
+                };
+            }
+        }
         if target == Target::Status && resource.kind == "Pod" {
             // podStatusStrategy: the status endpoint cannot touch owner references.
             let owners = old

@@ -1,6 +1,7 @@
 //! `KubeRuntimeManager` against the in-memory CRI fake: the exact runtime calls of SyncPod for
 //! init containers, images, back-off and kills.
 
+mod ephemeral;
 mod events;
 mod resources;
 mod runtime_class;

@@ -319,8 +319,16 @@ impl EbpfPleg {
                 None
             }
             EventBody::CgroupRmdir(c) => {
-                index.remove(c.cgroup_id);
-                None
+                let entry = index.remove(c.cgroup_id)?;
+                drop(index);
+                // A container without an init of its own (one sharing the pod's pid namespace,
+                // or an ephemeral container in its target's) is judged dead by its cgroup
+                // emptying, which an exit can read too early (the exiting process is still
+                // counted); the runtime removing its cgroup is the kernel's last word on it.
+                let judged_by_emptying = entry.started
+                    && entry.init_pid.is_none()
+                    && !self.records.is_sandbox(&entry.pod, &entry.container_id);
+                judged_by_emptying.then_some((entry.pod, entry.container_id, Expect::Stopped))
             }
             EventBody::Exec(exec) => {
                 let entry = index.get_mut(exec.cgroup_id)?;

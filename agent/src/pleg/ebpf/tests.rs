@@ -703,3 +703,33 @@ async fn a_death_is_seen_when_the_containers_start_was_lost() {
     assert_eq!(died.status.and_then(|s| s.exit_code), Some(3));
     assert_eq!(f.metrics.triggers.with_label_values(&["exit"]).get(), 1);
 }
+
+#[tokio::test]
+async fn a_container_without_an_init_of_its_own_dies_when_its_cgroup_goes() {
+    // An ephemeral container in its target's pid namespace (or any container of a pod sharing
+    // one): none of its processes is pid 1 of a namespace, and the exit of its last one can read
+    // the cgroup still populated. The runtime removing the cgroup says it is dead.
+    let runtime = Arc::new(SettableRuntime::default());
+    *runtime.containers.lock().expect("lock") =
+        vec![container("debugger", ContainerState::Running)];
+    let mut f = fixture_over(runtime.clone());
+    f.pleg
+        .handle(&mkdir(10, "/kubepods/besteffort/podu1/debugger"));
+    f.pleg.handle(&exec(10, 200));
+    let started = next_event(&mut f.events).await;
+    assert_eq!(started.kind, EventType::ContainerStarted);
+    *runtime.containers.lock().expect("lock") = vec![container("debugger", ContainerState::Exited)];
+    f.pleg.handle(&exit(10, 200));
+    assert_eq!(f.metrics.triggers.with_label_values(&["exit"]).get(), 0);
+    f.pleg
+        .handle(&rmdir(10, "/kubepods/besteffort/podu1/debugger"));
+    let died = next_death(&mut f.events).await;
+    assert_eq!(died.pod, PodUid::from("u1"));
+    assert_eq!(
+        f.metrics
+            .triggers
+            .with_label_values(&["cgroup_rmdir"])
+            .get(),
+        1
+    );
+}

@@ -283,3 +283,23 @@ fn dns_config_is_validated_as_the_api_server_does() {
         "{errs:?}"
     );
 }
+
+#[test]
+fn a_static_pod_with_ephemeral_containers_is_refused() {
+    // Upstream validates a static pod as a create, where ephemeral containers are forbidden:
+    // they are added to a running pod through the API, never written in a manifest.
+    let spec = PodSpec {
+        containers: vec![container("a")],
+        ephemeral_containers: Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "debugger".to_owned(),
+            image: Some("busybox".to_owned()),
+            target_container_name: Some("a".to_owned()),
+            ..Default::default()
+        }]),
+        ..PodSpec::default()
+    };
+    assert_eq!(
+        errors(&pod("web-node-1", "default", spec)),
+        vec!["spec.ephemeralContainers: Forbidden: cannot be set on create".to_owned()]
+    );
+}

@@ -195,3 +195,52 @@ fn vanished_and_unknown_containers_terminated() {
         .unwrap();
     assert_eq!(term.reason.as_deref(), Some("ContainerStatusUnknown"));
 }
+
+#[test]
+fn ephemeral_containers_have_their_own_statuses_and_move_neither_phase_nor_readiness() {
+    use k8s_openapi::api::core::v1::EphemeralContainer;
+    let main = container("main");
+    let mut p = pod("Always", vec![], vec![main.clone()]);
+    let as_ephemeral = |name: &str| EphemeralContainer {
+        name: name.into(),
+        image: Some("busybox".into()),
+        target_container_name: Some("main".into()),
+        ..Default::default()
+    };
+    if let Some(spec) = p.spec.as_mut() {
+        spec.ephemeral_containers = Some(vec![as_ephemeral("dbg"), as_ephemeral("later")]);
+    }
+    let dbg = crate::pod::spec::ephemeral_as_container(&as_ephemeral("dbg"));
+    let rt = runtime()
+        .ready_sandbox()
+        .running(&main)
+        .exited(&dbg, 0)
+        .build();
+    let s = generate(&p, &rt, &ReasonCache::new());
+    let ephemeral = s.ephemeral_container_statuses.clone().unwrap_or_default();
+    let names: Vec<&str> = ephemeral.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["dbg", "later"]);
+    let done = ephemeral[0]
+        .state
+        .as_ref()
+        .and_then(|st| st.terminated.as_ref())
+        .map(|t| t.exit_code);
+    assert_eq!(done, Some(0));
+    assert_eq!(ephemeral[0].restart_count, 0);
+    assert!(!ephemeral[0].ready);
+    assert_eq!(waiting_reason_of(&ephemeral[1]), Some("ContainerCreating"));
+    // The pod runs and is ready on its regular container alone.
+    assert_eq!(s.phase.as_deref(), Some("Running"));
+    assert!(cs(&s, "main").ready);
+    let names: Vec<&str> = s
+        .container_statuses
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["main"]);
+}
+
+fn waiting_reason_of(c: &k8s_openapi::api::core::v1::ContainerStatus) -> Option<&str> {
+    c.state.as_ref()?.waiting.as_ref()?.reason.as_deref()
+}

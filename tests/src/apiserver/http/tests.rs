@@ -612,3 +612,133 @@ async fn a_watch_from_a_version_never_reached_ends_with_504() {
         "the stream ends after the error"
     );
 }
+
+#[tokio::test]
+async fn the_ephemeral_containers_subresource_adds_and_refuses_changes() {
+    let server = server();
+    let base = "/api/v1/namespaces/default/pods/a";
+    let (status, _) = call(
+        &server,
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        JSON,
+        Some(pod("a", "n1")),
+    )
+    .await;
+    assert_eq!(status, 201);
+    // What `kubectl debug` sends: a strategic merge patch of the list, merged by name.
+    let add = json!({"spec": {"ephemeralContainers": [
+        {"name": "dbg", "image": "busybox", "targetContainerName": "c"}
+    ], "containers": [{"name": "c", "image": "other"}]}});
+    let (status, patched) = call(
+        &server,
+        "PATCH",
+        &format!("{base}/ephemeralcontainers"),
+        "application/strategic-merge-patch+json",
+        Some(add),
+    )
+    .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(patched["spec"]["ephemeralContainers"][0]["name"], "dbg");
+    assert_eq!(
+        patched["spec"]["containers"][0]["image"], "busybox",
+        "the subresource writes only the ephemeral containers"
+    );
+    let (status, got) = call(
+        &server,
+        "GET",
+        &format!("{base}/ephemeralcontainers"),
+        JSON,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        got["spec"]["ephemeralContainers"],
+        patched["spec"]["ephemeralContainers"]
+    );
+
+    // A second `kubectl debug`: its two-way patch keeps the order of the existing ones.
+    let second = json!({"spec": {
+        "$setElementOrder/ephemeralContainers": [{"name": "dbg"}, {"name": "dbg2"}],
+        "ephemeralContainers": [{"name": "dbg2", "image": "busybox"}],
+    }});
+    let (status, both) = call(
+        &server,
+        "PATCH",
+        &format!("{base}/ephemeralcontainers"),
+        "application/strategic-merge-patch+json",
+        Some(second),
+    )
+    .await;
+    assert_eq!(status, 200, "{both}");
+    let names: Vec<&str> = both["spec"]["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["dbg", "dbg2"]);
+    let got = both;
+
+    let change = json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "alpine"}]}});
+    let (status, refused) = call(
+        &server,
+        "PATCH",
+        &format!("{base}/ephemeralcontainers"),
+        "application/strategic-merge-patch+json",
+        Some(change),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    assert_eq!(refused["reason"], "Invalid");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("existing ephemeral containers \"dbg\" may not be changed")),
+        "{refused}"
+    );
+    // A PUT that collides with the regular container's name.
+    let mut put = got.clone();
+    put["spec"]["ephemeralContainers"]
+        .as_array_mut()
+        .expect("a list")
+        .push(json!({"name": "c", "image": "busybox"}));
+    let (status, refused) = call(
+        &server,
+        "PUT",
+        &format!("{base}/ephemeralcontainers"),
+        JSON,
+        Some(put),
+    )
+    .await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("spec.ephemeralContainers[2].name: Duplicate value: \"c\"")),
+        "{refused}"
+    );
+    // The main resource cannot write them.
+    let (status, main) = call(
+        &server,
+        "PATCH",
+        base,
+        "application/merge-patch+json",
+        Some(json!({"spec": {"ephemeralContainers": null}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{main}");
+    assert_eq!(main["spec"]["ephemeralContainers"][0]["name"], "dbg");
+
+    let (_, discovery) = call(&server, "GET", "/api/v1", JSON, None).await;
+    let listed = discovery["resources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["name"] == "pods/ephemeralcontainers");
+    assert_eq!(
+        listed.map(|r| r["verbs"].clone()),
+        Some(json!(["get", "patch", "update"]))
+    );
+}
