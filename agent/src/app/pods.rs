@@ -145,6 +145,19 @@ pub async fn cgroups(
         cfs_quota: config.cfs_quota,
         hugepage_sizes: node.hugepages.sizes(),
     };
+    // Upstream `enforceNodeAllocatableCgroups`: the reserved cgroups are limited before any
+    // pod runs, and one that cannot be is a failed start.
+    for reserved in &config.reserved.cgroups {
+        crate::cm::reserved_cgroups::enforce(&layout, config.cgroup_driver, reserved)?;
+        tracing::info!(
+            cgroup = %reserved.name,
+            enforcement = reserved.enforcement,
+            cpu_millis = ?reserved.cpu_millis,
+            memory_bytes = ?reserved.memory_bytes,
+            pids = ?reserved.pids,
+            "limited the reserved cgroup"
+        );
+    }
     let cgroups = match systemd {
         Some(connection) => {
             // systemd takes cgroup v2's properties only where it runs the unified layout.
