@@ -321,6 +321,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             cgroups: &input.cgroups,
             cache: pleg.pleg.cache(),
             runtime: &manager,
+            cri: runtime.client.clone(),
             images: runtime.client.as_ref(),
             kernel: input.kernel_bus,
             memcg_trigger: input.memcg_trigger,
