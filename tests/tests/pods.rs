@@ -1369,6 +1369,143 @@ fn qos_reserved_limits_the_lower_levels_memory_as_pods_come_and_go() {
     wait_reads(&best_effort, &pages(capacity - (16 << 20)));
 }
 
+/// The name (as `systemReservedCgroup` takes it) of a cgroup `leaf` below the test's own root,
+/// and its directory below every hierarchy's mount: `<root>/<leaf>` with cgroupfs, the slice
+/// `<root>.slice/<root>-<leaf>.slice` with systemd.
+fn reserved_cgroup_below(own: &OwnRoot, leaf: &str) -> (String, String) {
+    let driver = swiftlet_tests::driver::cgroup_driver();
+    let name = match driver {
+        swiftlet::cgroup::pods::CgroupDriver::Cgroupfs => format!("{}/{leaf}", own.root),
+        swiftlet::cgroup::pods::CgroupDriver::Systemd => {
+            let unit = own.root.trim_start_matches('/').trim_end_matches(".slice");
+            format!("{}/{unit}-{leaf}.slice", own.root)
+        }
+    };
+    let dir = swiftlet::cgroup::pods::existing_cgroup_dir(driver, &name);
+    (name, dir)
+}
+
+/// Makes cgroup `dir` (below the test's own root) in the cpu, memory and pids hierarchies, with
+/// the controllers enabled for it where they are cgroup v2's.
+fn make_cgroup(own: &OwnRoot, dir: &str) {
+    for controller in ["cpu", "memory", "pids"] {
+        let mount = OwnRoot::mount(controller);
+        let path = mount.join(dir);
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("mkdir {}: {e}", path.display()));
+        let parent = mount.join(own.root.trim_start_matches('/'));
+        let control = parent.join("cgroup.subtree_control");
+        if control.exists() {
+            std::fs::write(&control, format!("+{controller}"))
+                .unwrap_or_else(|e| panic!("enabling {controller} in {}: {e}", control.display()));
+        }
+    }
+}
+
+/// A cgroup's memory limit file (v1 or v2).
+fn memory_limit_file(dir: &std::path::Path) -> std::path::PathBuf {
+    ["memory.limit_in_bytes", "memory.max"]
+        .iter()
+        .map(|f| dir.join(f))
+        .find(|f| f.exists())
+        .unwrap_or_else(|| panic!("no memory limit file in {}", dir.display()))
+}
+
+#[test]
+fn reserved_cgroups_are_limited_to_their_reservations_at_start() {
+    let test = "reserved_cgroups_are_limited_to_their_reservations_at_start";
+    if !swiftlet_tests::privileged(test) {
+        return;
+    }
+    let own = OwnRoot::new("swiftlet-reserved");
+    let (system, system_dir) = reserved_cgroup_below(&own, "sys");
+    let (kube, kube_dir) = reserved_cgroup_below(&own, "kube");
+    make_cgroup(&own, &system_dir);
+    make_cgroup(&own, &kube_dir);
+    let kube_memory = memory_limit_file(&OwnRoot::mount("memory").join(&kube_dir));
+    let kube_pids = OwnRoot::mount("pids").join(&kube_dir).join("pids.max");
+    let (kube_memory_before, kube_pids_before) =
+        (read_trimmed(&kube_memory), read_trimmed(&kube_pids));
+
+    let config = format!(
+        "systemReserved:\n  cpu: 250m\n  memory: 100Mi\n  pid: \"300\"\n\
+         kubeReserved:\n  cpu: 100m\n  memory: 64Mi\n  pid: \"50\"\n\
+         systemReservedCgroup: {system}\nkubeReservedCgroup: {kube}\n\
+         enforceNodeAllocatable: [pods, system-reserved, kube-reserved-compressible]\n"
+    );
+    let Some(_node) = own.node(test, "reserved", &config) else {
+        return;
+    };
+
+    // system-reserved: weight (shares) of 250m, the memory limit, pids.max.
+    let (weight, want) = cpu_weight_file(&OwnRoot::mount("cpu").join(&system_dir), 256);
+    assert_eq!(read_trimmed(&weight), want, "{}", weight.display());
+    let memory = memory_limit_file(&OwnRoot::mount("memory").join(&system_dir));
+    assert_eq!(
+        read_trimmed(&memory),
+        (100u64 << 20).to_string(),
+        "{}",
+        memory.display()
+    );
+    let pids = OwnRoot::mount("pids").join(&system_dir).join("pids.max");
+    assert_eq!(read_trimmed(&pids), "300", "{}", pids.display());
+
+    // kube-reserved-compressible: the weight of 100m, nothing else.
+    let (weight, want) = cpu_weight_file(&OwnRoot::mount("cpu").join(&kube_dir), 102);
+    assert_eq!(read_trimmed(&weight), want, "{}", weight.display());
+    assert_eq!(
+        read_trimmed(&kube_memory),
+        kube_memory_before,
+        "{}",
+        kube_memory.display()
+    );
+    assert_eq!(
+        read_trimmed(&kube_pids),
+        kube_pids_before,
+        "{}",
+        kube_pids.display()
+    );
+}
+
+#[test]
+fn a_missing_reserved_cgroup_stops_the_start_naming_it() {
+    let test = "a_missing_reserved_cgroup_stops_the_start_naming_it";
+    let Some(dir) = swiftlet_tests::trusted::TrustedDir::new(test, "reserved-missing") else {
+        return;
+    };
+    let Some(endpoint) = runtime_endpoint(test) else {
+        return;
+    };
+    let own = OwnRoot::new("swiftlet-reserved-missing");
+    let (system, system_dir) = reserved_cgroup_below(&own, "absent");
+    let file = own.config_file(
+        "reserved-missing",
+        &format!(
+            "systemReserved:\n  memory: 10Mi\nsystemReservedCgroup: {system}\n\
+             enforceNodeAllocatable: [pods, system-reserved]\n"
+        ),
+    );
+    let output = Command::new(swiftlet_tests::swiftlet_bin())
+        .args(["run", "--config", &file, "--runtime-endpoint", &endpoint])
+        .arg("--root-dir")
+        .arg(dir.path().join("root"))
+        .args(["--read-only-port", "0", "--http-address", "127.0.0.1:0"])
+        .arg("--grpc-socket")
+        .arg(dir.path().join("grpc.sock"))
+        .args(["--pleg", "relist"])
+        .output()
+        .expect("run swiftlet");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !output.status.success(),
+        "started without its reserved cgroup: {stderr}"
+    );
+    assert!(stderr.contains("systemReservedCgroup"), "{stderr}");
+    assert!(stderr.contains("does not exist"), "{stderr}");
+    assert!(stderr.contains(&system_dir), "{stderr}");
+    // Nothing was made in its place.
+    assert!(!OwnRoot::mount("memory").join(&system_dir).exists());
+}
+
 /// A cgroup's CFS quota and period as cgroup v2's `cpu.max` has them (`<quota|max> <period>`),
 /// from v1's two files where the cpu controller is v1's.
 fn cpu_max(dir: &std::path::Path) -> String {

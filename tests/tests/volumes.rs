@@ -325,6 +325,73 @@ fn a_disk_empty_dir_over_its_size_limit_gets_the_pod_evicted() {
     delete_and_check_gone(&node, "full.yaml", "full", &uid);
 }
 
+/// Resource lines (under a container entry) limiting `ephemeral-storage`.
+fn ephemeral_limit(limit: &str) -> String {
+    format!("      resources:\n        limits:\n          ephemeral-storage: {limit}\n")
+}
+
+#[test]
+fn a_container_over_its_ephemeral_storage_limit_gets_the_pod_evicted() {
+    let Some(node) = node(
+        "a_container_over_its_ephemeral_storage_limit_gets_the_pod_evicted",
+        "eph-limit",
+    ) else {
+        return;
+    };
+    // `big` writes 8 MiB into its writable layer against 2Mi; `roomy` keeps the pod's sum
+    // (102Mi) above what the pod writes, so the container's own limit is what is exceeded.
+    node.write_manifest(
+        "big.yaml",
+        &PodManifest::new("big")
+            .restart("Always")
+            .grace(1)
+            .container(manifest::container(
+                "big",
+                "dd if=/dev/zero of=/filler bs=1048576 count=8; exec sleep 3600",
+                &ephemeral_limit("2Mi"),
+            ))
+            .container(manifest::container(
+                "roomy",
+                "exec sleep 3600",
+                &ephemeral_limit("100Mi"),
+            ))
+            .yaml(),
+    );
+    // The neighbour writes as much, without a limit.
+    node.write_manifest(
+        "calm.yaml",
+        &PodManifest::new("calm")
+            .restart("Always")
+            .grace(1)
+            .container(manifest::container(
+                "calm",
+                "dd if=/dev/zero of=/filler bs=1048576 count=8; exec sleep 3600",
+                "",
+            ))
+            .yaml(),
+    );
+    node.wait_pod("calm", "running", |p| {
+        status::running(status::container(p, "calm"))
+    });
+    let pod = node.wait_pod("big", "evicted", |p| status::phase(p) == "Failed");
+    let s = pod.status.clone().unwrap_or_default();
+    assert_eq!(s.reason.as_deref(), Some("Evicted"));
+    assert_eq!(
+        s.message.as_deref(),
+        Some("Container big exceeded its local ephemeral storage limit \"2Mi\". ")
+    );
+    let calm = node.wait_pod("calm", "still running", |p| {
+        status::running(status::container(p, "calm"))
+    });
+    assert_eq!(status::phase(&calm), "Running");
+    assert_eq!(
+        status::container(&calm, "calm").map(|c| c.restart_count),
+        Some(0)
+    );
+    let uid = node.pod_uid("big");
+    delete_and_check_gone(&node, "big.yaml", "big", &uid);
+}
+
 #[test]
 fn downward_api_files_carry_the_pods_fields_read_only() {
     let Some(node) = node(

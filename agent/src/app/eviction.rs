@@ -17,10 +17,10 @@ use super::{Error, pods::App};
 use crate::{
     cm::{CgroupLayout, pod_cgroups::PodCgroups},
     config::Config,
-    cri::ImageService,
+    cri::{ImageService, RuntimeService},
     eviction::{
-        EvictionManager, EvictionMetrics, Sources, observe::NodeObserver, thresholds::Signal,
-        wakeups,
+        EvictionManager, EvictionMetrics, Sources, local_storage, observe::NodeObserver,
+        thresholds::Signal, wakeups,
     },
     kernel::{MemcgTrigger, StreamItem},
     kubelet::{Kubelet, KubeletEvictor},
@@ -36,6 +36,8 @@ pub struct EvictionParts<'a> {
     pub cgroups: &'a Arc<PodCgroups>,
     pub cache: Arc<PodCache>,
     pub runtime: &'a Arc<KubeRuntimeManager>,
+    /// The CRI client, for the containers' writable layers.
+    pub cri: Arc<dyn RuntimeService>,
     pub images: &'a dyn ImageService,
     /// The kernel programs' events, when they run.
     pub kernel: Option<broadcast::Receiver<Arc<StreamItem>>>,
@@ -53,6 +55,7 @@ pub async fn start(
         cgroups,
         cache,
         runtime,
+        cri,
         images,
         kernel,
         memcg_trigger,
@@ -84,7 +87,21 @@ pub async fn start(
             .filter(|s| matches!(s, Signal::Pressure(_)))
             .collect(),
     };
-    let sources = sources(config, kubelet, cgroups, cache, runtime, &observer);
+    // Upstream counts a container's writable layer against its ephemeral-storage limit only
+    // where the images share the node's filesystem (no dedicated imagefs).
+    let count_rootfs = same_filesystem(&observer.nodefs, &observer.imagefs);
+    let mut sources = sources(config, kubelet, cgroups, cache, runtime, &observer);
+    sources.container_storage = Box::new({
+        let log_root = config.logs.pod_logs_dir.clone();
+        move |pods: Vec<Arc<Pod>>| {
+            let cri = cri.clone();
+            let log_root = log_root.clone();
+            Box::pin(async move {
+                local_storage::measure_containers(cri.as_ref(), &pods, &log_root, count_rootfs)
+                    .await
+            })
+        }
+    });
     let (manager, waker, wakes) = EvictionManager::new(
         eviction.clone(),
         sources,
@@ -207,7 +224,19 @@ fn sources(
                     .collect()
             }
         }),
+        // Set by `start`, which holds the CRI client.
+        container_storage: Box::new(|_| Box::pin(async { HashMap::new() })),
         evictor: Arc::new(KubeletEvictor(kubelet.clone())),
+    }
+}
+
+/// Whether two paths are on one filesystem (the same device); unknown counts as the same, as
+/// a node without a separate image filesystem is the common case.
+fn same_filesystem(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev(),
+        _ => true,
     }
 }
 

@@ -54,6 +54,8 @@ pub enum Error {
     #[error("cgroups: {0}")]
     Cgroups(String),
     #[error(transparent)]
+    ReservedCgroup(#[from] crate::cm::reserved_cgroups::ReservedCgroupError),
+    #[error(transparent)]
     EventedPleg(#[from] crate::pleg::evented::Error),
     #[error(transparent)]
     CgroupDriver(#[from] crate::cm::systemd::preflight::PreflightError),
@@ -131,6 +133,11 @@ impl Error {
             ),
             Error::RuntimeCgroupDriver(e) => e.hint(),
             Error::Cgroups(_) => Some("swiftlet runs as root and needs the cpu, memory and pids cgroup controllers".into()),
+            Error::ReservedCgroup(_) => Some(
+                "create the reserved cgroup (in the cpu, memory and pids hierarchies) before \
+                 swiftlet starts, or leave its reservation out of enforceNodeAllocatable"
+                    .into(),
+            ),
             Error::GrpcSocket { .. } => {
                 Some("pick a writable path, or stop the swiftlet already using it".into())
             }

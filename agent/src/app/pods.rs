@@ -155,6 +155,19 @@ pub async fn cgroups(
                 .saturating_sub(config.reserved.memory_bytes()),
         }),
     };
+    // Upstream `enforceNodeAllocatableCgroups`: the reserved cgroups are limited before any
+    // pod runs, and one that cannot be is a failed start.
+    for reserved in &config.reserved.cgroups {
+        crate::cm::reserved_cgroups::enforce(&layout, config.cgroup_driver, reserved)?;
+        tracing::info!(
+            cgroup = %reserved.name,
+            enforcement = reserved.enforcement,
+            cpu_millis = ?reserved.cpu_millis,
+            memory_bytes = ?reserved.memory_bytes,
+            pids = ?reserved.pids,
+            "limited the reserved cgroup"
+        );
+    }
     let cgroups = match systemd {
         Some(connection) => {
             // systemd takes cgroup v2's properties only where it runs the unified layout.
@@ -322,6 +335,7 @@ pub async fn start(app: &mut App<'_>, input: PodsInput) -> Result<Pods, Error> {
             cgroups: &input.cgroups,
             cache: pleg.pleg.cache(),
             runtime: &manager,
+            cri: runtime.client.clone(),
             images: runtime.client.as_ref(),
             kernel: input.kernel_bus,
             memcg_trigger: input.memcg_trigger,

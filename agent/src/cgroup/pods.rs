@@ -362,6 +362,25 @@ impl PodCgroupLayout {
     }
 }
 
+/// The directory, relative to the root of every hierarchy, of an existing cgroup the operator
+/// names (`systemReservedCgroup`): upstream's `cgroupManager.CgroupName` then `Name` — with
+/// cgroupfs the path itself; with systemd its last component read as a slice
+/// (`ParseSystemdToCgroupName`) and expanded into its parents (`ToSystemd`), so
+/// `/system.slice` is `system.slice` and `/a.slice/a-b.slice` is `a.slice/a-b.slice`. `""` is
+/// the root.
+pub fn existing_cgroup_dir(driver: CgroupDriver, name: &str) -> String {
+    let layout = PodCgroupLayout {
+        driver,
+        root: Vec::new(),
+        kubepods: Vec::new(),
+        per_qos: false,
+    };
+    match driver {
+        CgroupDriver::Cgroupfs => layout.render(&components(name)),
+        CgroupDriver::Systemd => layout.render(&slice_components(name)),
+    }
+}
+
 fn components(path: &str) -> Vec<String> {
     path.split('/')
         .filter(|part| !part.is_empty())
@@ -440,6 +459,19 @@ pub fn validate_slice_root(root: &Path) -> Result<(), SliceRootError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_existing_cgroup_is_named_as_the_driver_names_it() {
+        let cgroupfs = |name| existing_cgroup_dir(CgroupDriver::Cgroupfs, name);
+        let systemd = |name| existing_cgroup_dir(CgroupDriver::Systemd, name);
+        assert_eq!(cgroupfs("/system.slice"), "system.slice");
+        assert_eq!(cgroupfs("/kube/daemons/"), "kube/daemons");
+        assert_eq!(cgroupfs("/"), "");
+        assert_eq!(systemd("/system.slice"), "system.slice");
+        assert_eq!(systemd("/a.slice/a-b.slice"), "a.slice/a-b.slice");
+        assert_eq!(systemd("/kube_reserved.slice"), "kube_reserved.slice");
+        assert_eq!(systemd("/-.slice"), "");
+    }
 
     #[test]
     fn pod_cgroups_follow_the_qos_class_below_cgroup_root() {

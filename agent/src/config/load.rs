@@ -233,6 +233,22 @@ impl Config {
         let mut reserved = reserved::resolve(&settings)?;
         let cpu_manager = cpumanager::resolve(&settings)?;
         if let Some(cpus) = &cpu_manager.reserved_system_cpus {
+            // Upstream refuses the pair: the reserved CPUs are a cpuset, not the reserved
+            // cgroups' shares.
+            for (field, name) in [
+                ("systemReservedCgroup", &settings.system_reserved_cgroup),
+                ("kubeReservedCgroup", &settings.kube_reserved_cgroup),
+            ] {
+                if let Some(name) = name {
+                    return Err(invalid(
+                        &name.origin,
+                        field,
+                        "cgroup",
+                        &name.value,
+                        "cannot be used with reservedSystemCPUs (--reserved-cpus)",
+                    ));
+                }
+            }
             // As upstream: the reserved CPUs overwrite the cpu of both reservations, so that
             // node allocatable and the static policy agree on what pods may use.
             reserved.kube.cpu_millis = 0;

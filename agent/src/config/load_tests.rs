@@ -463,6 +463,7 @@ mod eviction {
                 kube: ReservedResources::default(),
                 system: ReservedResources::default(),
                 enforce_pods: true,
+                cgroups: Vec::new(),
             }
         );
     }
@@ -750,7 +751,15 @@ enforceNodeAllocatable: [pods]
             ),
             (
                 &["--enforce-node-allocatable", "pods,system-reserved"],
-                "flag --enforce-node-allocatable: field `enforceNodeAllocatable`: invalid value \"system-reserved\": not supported yet: only \"pods\" and \"none\" are",
+                "flag --enforce-node-allocatable: field `enforceNodeAllocatable`: invalid value \"system-reserved\": systemReservedCgroup (--system-reserved-cgroup) must name the cgroup when \"system-reserved\" or \"system-reserved-compressible\" is enforced",
+            ),
+            (
+                &["--system-reserved-cgroup", "system.slice"],
+                "flag --system-reserved-cgroup: field `systemReservedCgroup`: invalid cgroup \"system.slice\": must be absolute in the cgroup hierarchy, e.g. /system.slice",
+            ),
+            (
+                &["--kube-reserved-cgroup", "/kube.slice/../../etc"],
+                "flag --kube-reserved-cgroup: field `kubeReservedCgroup`: invalid cgroup \"/kube.slice/../../etc\": must not contain \".\" or \"..\" components",
             ),
             (
                 &["--eviction-wakeups", "psi,bpf"],
@@ -819,7 +828,35 @@ enforceNodeAllocatable: [pods]
             ),
             (
                 "enforceNodeAllocatable: [kube-reserved]",
-                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"kube-reserved\": not supported yet: only \"pods\" and \"none\" are",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"kube-reserved\": kubeReservedCgroup (--kube-reserved-cgroup) must name the cgroup when \"kube-reserved\" or \"kube-reserved-compressible\" is enforced",
+            ),
+            (
+                "enforceNodeAllocatable: [kube-reserved-compressible]\nkubeReservedCgroup: \"\"",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"kube-reserved-compressible\": kubeReservedCgroup (--kube-reserved-cgroup) must name the cgroup when \"kube-reserved\" or \"kube-reserved-compressible\" is enforced",
+            ),
+            (
+                "systemReservedCgroup: /system.slice\nenforceNodeAllocatable: [system-reserved, pods, system-reserved-compressible]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"system-reserved-compressible\": cannot be combined with \"system-reserved\": the cgroup is limited either fully or in CPU only",
+            ),
+            (
+                "kubeReservedCgroup: /kube.slice\nenforceNodeAllocatable: [kube-reserved-compressible, kube-reserved]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"kube-reserved\": cannot be combined with \"kube-reserved-compressible\": the cgroup is limited either fully or in CPU only",
+            ),
+            (
+                "cgroupsPerQOS: false\nkubeReservedCgroup: /kube.slice\nenforceNodeAllocatable: [kube-reserved]",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"kube-reserved\": needs cgroupsPerQOS: true; without the pods' cgroup, set enforceNodeAllocatable to [] or [none]",
+            ),
+            (
+                "systemReservedCgroup: /\nenforceNodeAllocatable: [system-reserved]",
+                "config file DIR/swiftlet.yaml: field `systemReservedCgroup`: invalid cgroup \"/\": names the root cgroup, which takes no limits; name a cgroup below it",
+            ),
+            (
+                "systemReservedCgroup: /system.slice\nreservedSystemCPUs: \"0\"",
+                "config file DIR/swiftlet.yaml: field `systemReservedCgroup`: invalid cgroup \"/system.slice\": cannot be used with reservedSystemCPUs (--reserved-cpus)",
+            ),
+            (
+                "enforceNodeAllocatable: [pods, system-reserved, none]\nsystemReservedCgroup: /s",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"none\": \"none\" cannot be combined with other values",
             ),
             (
                 "enforceNodeAllocatable: [pods, pods]",
@@ -831,7 +868,7 @@ enforceNodeAllocatable: [pods]
             ),
             (
                 "enforceNodeAllocatable: [everything]",
-                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"everything\": expected \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\"",
+                "config file DIR/swiftlet.yaml: field `enforceNodeAllocatable`: invalid value \"everything\": expected \"pods\", \"system-reserved\", \"system-reserved-compressible\", \"kube-reserved\", \"kube-reserved-compressible\" or \"none\"",
             ),
             (
                 "cgroupsPerQOS: false",
@@ -854,6 +891,67 @@ enforceNodeAllocatable: [pods]
         assert!(config.eviction.thresholds.is_empty());
         assert_eq!(config.eviction.wakeups, Wakeups::NONE);
     }
+}
+
+#[test]
+fn reserved_cgroups_get_what_their_reservation_names() {
+    use crate::config::ReservedCgroup;
+    let (_dir, config) = load(
+        "systemReserved:\n  cpu: 250m\n  memory: 100Mi\n  pid: \"300\"\n\
+         kubeReserved:\n  cpu: \"1\"\n  memory: 1Gi\n  pid: \"50\"\n\
+         systemReservedCgroup: /system.slice\nkubeReservedCgroup: /kube.slice\n\
+         enforceNodeAllocatable: [pods, kube-reserved-compressible, system-reserved]\n",
+        &[],
+    );
+    let reserved = config.expect("loads").reserved;
+    assert!(reserved.enforce_pods);
+    assert_eq!(
+        reserved.cgroups,
+        vec![
+            ReservedCgroup {
+                field: "systemReservedCgroup",
+                enforcement: "system-reserved",
+                name: "/system.slice".into(),
+                cpu_millis: Some(250),
+                memory_bytes: Some(100 << 20),
+                pids: Some(300),
+            },
+            // Compressible: the CPU alone, whatever else is reserved.
+            ReservedCgroup {
+                field: "kubeReservedCgroup",
+                enforcement: "kube-reserved-compressible",
+                name: "/kube.slice".into(),
+                cpu_millis: Some(1000),
+                memory_bytes: None,
+                pids: None,
+            },
+        ]
+    );
+
+    // A reservation without memory sets no memory limit; a named cgroup that is not enforced
+    // is left alone; the flags name the cgroups as the file does.
+    let (_dir, config) = load(
+        "systemReserved:\n  cpu: 100m\n",
+        &[
+            "--system-reserved-cgroup",
+            "/sys.slice",
+            "--kube-reserved-cgroup",
+            "/kube.slice",
+            "--enforce-node-allocatable",
+            "system-reserved",
+        ],
+    );
+    let reserved = config.expect("loads").reserved;
+    assert!(!reserved.enforce_pods);
+    assert_eq!(reserved.cgroups.len(), 1);
+    assert_eq!(reserved.cgroups[0].name, "/sys.slice");
+    assert_eq!(reserved.cgroups[0].cpu_millis, Some(100));
+    assert_eq!(reserved.cgroups[0].memory_bytes, None);
+    assert_eq!(reserved.cgroups[0].pids, None);
+
+    // An empty name is upstream's "none".
+    let (_dir, config) = load("systemReservedCgroup: \"\"\n", &[]);
+    assert!(config.expect("loads").reserved.cgroups.is_empty());
 }
 
 #[test]

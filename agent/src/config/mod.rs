@@ -54,7 +54,7 @@ pub use load::Config;
 pub use logging::{LoggingConfig, verbosity_level};
 pub use no_effect::NoEffect;
 pub use registration::FileTaint;
-pub use reserved::{Reserved, ReservedResources};
+pub use reserved::{Reserved, ReservedCgroup, ReservedResources};
 pub use security::SecurityConfig;
 pub use server::{Authentication, Authorization, AuthorizationMode, ServerConfig};
 pub use settings::{FileConfig, RunArgs};

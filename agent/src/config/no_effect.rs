@@ -97,10 +97,6 @@ macro_rules! with_no_effect {
                 => |v| *v == 1, "one task rotates the container logs";
             show_hidden_metrics_for_version: [String] = "showHiddenMetricsForVersion"
                 => |v| v.is_empty(), "swiftlet has no hidden metrics";
-            system_reserved_cgroup: [String] = "systemReservedCgroup"
-                => |v| v.is_empty(), "reservations are enforced on the pods' cgroup only";
-            kube_reserved_cgroup: [String] = "kubeReservedCgroup"
-                => |v| v.is_empty(), "reservations are enforced on the pods' cgroup only";
             volume_plugin_dir: [String] = "volumePluginDir"
                 => |v| v.is_empty() || v == "/usr/libexec/kubernetes/kubelet-plugins/volume/exec/", "swiftlet has no FlexVolume plugins";
             provider_id: [String] = "providerID"

@@ -7,9 +7,10 @@
 //! of `pkg/kubelet/apis/config/validation/validation.go`, and
 //! `pkg/kubelet/cm/node_container_manager_linux.go`.
 //!
-//! Only `pods` is enforced: `system-reserved` and `kube-reserved` (and their `-compressible`
-//! forms) are recognised, so the message can say they are not supported yet rather than unknown;
-//! they need the reserved cgroups (`--system-reserved-cgroup`), which swiftlet does not manage.
+//! `pods` limits the pods' cgroup; `system-reserved` and `kube-reserved` limit an existing cgroup
+//! the operator names (`systemReservedCgroup`, `kubeReservedCgroup`) to its reservation, and
+//! their `-compressible` forms to its CPU alone ([`ReservedCgroup`], written by
+//! `cm::reserved_cgroups` at start).
 
 use super::{
     error::{ConfigError, Origin, invalid},
@@ -17,6 +18,9 @@ use super::{
     settings::Settings,
 };
 use crate::cm::quantity::Quantity;
+pub use crate::cm::reserved_cgroups::ReservedCgroup;
+
+const FIELD: &str = "enforceNodeAllocatable";
 
 /// One reservation; zero for what is not reserved.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,14 +31,16 @@ pub struct ReservedResources {
     pub pids: i64,
 }
 
-/// `kubeReserved`, `systemReserved` and whether node allocatable is enforced on the pods' cgroup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// `kubeReserved`, `systemReserved` and what node allocatable is enforced on.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reserved {
     pub kube: ReservedResources,
     pub system: ReservedResources,
     /// `enforceNodeAllocatable` contains `pods` (the default): the pods' cgroup is limited to
     /// allocatable and `allocatableMemory.available` thresholds are derived.
     pub enforce_pods: bool,
+    /// The reserved cgroups to limit at start: system's first, then kube's.
+    pub cgroups: Vec<ReservedCgroup>,
 }
 
 impl Reserved {
@@ -65,20 +71,60 @@ impl Reserved {
 
 /// The reservations and enforcement: flags over file over defaults (nothing reserved, `pods`).
 pub(super) fn resolve(settings: &Settings) -> Result<Reserved, ConfigError> {
+    let (kube, kube_listed) = resources("kubeReserved", settings.kube_reserved.as_ref())?;
+    let (system, system_listed) = resources("systemReserved", settings.system_reserved.as_ref())?;
+    let enforced = enforcement(settings)?;
+    let mut cgroups = Vec::new();
+    for (side, resources, listed) in [
+        (Side::System, system, system_listed),
+        (Side::Kube, kube, kube_listed),
+    ] {
+        let Some(compressible_only) = enforced.of(side) else {
+            continue;
+        };
+        let (field, name) = match side {
+            Side::System => ("systemReservedCgroup", &settings.system_reserved_cgroup),
+            Side::Kube => ("kubeReservedCgroup", &settings.kube_reserved_cgroup),
+        };
+        let enforcement = side.key(compressible_only);
+        // `enforcement` checked that the name is given.
+        let Some(name) = name else {
+            return Err(missing_cgroup(&enforced.origin, side, enforcement));
+        };
+        let full = |listed: bool, value: i64| (listed && !compressible_only).then_some(value);
+        cgroups.push(ReservedCgroup {
+            field,
+            enforcement,
+            name: name.value.clone(),
+            cpu_millis: listed.cpu.then_some(resources.cpu_millis),
+            memory_bytes: full(listed.memory, resources.memory_bytes),
+            pids: full(listed.pids, resources.pids),
+        });
+    }
     Ok(Reserved {
-        kube: resources("kubeReserved", settings.kube_reserved.as_ref())?,
-        system: resources("systemReserved", settings.system_reserved.as_ref())?,
-        enforce_pods: enforce_pods(settings)?,
+        kube,
+        system,
+        enforce_pods: enforced.pods,
+        cgroups,
     })
+}
+
+/// Which resources a reservation names: upstream limits a reserved cgroup only in those.
+#[derive(Clone, Copy, Debug, Default)]
+struct Listed {
+    cpu: bool,
+    memory: bool,
+    pids: bool,
 }
 
 fn resources(
     field: &'static str,
     map: Option<&MapField>,
-) -> Result<ReservedResources, ConfigError> {
+) -> Result<(ReservedResources, Listed), ConfigError> {
     let mut out = ReservedResources::default();
+    let mut listed = Listed::default();
     let Some(map) = map else {
-        return Ok(out);
+        return Ok((out, listed));
     };
     for entry in &map.entries {
         let bad = |reason: String| invalid(&map.origin, field, "reservation", &entry.shown, reason);
@@ -107,15 +153,75 @@ fn resources(
         } else {
             quantity.value()
         };
+        match entry.key.as_str() {
+            "cpu" => listed.cpu = true,
+            "memory" => listed.memory = true,
+            "pid" => listed.pids = true,
+            _ => {}
+        }
     }
-    Ok(out)
+    Ok((out, listed))
 }
 
-/// `enforceNodeAllocatable`, checked as upstream: known values, no duplicates, `none` alone,
-/// and `cgroupsPerQOS` for anything enforced.
-fn enforce_pods(settings: &Settings) -> Result<bool, ConfigError> {
-    const FIELD: &str = "enforceNodeAllocatable";
-    let cgroups_per_qos = settings.cgroups_per_qos;
+/// Whose reservation a cgroup enforcement is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    System,
+    Kube,
+}
+
+impl Side {
+    fn key(self, compressible_only: bool) -> &'static str {
+        match (self, compressible_only) {
+            (Side::System, false) => "system-reserved",
+            (Side::System, true) => "system-reserved-compressible",
+            (Side::Kube, false) => "kube-reserved",
+            (Side::Kube, true) => "kube-reserved-compressible",
+        }
+    }
+}
+
+/// `enforceNodeAllocatable` as checked.
+struct Enforcement {
+    origin: Origin,
+    pods: bool,
+    /// `Some(compressible_only)` when the system reservation is enforced.
+    system: Option<bool>,
+    kube: Option<bool>,
+}
+
+impl Enforcement {
+    fn of(&self, side: Side) -> Option<bool> {
+        match side {
+            Side::System => self.system,
+            Side::Kube => self.kube,
+        }
+    }
+}
+
+fn missing_cgroup(origin: &Origin, side: Side, value: &str) -> ConfigError {
+    let (field, flag) = match side {
+        Side::System => ("systemReservedCgroup", "--system-reserved-cgroup"),
+        Side::Kube => ("kubeReservedCgroup", "--kube-reserved-cgroup"),
+    };
+    invalid(
+        origin,
+        FIELD,
+        "value",
+        value,
+        format!(
+            "{field} ({flag}) must name the cgroup when {:?} or {:?} is enforced",
+            side.key(false),
+            side.key(true)
+        ),
+    )
+}
+
+/// `enforceNodeAllocatable`, checked as upstream's `ValidateKubeletConfiguration`: known values,
+/// no duplicates, `none` alone, a reservation's full and `-compressible` forms not together,
+/// the reserved cgroup named for each reservation enforced, and `cgroupsPerQOS` for anything
+/// enforced.
+fn enforcement(settings: &Settings) -> Result<Enforcement, ConfigError> {
     let Given {
         value: values,
         origin,
@@ -126,40 +232,74 @@ fn enforce_pods(settings: &Settings) -> Result<bool, ConfigError> {
             value: vec!["pods".to_owned()],
             origin: Origin::Default,
         });
-    let bad = |value: &str, reason: &str| invalid(&origin, FIELD, "value", value, reason);
+    let bad = |value: &str, reason: String| invalid(&origin, FIELD, "value", value, reason);
+    let mut out = Enforcement {
+        origin: origin.clone(),
+        pods: false,
+        system: None,
+        kube: None,
+    };
     for (i, value) in values.iter().enumerate() {
         if values[..i].contains(value) {
-            return Err(bad(value, "listed twice"));
+            return Err(bad(value, "listed twice".to_owned()));
         }
-        match value.as_str() {
-            "pods" if !cgroups_per_qos => {
-                return Err(bad(
-                    value,
-                    "needs cgroupsPerQOS: true; without the pods' cgroup, set \
-                     enforceNodeAllocatable to [] or [none]",
-                ));
-            }
-            "pods" => {}
+        let (side, compressible_only) = match value.as_str() {
             "none" if values.len() > 1 => {
-                return Err(bad(value, "\"none\" cannot be combined with other values"));
-            }
-            "none" => {}
-            "system-reserved"
-            | "kube-reserved"
-            | "system-reserved-compressible"
-            | "kube-reserved-compressible" => {
                 return Err(bad(
                     value,
-                    "not supported yet: only \"pods\" and \"none\" are",
+                    "\"none\" cannot be combined with other values".to_owned(),
                 ));
             }
+            "none" => continue,
+            "pods" => {
+                out.pods = true;
+                (None, false)
+            }
+            "system-reserved" => (Some(Side::System), false),
+            "system-reserved-compressible" => (Some(Side::System), true),
+            "kube-reserved" => (Some(Side::Kube), false),
+            "kube-reserved-compressible" => (Some(Side::Kube), true),
             _ => {
                 return Err(bad(
                     value,
-                    "expected \"pods\", \"system-reserved\", \"kube-reserved\" or \"none\"",
+                    "expected \"pods\", \"system-reserved\", \"system-reserved-compressible\", \
+                     \"kube-reserved\", \"kube-reserved-compressible\" or \"none\""
+                        .to_owned(),
                 ));
             }
+        };
+        if let Some(side) = side {
+            let slot = match side {
+                Side::System => &mut out.system,
+                Side::Kube => &mut out.kube,
+            };
+            if let Some(other) = *slot {
+                return Err(bad(
+                    value,
+                    format!(
+                        "cannot be combined with {:?}: the cgroup is limited either fully or in \
+                         CPU only",
+                        side.key(other)
+                    ),
+                ));
+            }
+            *slot = Some(compressible_only);
+            let named = match side {
+                Side::System => settings.system_reserved_cgroup.is_some(),
+                Side::Kube => settings.kube_reserved_cgroup.is_some(),
+            };
+            if !named {
+                return Err(missing_cgroup(&origin, side, value));
+            }
+        }
+        if !settings.cgroups_per_qos {
+            return Err(bad(
+                value,
+                "needs cgroupsPerQOS: true; without the pods' cgroup, set \
+                 enforceNodeAllocatable to [] or [none]"
+                    .to_owned(),
+            ));
         }
     }
-    Ok(values.iter().any(|v| v == "pods"))
+    Ok(out)
 }

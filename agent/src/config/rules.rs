@@ -184,6 +184,40 @@ pub(super) fn log_size(input: Input<Option<String>, String>) -> Resolved<i64> {
     Ok(Some(quantity.value()))
 }
 
+/// `systemReservedCgroup` / `kubeReservedCgroup`: empty for none (upstream's default), else an
+/// absolute cgroup below the root, with no `.` or `..` component. swiftlet resolves it as root
+/// without following links (`cm::reserved_cgroups`), but a name that climbs out of the cgroup
+/// hierarchy is refused here, by name, before anything opens it.
+pub(super) fn reserved_cgroup(input: Input<Option<String>, String>) -> Resolved<Given<String>> {
+    let field = input.field;
+    let Some(Given { value, origin }) = given(input)? else {
+        return Ok(None);
+    };
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let bad = |reason| Err(invalid(&origin, field, "cgroup", &value, reason));
+    if !value.starts_with('/') {
+        return bad("must be absolute in the cgroup hierarchy, e.g. /system.slice");
+    }
+    if value.contains('\0') {
+        return bad("must not contain a NUL byte");
+    }
+    if value.len() > MAX_CGROUP_NAME {
+        return bad("is longer than a path can be (4096 bytes)");
+    }
+    if value.split('/').any(|part| part == "." || part == "..") {
+        return bad("must not contain \".\" or \"..\" components");
+    }
+    if value.split('/').all(str::is_empty) {
+        return bad("names the root cgroup, which takes no limits; name a cgroup below it");
+    }
+    Ok(Some(Given { value, origin }))
+}
+
+/// The longest path the kernel resolves (`PATH_MAX`).
+const MAX_CGROUP_NAME: usize = 4096;
+
 /// An absolute path.
 pub(super) fn absolute_path(input: Input<Option<PathBuf>, PathBuf>) -> Resolved<PathBuf> {
     let field = input.field;

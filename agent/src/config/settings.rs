@@ -53,8 +53,8 @@ use super::{
     registration::{FileTaint, node_ips, node_labels, register_with_taints},
     rules::{
         absolute_path, cgroup_driver, cgroup_root, cluster_dns, cluster_domain, cpu_list,
-        log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, resolv_conf, root_dir,
-        unsafe_sysctls,
+        log_monitor_interval, log_size, pleg_mode, pod_cidr, pod_pids_limit, reserved_cgroup,
+        resolv_conf, root_dir, unsafe_sysctls,
     },
     shutdown::FileShutdownGrace,
     types::{
@@ -408,7 +408,21 @@ macro_rules! with_settings {
                 flag "system-reserved" [Vec<String>] (value_name = "RESOURCE=QUANTITY,..."),
                 file [BTreeMap<String, String>]
                 => |i| map(i, "reservation", &['='], "expected <resource>=<quantity>, e.g. cpu=100m,memory=1Gi");
-            /// What node allocatable is enforced on (`enforceNodeAllocatable`): `pods` or `none`.
+            /// The existing cgroup `system-reserved` is enforced on (`systemReservedCgroup`), e.g.
+            /// `/system.slice`: absolute in the cgroup hierarchy.
+            section system_reserved_cgroup: [Option<Given<String>>] = "systemReservedCgroup",
+                flag "system-reserved-cgroup" [Option<String>] (value_name = "CGROUP"),
+                file [String]
+                => reserved_cgroup;
+            /// The existing cgroup `kube-reserved` is enforced on (`kubeReservedCgroup`), as
+            /// `--system-reserved-cgroup`.
+            section kube_reserved_cgroup: [Option<Given<String>>] = "kubeReservedCgroup",
+                flag "kube-reserved-cgroup" [Option<String>] (value_name = "CGROUP"),
+                file [String]
+                => reserved_cgroup;
+            /// What node allocatable is enforced on (`enforceNodeAllocatable`): `pods`,
+            /// `system-reserved`, `kube-reserved` (or their `-compressible` forms, CPU only), or
+            /// `none`.
             section enforce_node_allocatable: [Option<Given<Vec<String>>>] = "enforceNodeAllocatable",
                 flag "enforce-node-allocatable" [Vec<String>] (value_name = "LIST"),
                 file [Vec<String>]

@@ -82,6 +82,9 @@ struct State {
     exec_results: HashMap<String, cri::ExecSyncResponse>,
     /// `ExecSync` never answers (until its timeout, if it has one).
     exec_hangs: bool,
+    /// What `ListContainerStats` reports as each container's writable layer, by id (none for
+    /// the others).
+    writable_layers: HashMap<String, u64>,
     runtime_ready: bool,
     network_ready: bool,
     /// What `Status` reports beyond the conditions (none, as containerd 1.6, unless set).
@@ -168,6 +171,7 @@ impl FakeRuntime {
                 images: BTreeMap::new(),
                 exec_results: HashMap::new(),
                 exec_hangs: false,
+                writable_layers: HashMap::new(),
                 runtime_ready: true,
                 network_ready: true,
                 runtime_handlers: Vec::new(),
@@ -215,6 +219,11 @@ impl FakeRuntime {
     /// Every call so far, clearing the log.
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut self.lock().calls)
+    }
+
+    /// The writable layer's bytes `ListContainerStats` reports for container `id`.
+    pub fn set_writable_layer(&self, id: &str, bytes: u64) {
+        self.lock().writable_layers.insert(id.to_owned(), bytes);
     }
 
     /// The next call of `operation` fails with `code` (once; scripts queue up in order).

@@ -114,6 +114,12 @@ pub trait RuntimeService: Send + Sync {
     /// callers tell by [`Error::code`]. The subscription has no deadline: it lasts until the
     /// runtime ends it, the connection breaks or the stream is dropped.
     async fn get_container_events(&self) -> Result<ContainerEventStream>;
+    /// What the runtime measures of the containers (CRI `ListContainerStats`): the writable
+    /// layer's bytes are what local ephemeral storage limits count.
+    async fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> Result<Vec<cri::ContainerStats>>;
 }
 
 /// The image half of CRI (upstream `internalapi.ImageManagerService`).
@@ -159,6 +165,7 @@ pub enum Operation {
     PortForward,
     ReopenContainerLog,
     GetContainerEvents,
+    ListContainerStats,
     ListImages,
     ImageStatus,
     PullImage,
@@ -167,7 +174,7 @@ pub enum Operation {
 }
 
 impl Operation {
-    pub const ALL: [Operation; 26] = [
+    pub const ALL: [Operation; 27] = [
         Operation::Version,
         Operation::Status,
         Operation::RuntimeConfig,
@@ -189,6 +196,7 @@ impl Operation {
         Operation::PortForward,
         Operation::ReopenContainerLog,
         Operation::GetContainerEvents,
+        Operation::ListContainerStats,
         Operation::ListImages,
         Operation::ImageStatus,
         Operation::PullImage,
@@ -220,6 +228,7 @@ impl Operation {
             Operation::PortForward => "port_forward",
             Operation::ReopenContainerLog => "reopen_container_log",
             Operation::GetContainerEvents => "get_container_events",
+            Operation::ListContainerStats => "list_container_stats",
             Operation::ListImages => "list_images",
             Operation::ImageStatus => "image_status",
             Operation::PullImage => "pull_image",
@@ -252,6 +261,7 @@ impl Operation {
             Operation::PortForward => "PortForward",
             Operation::ReopenContainerLog => "ReopenContainerLog",
             Operation::GetContainerEvents => "GetContainerEvents",
+            Operation::ListContainerStats => "ListContainerStats",
             Operation::ListImages => "ListImages",
             Operation::ImageStatus => "ImageStatus",
             Operation::PullImage => "PullImage",

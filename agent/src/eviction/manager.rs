@@ -33,7 +33,7 @@ use super::{
     rank::{UsageByPod, eviction_message, rank},
     thresholds::{EvictionConfig, Signal, Threshold},
 };
-use crate::pod::pod_uid;
+use crate::{container::PodUid, pod::pod_uid};
 
 /// What woke the manager.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -112,6 +112,9 @@ pub struct Sources {
     pub reclaim_disk: Box<dyn Fn() + Send + Sync>,
     /// What each emptyDir of a pod holds, for `sizeLimit` (upstream `localStorageEviction`).
     pub empty_dir_usage: super::local_storage::EmptyDirUsageFn,
+    /// What the containers of pods with `ephemeral-storage` limits write (writable layer and
+    /// logs), measured before each decision.
+    pub container_storage: super::local_storage::ContainerStorageFn,
     pub evictor: Arc<dyn Evictor>,
 }
 
@@ -247,6 +250,9 @@ pub struct EvictionManager {
     decisions: broadcast::Sender<Decision>,
     /// The last observations, for re-arming the memory cgroup notifiers.
     observed: watch::Sender<Observations>,
+    /// What the containers of pods with `ephemeral-storage` limits wrote, as measured before
+    /// the last periodic check.
+    container_storage: Mutex<HashMap<PodUid, Vec<super::local_storage::ContainerStorage>>>,
     metrics: EvictionMetrics,
 }
 
@@ -280,6 +286,7 @@ impl EvictionManager {
             conditions: watch::Sender::new(BTreeSet::new()),
             decisions: broadcast::Sender::new(256),
             observed: watch::Sender::new(Observations::new()),
+            container_storage: Mutex::new(HashMap::new()),
             metrics,
         });
         (manager, waker, rx)
@@ -354,6 +361,11 @@ impl EvictionManager {
             while wakes.try_recv().is_ok() {}
             let mut next = Some(wake);
             while let Some(wake) = next.take() {
+                // On the periodic check only (upstream's cadence): a kernel wake-up is about
+                // memory and must not wait on a runtime round-trip.
+                if wake.source == WakeSource::Periodic {
+                    self.measure_container_storage().await;
+                }
                 let Some(done) = self.synchronize(wake) else {
                     break;
                 };
@@ -374,6 +386,22 @@ impl EvictionManager {
                 });
             }
         }
+    }
+
+    /// Measures what the containers of the active pods with `ephemeral-storage` limits write
+    /// (a CRI call, so before the decision rather than in it); nothing is asked of the runtime
+    /// while no pod has such a limit.
+    pub async fn measure_container_storage(&self) {
+        let pods: Vec<Arc<Pod>> = (self.sources.active_pods)()
+            .into_iter()
+            .filter(|p| super::local_storage::has_ephemeral_limits(p) && !is_critical(p))
+            .collect();
+        let measured = if pods.is_empty() {
+            HashMap::new()
+        } else {
+            (self.sources.container_storage)(pods).await
+        };
+        *self.container_storage.lock_unpoisoned() = measured;
     }
 
     /// One decision (upstream `synchronize`). Returns the evicted pod's completion, if any.
@@ -455,23 +483,52 @@ impl EvictionManager {
         done
     }
 
-    /// Evicts the first pod (not critical) with an emptyDir over its `sizeLimit`, at once.
+    /// Evicts the first pod (not critical) over a local storage limit, at once (upstream
+    /// `localStorageEviction`): an emptyDir over its `sizeLimit`, the pod over its containers'
+    /// summed `ephemeral-storage` limits, or a container over its own.
     fn local_storage_eviction(&self) -> Option<Outcome> {
+        use super::local_storage::{
+            container_ephemeral_violation, empty_dir_violation, has_ephemeral_limits,
+            has_size_limits, pod_ephemeral_violation,
+        };
+        let measured = self.container_storage.lock_unpoisoned().clone();
         for pod in (self.sources.active_pods)() {
-            if !super::local_storage::has_size_limits(&pod) || is_critical(&pod) {
+            let ephemeral = has_ephemeral_limits(&pod);
+            if !(has_size_limits(&pod) || ephemeral) || is_critical(&pod) {
                 continue;
             }
             let usage = (self.sources.empty_dir_usage)(&pod);
-            let Some(message) = super::local_storage::empty_dir_violation(&pod, &usage) else {
+            let containers = measured
+                .get(&pod_uid(&pod))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            // The metric's signal as upstream labels these evictions.
+            const POD_FS: &str = "ephemeralpodfs.limit";
+            const CONTAINER_FS: &str = "ephemeralcontainerfs.limit";
+            let found = empty_dir_violation(&pod, &usage)
+                .map(|m| (m, POD_FS))
+                .or_else(|| {
+                    if !ephemeral {
+                        return None;
+                    }
+                    pod_ephemeral_violation(&pod, containers, &usage)
+                        .map(|m| (m, POD_FS))
+                        .or_else(|| {
+                            container_ephemeral_violation(&pod, containers)
+                                .map(|m| (m, CONTAINER_FS))
+                        })
+                });
+            let Some((message, signal)) = found else {
                 continue;
             };
             let names = pod_names(&pod);
             tracing::warn!(pod = %format!("{}/{}", names.0, names.1), message, "evicting a pod");
+            // Its measurement answered; the next round must not act on it again.
+            self.container_storage
+                .lock_unpoisoned()
+                .remove(&pod_uid(&pod));
             let done = self.sources.evictor.evict(&pod, 0, message.clone());
-            self.metrics
-                .evictions
-                .with_label_values(&["ephemeralpodfs.limit"])
-                .inc();
+            self.metrics.evictions.with_label_values(&[signal]).inc();
             return Some((None, names, message, done));
         }
         None

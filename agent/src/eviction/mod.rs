@@ -7,7 +7,8 @@
 //! - `logic.rs`: upstream's rules as pure functions;
 //! - `observe.rs`: fresh figures from cgroups, `/proc` and `statvfs`;
 //! - `rank.rs`: which pod first, and its status message;
-//! - `local_storage.rs`: pods over an emptyDir `sizeLimit`, evicted before any threshold;
+//! - `local_storage.rs`: pods over an emptyDir `sizeLimit` or `ephemeral-storage` limits, evicted
+//!   before any threshold;
 //! - `manager.rs`: the loop and its metrics; `wakeups.rs`: what wakes it; `memcg.rs`: memory
 //!   cgroup notifications; `admission.rs`: pods turned away under pressure.
 

@@ -323,6 +323,56 @@ impl Dir {
         Ok(())
     }
 
+    /// Writes `data` over existing regular file `name`, as a kernel interface file (a cgroup's
+    /// `memory.max`) takes a value (`O_TRUNC`, as runc opens them; the kernel ignores it there):
+    /// never created or followed, and never a FIFO waited on (`O_NONBLOCK`, and anything but a
+    /// regular file is refused before the write).
+    pub fn write_existing_file(&self, name: &OsStr, data: &[u8]) -> Result<()> {
+        check_component(name)?;
+        let path = self.path.join(name);
+        let fd = openat2(
+            self.fd.as_fd(),
+            name,
+            OpenHow::new()
+                .flags(
+                    OFlag::O_WRONLY
+                        | OFlag::O_TRUNC
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC
+                        | OFlag::O_NONBLOCK,
+                )
+                .resolve(
+                    ResolveFlag::RESOLVE_BENEATH
+                        | ResolveFlag::RESOLVE_NO_SYMLINKS
+                        | ResolveFlag::RESOLVE_NO_XDEV,
+                ),
+        )
+        .map_err(errno("opening", &path))?;
+        let mut file = std::fs::File::from(fd);
+        match file.metadata() {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(Error::Io {
+                    op: "opening",
+                    path,
+                    source: std::io::Error::other("not a regular file"),
+                });
+            }
+            Err(source) => {
+                return Err(Error::Io {
+                    op: "inspecting",
+                    path,
+                    source,
+                });
+            }
+        }
+        file.write_all(data).map_err(|source| Error::Io {
+            op: "writing",
+            path,
+            source,
+        })
+    }
+
     /// Replaces file `name` with `data` and exactly `mode`, all at once: written under a
     /// temporary name and renamed over it (whatever `name` was, a link included, is replaced,
     /// never followed).

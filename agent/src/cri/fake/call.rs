@@ -64,6 +64,7 @@ pub enum Call {
         id: String,
     },
     GetContainerEvents,
+    ListContainerStats,
     ListImages,
     ImageStatus {
         image: String,
@@ -98,6 +99,7 @@ impl Call {
             Call::ExecSync { .. } => Operation::ExecSync,
             Call::ReopenContainerLog { .. } => Operation::ReopenContainerLog,
             Call::GetContainerEvents => Operation::GetContainerEvents,
+            Call::ListContainerStats => Operation::ListContainerStats,
             Call::ListImages => Operation::ListImages,
             Call::ImageStatus { .. } => Operation::ImageStatus,
             Call::PullImage { .. } => Operation::PullImage,
@@ -128,6 +130,7 @@ impl Call {
             | Call::Status
             | Call::RuntimeConfig
             | Call::GetContainerEvents
+            | Call::ListContainerStats
             | Call::ListPodSandbox { .. }
             | Call::ListContainers { .. }
             | Call::ListImages

@@ -319,6 +319,39 @@ impl RuntimeService for FakeRuntime {
             .collect())
     }
 
+    async fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> Result<Vec<cri::ContainerStats>> {
+        let state = self.begin(Call::ListContainerStats)?;
+        let filter = filter.unwrap_or_default();
+        Ok(state
+            .containers
+            .iter()
+            .filter(|(id, c)| {
+                (filter.id.is_empty() || filter.id == **id)
+                    && (filter.pod_sandbox_id.is_empty() || filter.pod_sandbox_id == c.sandbox_id)
+                    && selects(&filter.label_selector, &c.config.labels)
+            })
+            .map(|(id, c)| cri::ContainerStats {
+                attributes: Some(cri::ContainerAttributes {
+                    id: id.clone(),
+                    metadata: c.config.metadata.clone(),
+                    labels: c.config.labels.clone(),
+                    annotations: c.config.annotations.clone(),
+                }),
+                writable_layer: state
+                    .writable_layers
+                    .get(id)
+                    .map(|bytes| cri::FilesystemUsage {
+                        used_bytes: Some(cri::UInt64Value { value: *bytes }),
+                        ..Default::default()
+                    }),
+                ..Default::default()
+            })
+            .collect())
+    }
+
     async fn container_status(&self, container_id: &str) -> Result<cri::ContainerStatus> {
         let op = Operation::ContainerStatus;
         let state = self.begin(Call::ContainerStatus {

@@ -238,6 +238,20 @@ impl RuntimeService for GrpcRuntime {
         .await
     }
 
+    async fn list_container_stats(
+        &self,
+        filter: Option<cri::ContainerStatsFilter>,
+    ) -> Result<Vec<cri::ContainerStats>> {
+        let timeout = Some(self.request_timeout);
+        let message = cri::ListContainerStatsRequest { filter };
+        let mut client = self.runtime.clone();
+        let exchange = client.list_container_stats(request(message, timeout));
+        self.call(Operation::ListContainerStats, "", timeout, exchange, |r| {
+            Ok(r.stats)
+        })
+        .await
+    }
+
     async fn container_status(&self, container_id: &str) -> Result<cri::ContainerStatus> {
         let timeout = Some(self.request_timeout);
         let message = cri::ContainerStatusRequest {

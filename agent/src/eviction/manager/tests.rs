@@ -8,6 +8,7 @@ use k8s_openapi::{
 
 use super::*;
 use crate::eviction::{
+    local_storage,
     logic::Observation,
     rank::PodUsage,
     thresholds::{Operator, ThresholdValue, Wakeups},
@@ -126,6 +127,24 @@ fn fixture(thresholds: Vec<Threshold>, transition: Duration, pods: Vec<Arc<Pod>>
                     .flat_map(|s| s.volumes.iter().flatten())
                     .map(|v| (v.name.clone(), 2 << 20))
                     .collect()
+            }),
+            // Every container has a 3 MiB writable layer and 1 MiB of logs.
+            container_storage: Box::new(|pods: Vec<Arc<Pod>>| {
+                let measured = pods
+                    .iter()
+                    .map(|p| {
+                        let containers = crate::pod::spec::containers(p)
+                            .iter()
+                            .map(|c| local_storage::ContainerStorage {
+                                name: c.name.clone(),
+                                rootfs_bytes: Some(3 << 20),
+                                logs_bytes: 1 << 20,
+                            })
+                            .collect();
+                        (pod_uid(p), containers)
+                    })
+                    .collect();
+                Box::pin(async move { measured })
             }),
             evictor: recorder.clone(),
         },
@@ -315,4 +334,84 @@ fn an_empty_dir_over_its_size_limit_is_evicted_without_pressure() {
     let d = decisions.try_recv().expect("a decision was published");
     assert_eq!(d.signal, None);
     assert_eq!(d.pod.map(|p| p.1), Some("cramped".to_owned()));
+}
+
+/// A pod whose containers each have `ephemeral-storage` limit of the given text (`None`: none).
+fn with_ephemeral_limits(name: &str, limits: &[(&str, Option<&str>)]) -> Arc<Pod> {
+    let mut p = (*pod(name, Some("300Mi"), None)).clone();
+    if let Some(spec) = p.spec.as_mut() {
+        spec.containers = limits
+            .iter()
+            .map(|(container, limit)| Container {
+                resources: limit.map(|l| ResourceRequirements {
+                    limits: Some(std::collections::BTreeMap::from([(
+                        "ephemeral-storage".to_owned(),
+                        Quantity(l.into()),
+                    )])),
+                    ..Default::default()
+                }),
+                ..testing::container(container)
+            })
+            .collect();
+    }
+    Arc::new(p)
+}
+
+#[tokio::test]
+async fn containers_over_their_ephemeral_storage_limits_are_evicted_without_pressure() {
+    // Each container writes 4 MiB (3 MiB layer, 1 MiB logs).
+    let cases: [(Arc<Pod>, Option<&str>); 4] = [
+        (
+            with_ephemeral_limits("roomy", &[("main", Some("8Mi"))]),
+            None,
+        ),
+        (with_ephemeral_limits("unlimited", &[("main", None)]), None),
+        (
+            with_ephemeral_limits(
+                "one-over",
+                &[("main", Some("2Mi")), ("side", Some("100Mi"))],
+            ),
+            Some("Container main exceeded its local ephemeral storage limit \"2Mi\". "),
+        ),
+        // 4 + 4 MiB against 3 + 4: the pod's sum goes first (upstream's order), though
+        // `main` is over its own too.
+        (
+            with_ephemeral_limits("sum-over", &[("main", Some("3Mi")), ("side", Some("4Mi"))]),
+            Some("Pod ephemeral local storage usage exceeds the total limit of containers 7Mi. "),
+        ),
+    ];
+    for (pod, want) in cases {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let f = fixture(
+            vec![threshold(200 * MI, Duration::ZERO)],
+            Duration::from_secs(300),
+            vec![pod],
+        );
+        // Without a measurement nothing is known over its limit.
+        assert!(f.manager.synchronize(wake()).is_none(), "{name}");
+        f.manager.measure_container_storage().await;
+        let decided = f.manager.synchronize(wake());
+        let evicted = f.recorder.evicted.lock().expect("lock").clone();
+        match want {
+            None => {
+                assert!(decided.is_none(), "{name}");
+                assert!(evicted.is_empty(), "{name}: {evicted:?}");
+            }
+            Some(message) => {
+                assert!(decided.is_some(), "{name}");
+                assert_eq!(
+                    evicted,
+                    vec![(name.clone(), 0, message.to_owned())],
+                    "{name}"
+                );
+                // The measurement that evicted it is spent: no second eviction from it.
+                assert!(f.manager.synchronize(wake()).is_none(), "{name}");
+                assert_eq!(f.recorder.evicted.lock().expect("lock").len(), 1);
+            }
+        }
+        assert!(
+            f.manager.conditions().borrow().is_empty(),
+            "no node pressure"
+        );
+    }
 }
