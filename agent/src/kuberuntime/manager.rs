@@ -654,19 +654,33 @@ impl KubeRuntimeManager {
             .flatten()
             .map(|instance| instance.id.id.clone());
         found.ok_or_else(|| {
-            let message = format!("unable to find target container {target}");
-            self.container_event(
-                start.pod,
-                &container.name,
-                None,
-                failed(Action::CreateContainer),
-                format!("Error: {message}"),
-            );
-            StartStop::from(StartFailure::new(
-                StartFailureReason::CreateContainerConfigError,
-                message,
-            ))
+            self.config_error(
+                start,
+                container,
+                format!("unable to find target container {target}"),
+            )
         })
+    }
+
+    /// A container whose config cannot be made: its `Failed` event, and the start failure
+    /// (`CreateContainerConfigError`) its status waits with.
+    fn config_error(
+        &self,
+        start: &StartContext<'_>,
+        container: &Container,
+        message: String,
+    ) -> StartStop {
+        self.container_event(
+            start.pod,
+            &container.name,
+            None,
+            failed(Action::CreateContainer),
+            format!("Error: {message}"),
+        );
+        StartStop::from(StartFailure::new(
+            StartFailureReason::CreateContainerConfigError,
+            message,
+        ))
     }
 
     fn check_crash_backoff(
@@ -744,19 +758,7 @@ impl KubeRuntimeManager {
                     .then_some(Duration::from_secs(10));
                 StartStop::Failed { failure, retry_in }
             })?;
-        let config_error = |message: String| {
-            self.container_event(
-                start.pod,
-                &container.name,
-                None,
-                failed(Action::CreateContainer),
-                format!("Error: {message}"),
-            );
-            StartStop::from(StartFailure::new(
-                StartFailureReason::CreateContainerConfigError,
-                message,
-            ))
-        };
+        let config_error = |message: String| self.config_error(start, container, message);
         // Upstream `getImageUser`: runAsNonRoot is checked against it, and it is the user when
         // the pod names none.
         let image_user = self

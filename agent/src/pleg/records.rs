@@ -333,6 +333,18 @@ mod tests {
         status
     }
 
+    fn records() -> (Arc<PodRecords>, mpsc::Receiver<PodLifecycleEvent>) {
+        PodRecords::new(
+            "containerd",
+            KernelFacts::default(),
+            Outputs {
+                observer: None,
+                event_latency: None,
+                discarded: IntCounter::new("d", "d").expect("counter"),
+            },
+        )
+    }
+
     fn runtime(state: ContainerState, at: SystemTime) -> Observation {
         Observation::Runtime {
             status: status(state),
@@ -343,15 +355,7 @@ mod tests {
 
     #[test]
     fn an_answer_older_than_the_recorded_one_is_dropped_whole() {
-        let (records, mut rx) = PodRecords::new(
-            "containerd",
-            KernelFacts::default(),
-            Outputs {
-                observer: None,
-                event_latency: None,
-                discarded: IntCounter::new("d", "d").expect("counter"),
-            },
-        );
+        let (records, mut rx) = records();
         let uid = PodUid::from("u1");
         let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + s);
         assert!(
@@ -398,15 +402,7 @@ mod tests {
     fn a_confirmation_with_a_message_wakes_the_worker_once_more() {
         let t = |s: u64| SystemTime::UNIX_EPOCH + Duration::from_secs(1_000 + s);
         let run = |message: &str| {
-            let (records, mut rx) = PodRecords::new(
-                "containerd",
-                KernelFacts::default(),
-                Outputs {
-                    observer: None,
-                    event_latency: None,
-                    discarded: IntCounter::new("d", "d").expect("counter"),
-                },
-            );
+            let (records, mut rx) = records();
             let uid = PodUid::from("u1");
             records.record(&uid, None, runtime(ContainerState::Running, t(1)));
             assert_eq!(
